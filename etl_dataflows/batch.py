@@ -1,0 +1,106 @@
+"""What goes into an executor (a batch of events) and what comes out (a batch result).
+
+An :class:`EngineBatch` holds, per source of the dataflow, an Arrow table of events with the
+source's declared columns plus ``_ts`` (int64 µs event time) and ``_pos`` (int64 position of the
+event in its source). A :class:`BatchResult` holds everything the batch produced; staging commits
+it in one transaction (state deltas, outputs, dead letters, aborts and the consumed offsets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("step", pa.string()),
+        ("source", pa.string()),
+        ("pos", pa.int64()),
+        ("ts", pa.int64()),
+        ("reason", pa.string()),
+        ("payload", pa.string()),
+    ]
+)
+"""Rows the pipeline could not process: the step, the event's source and position, the reason,
+and the row itself as JSON (so nothing is lost and it can be replayed)."""
+
+ABORT_SCHEMA = pa.schema(
+    [
+        ("step", pa.string()),
+        ("source", pa.string()),
+        ("pos", pa.int64()),
+        ("ts", pa.int64()),
+        ("kind", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+"""Aborted transactions: ``kind`` is ``condition`` (a ``require`` failed: a business outcome) or
+``error`` (bad data or a user function raised; the event is also dead-lettered)."""
+
+
+@dataclass(frozen=True)
+class EngineBatch:
+    """One batch of events for a dataflow, keyed by source step id."""
+
+    batch_id: int
+    inputs: Mapping[str, pa.Table]
+
+    @property
+    def num_events(self) -> int:
+        return sum(t.num_rows for t in self.inputs.values())
+
+
+@dataclass(frozen=True)
+class TableDelta:
+    """The net change of one state table over a batch, in the table's image form.
+
+    ``upserts`` holds the new image of every row that was created or changed; ``deletes`` holds
+    the row ids (:meth:`~etl_dataflows.tables.BaseStateTable.row_id` columns) of rows that no
+    longer exist. Both are sorted by row id, so equal changes compare equal.
+    """
+
+    upserts: pa.Table
+    deletes: pa.Table
+
+    @property
+    def empty(self) -> bool:
+        return bool(self.upserts.num_rows == 0 and self.deletes.num_rows == 0)
+
+
+@dataclass
+class StepStats:
+    """Counts for one step in one batch."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    dead_letters: int = 0
+    committed: int = 0
+    aborted: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class BatchResult:
+    """Everything one batch produced."""
+
+    batch_id: int
+    outputs: dict[str, pa.Table]
+    dead_letters: pa.Table
+    aborts: pa.Table
+    deltas: dict[str, TableDelta]
+    sequences: dict[str, int]
+    stats: dict[str, StepStats] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def committed(self) -> int:
+        return sum(s.committed for s in self.stats.values())
+
+    @property
+    def aborted(self) -> int:
+        return sum(s.aborted for s in self.stats.values())

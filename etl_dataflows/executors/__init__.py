@@ -1,0 +1,30 @@
+"""Executors of dataflows, all behind :class:`BaseExecutor` and all checked against ``serial``.
+
+``create_executor(name, flow, state)`` builds one by name; :data:`EXECUTORS` lists the names.
+"""
+
+from __future__ import annotations
+
+from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.exceptions import UnknownExecutor
+from etl_dataflows.executors.base import BaseExecutor
+from etl_dataflows.executors.serial import SerialExecutor
+from etl_dataflows.state import StateImage
+
+_REGISTRY: dict[str, type[BaseExecutor]] = {SerialExecutor.name: SerialExecutor}
+
+#: Names of the available executors; ``serial`` is the oracle.
+EXECUTORS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def create_executor(
+    name: str, flow: Dataflow | CompiledDataflow, state: StateImage | None = None
+) -> BaseExecutor:
+    """The executor called ``name`` running ``flow`` from ``state`` (empty state by default)."""
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise UnknownExecutor(f"no executor named {name!r}; available: {', '.join(EXECUTORS)}")
+    return cls(flow, state)
+
+
+__all__ = ["EXECUTORS", "BaseExecutor", "SerialExecutor", "create_executor"]

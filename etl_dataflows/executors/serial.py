@@ -1,0 +1,566 @@
+"""The serial executor: the oracle that defines the engine's semantics.
+
+One transaction at a time, in event-time order (``_ts``, ties by input row order), in plain Python
+over dicts. It is kept simple on purpose; every other executor must reproduce its results exactly.
+
+Semantics of one transaction (one input row of a transactional step):
+
+1. The operations run in declaration order; each sees the effects of the earlier ones.
+2. An operation whose ``when`` is not true is skipped (its results read as null).
+3. A null key, a value of the wrong type, an integer overflow or an exception raised by a user
+   function aborts the transaction as an *error*: it is recorded in the aborts and the event is
+   dead-lettered with the reason.
+4. A ``require`` that is not true, a missing row with ``if_missing="abort"``, an existing key on
+   ``insert`` with ``if_exists="abort"``, an ``as_of`` after the event time, a history change dated
+   before the current version, or a late window entry aborts the transaction as a *condition*.
+5. Otherwise the transaction commits: its changes stay, its surrogate keys are consumed, and its
+   output row (if the step emits and ``when`` holds) is produced.
+
+An aborted transaction leaves no trace in the state: an undo log restores every container it
+touched, surrogate-key counters included. The same undo log restores the state before the batch if
+the batch fails as a whole.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from etl_dataflows.batch import TableDelta
+from etl_dataflows.executors.base import AbortRecord, BaseExecutor, TransactionOutcome
+from etl_dataflows.expressions import ExpressionError, ScalarFn, Scope, compile_scalar
+from etl_dataflows.state import StateImage, rows_to_table
+from etl_dataflows.stateless import DeadLetters, build_output, describe_error, event_rows
+from etl_dataflows.tables import (
+    AT,
+    ENTRY,
+    OPEN_END,
+    VALID_FROM,
+    VALID_TO,
+    HistoryTable,
+    StateTable,
+    Table,
+    WindowTable,
+)
+from etl_dataflows.transaction import Operation, TransactionStep
+from etl_dataflows.types import POS, SRC, TS, ColumnType, coerce_value
+
+Key = tuple[Any, ...]
+Row = dict[str, Any]
+
+
+class _Abort(Exception):
+    """A transaction aborts; ``kind`` is ``condition`` or ``error``."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass
+class OpResult:
+    """What an operation left for later operations and the output."""
+
+    before: Row | None
+    after: Row | None
+    found: bool | None
+    count: int | None = None
+
+
+@dataclass
+class _CompiledOp:
+    op: Operation
+    table: StateTable
+    key: list[ScalarFn]
+    values: dict[str, ScalarFn]
+    when: ScalarFn | None
+    requires: list[tuple[ScalarFn, str]]
+    as_of: ScalarFn | None
+    at: ScalarFn | None
+    effective: ScalarFn | None
+
+
+class SerialExecutor(BaseExecutor):
+    """Plain-Python, one transaction at a time; the oracle (see the module docstring)."""
+
+    name: ClassVar[str] = "serial"
+
+    # -- state -------------------------------------------------------------------------------------
+    # Every mutation goes through _set/_delete, which record undo entries; lists are replaced,
+    # never changed in place, so an undo entry is just (container, key, had, previous value).
+    #   Table:   rows[table][key] -> row
+    #   History: versions[table][sk] -> version; current[table][key] -> sk; keys[table][key] -> [sk]
+    #   Window:  entries[table][key] -> [entry] sorted by (_at, _entry)
+
+    def _load_state(self, image: StateImage) -> None:
+        self._rows: dict[str, dict[Key, Row]] = {}
+        self._versions: dict[str, dict[int, Row]] = {}
+        self._current: dict[str, dict[Key, int]] = {}
+        self._keys: dict[str, dict[Key, list[int]]] = {}
+        self._entries: dict[str, dict[Key, list[Row]]] = {}
+        self._sequences: dict[str, int] = {}
+        for name, table in self.flow.tables.items():
+            rows = image.rows(table)
+            keyof = _key_getter(table)
+            if isinstance(table, Table):
+                self._rows[name] = {keyof(r): r for r in rows}
+                start = table.surrogate_start
+                used = [r[table.surrogate] for r in rows] if table.surrogate else []
+            elif isinstance(table, HistoryTable):
+                self._versions[name] = {r[table.surrogate]: r for r in rows}
+                self._current[name] = {
+                    keyof(r): r[table.surrogate] for r in rows if r[VALID_TO] == OPEN_END
+                }
+                keys: dict[Key, list[int]] = {}
+                for r in sorted(rows, key=lambda r: (r[VALID_FROM], r[table.surrogate])):
+                    keys.setdefault(keyof(r), []).append(r[table.surrogate])
+                self._keys[name] = keys
+                start = table.surrogate_start
+                used = [r[table.surrogate] for r in rows]
+            else:
+                entries: dict[Key, list[Row]] = {}
+                for r in sorted(rows, key=lambda r: (r[AT], r[ENTRY])):
+                    entries.setdefault(keyof(r), []).append(r)
+                self._entries[name] = entries
+                start = 1
+                used = [r[ENTRY] for r in rows]
+            floor = max(used) + 1 if used else start
+            self._sequences[name] = max(image.sequences.get(name, start), floor)
+        self._undo: list[tuple[dict[Any, Any], Any, bool, Any]] = []
+        self._touched: dict[str, dict[Key, list[Row]]] = {}
+        self._compiled: dict[str, list[_CompiledOp]] = {}
+
+    def state_image(self) -> StateImage:
+        tables = {}
+        for name, table in self.flow.tables.items():
+            tables[name] = rows_to_table(table, self._all_rows(table))
+        return StateImage(tables, dict(self._sequences))
+
+    def _all_rows(self, table: StateTable) -> list[Row]:
+        if isinstance(table, Table):
+            return list(self._rows[table.name].values())
+        if isinstance(table, HistoryTable):
+            return list(self._versions[table.name].values())
+        return [e for entries in self._entries[table.name].values() for e in entries]
+
+    def _key_rows(self, table: StateTable, key: Key) -> list[Row]:
+        """The image rows that belong to ``key`` (the unit of change tracking)."""
+        name = table.name
+        if isinstance(table, Table):
+            row = self._rows[name].get(key)
+            return [] if row is None else [row]
+        if isinstance(table, HistoryTable):
+            return [self._versions[name][sk] for sk in self._keys[name].get(key, [])]
+        return list(self._entries[name].get(key, []))
+
+    def _touch(self, table: StateTable, key: Key) -> None:
+        touched = self._touched.setdefault(table.name, {})
+        if key not in touched:
+            touched[key] = copy.deepcopy(self._key_rows(table, key))
+
+    def _set(self, container: dict[Any, Any], key: Any, value: Any) -> None:
+        had = key in container
+        self._undo.append((container, key, had, container.get(key)))
+        container[key] = value
+
+    def _delete(self, container: dict[Any, Any], key: Any) -> None:
+        self._undo.append((container, key, True, container[key]))
+        del container[key]
+
+    def _undo_to(self, mark: int) -> None:
+        while len(self._undo) > mark:
+            container, key, had, value = self._undo.pop()
+            if had:
+                container[key] = value
+            else:
+                container.pop(key, None)
+
+    def _next_sequence(self, table: StateTable) -> int:
+        value = self._sequences[table.name]
+        self._set(self._sequences, table.name, value + 1)
+        return value
+
+    # -- batch bookkeeping -------------------------------------------------------------------------
+
+    def _begin_batch(self) -> None:
+        self._undo = []
+        self._touched = {}
+
+    def _rollback_batch(self) -> None:
+        self._undo_to(0)
+        self._touched = {}
+
+    def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
+        deltas = {}
+        for name, table in self.flow.tables.items():
+            ids = table.row_id()
+            before: dict[Key, Row] = {}
+            after: dict[Key, Row] = {}
+            for key, rows in self._touched.get(name, {}).items():
+                for r in rows:
+                    before[tuple(r[i] for i in ids)] = r
+                for r in self._key_rows(table, key):
+                    after[tuple(r[i] for i in ids)] = r
+            upserts = [r for rid, r in after.items() if before.get(rid) != r]
+            deletes = [r for rid, r in before.items() if rid not in after]
+            deltas[name] = TableDelta(
+                rows_to_table(table, upserts), rows_to_table(table, deletes, ids_only=True)
+            )
+        self._undo = []
+        self._touched = {}
+        return deltas, dict(self._sequences)
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _compile(self, step: TransactionStep) -> list[_CompiledOp]:
+        compiled = self._compiled.get(step.id)
+        if compiled is None:
+            compiled = []
+            for op in step.operations:
+                compiled.append(
+                    _CompiledOp(
+                        op=op,
+                        table=self.flow.tables[op.table],
+                        key=[compile_scalar(k) for k in op.key],
+                        values={c: compile_scalar(e) for c, e in op.values.items()},
+                        when=None if op.when is None else compile_scalar(op.when),
+                        requires=[(compile_scalar(r.condition), r.reason) for r in op.requires],
+                        as_of=None if op.as_of is None else compile_scalar(op.as_of),
+                        at=None if op.at is None else compile_scalar(op.at),
+                        effective=None if op.effective is None else compile_scalar(op.effective),
+                    )
+                )
+            self._compiled[step.id] = compiled
+        return compiled
+
+    def _run_transactions(
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+    ) -> TransactionOutcome:
+        ops = self._compile(step)
+        in_schema = self.flow.schemas[step.input or ""]
+        out_schema = self.flow.schemas[step.id]
+        emit = {name: compile_scalar(e) for name, e in step.emit_columns.items()}
+        emit_when = None if step.emit_when is None else compile_scalar(step.emit_when)
+        rows = event_rows(events, in_schema)
+        order = sorted(range(len(rows)), key=lambda i: (rows[i][TS], i))
+        out_columns: dict[str, list[Any]] = {name: [] for name in out_schema}
+        out_meta: dict[str, list[int]] = {TS: [], POS: [], SRC: []}
+        aborts: list[AbortRecord] = []
+        committed = 0
+        for i in order:
+            row = rows[i]
+            mark = len(self._undo)
+            results: list[OpResult | None] = [None] * len(ops)
+            try:
+                for cop in ops:
+                    results[cop.op.index] = self._apply(cop, row, results)
+                scope = Scope(row, None, results)
+                emitted: dict[str, Any] | None = None
+                emits = step.emit_columns or step.emit_input
+                if emits and (emit_when is None or emit_when(scope) is True):
+                    emitted = {name: fn(scope) for name, fn in emit.items()}
+                    for name, value in emitted.items():
+                        emitted[name] = _coerce(value, out_schema[name], f"output {name!r}")
+            except _Abort as abort:
+                self._undo_to(mark)
+                aborts.append(self._abort_record(step.id, row, abort.kind, abort.reason))
+                if abort.kind == "error":
+                    dead.add_row(step.id, row, abort.reason)
+                continue
+            except ExpressionError as exc:
+                self._undo_to(mark)
+                reason = describe_error(exc)
+                aborts.append(self._abort_record(step.id, row, "error", reason))
+                dead.add_row(step.id, row, reason)
+                continue
+            committed += 1
+            if emitted is not None:
+                for name in out_schema:
+                    out_columns[name].append(emitted[name] if name in emitted else row.get(name))
+                for name in (TS, POS, SRC):
+                    out_meta[name].append(row[name])
+        output = build_output(out_columns, out_schema, out_meta)
+        return TransactionOutcome(output=output, committed=committed, aborts=aborts)
+
+    def _abort_record(self, step: str, row: Row, kind: str, reason: str) -> AbortRecord:
+        source = self.flow.sources[row[SRC]]
+        return AbortRecord(step, source, row[POS], row[TS], kind, reason)
+
+    # -- one operation -----------------------------------------------------------------------------
+
+    def _apply(self, cop: _CompiledOp, row: Row, results: list[OpResult | None]) -> OpResult | None:
+        op, table = cop.op, cop.table
+        scope = Scope(row, None, results)
+        if cop.when is not None and cop.when(scope) is not True:
+            return None
+        if op.kind == "update_where":
+            return self._update_where(cop, row, results)
+        key = tuple(fn(scope) for fn in cop.key)
+        if any(part is None for part in key):
+            raise _Abort("error", f"{op.label()}: null key {list(table.key_names)}")
+        for part, (name, kind) in zip(key, table.key, strict=True):
+            _coerce(part, kind, f"{op.label()} key {name!r}")
+        if isinstance(table, WindowTable):
+            return self._window(cop, key, row, results)
+        old_row = self._current_row(table, key)
+        if op.kind == "read":
+            if op.as_of is not None:
+                at = cop.as_of(scope) if cop.as_of else None
+                if at is None:
+                    raise _Abort("error", f"{op.label()}: as_of is null")
+                if at > row[TS]:
+                    raise _Abort("condition", f"{op.label()}: as_of {at} is after the event time")
+                assert isinstance(table, HistoryTable)
+                old_row = self._version_at(table, key, at)
+            if old_row is None and op.if_missing == "abort":
+                raise _Abort("condition", f"{op.label()}: no row for key {list(key)}")
+            self._check(cop, row, old_row, results)
+            return OpResult(old_row, old_row, old_row is not None)
+        if op.kind == "delete":
+            if old_row is None:
+                if op.if_missing == "abort":
+                    raise _Abort("condition", f"{op.label()}: no row for key {list(key)}")
+                return OpResult(None, None, False)
+            self._check(cop, row, old_row, results)
+            self._remove(cop, key, row, results)
+            return OpResult(old_row, None, True)
+        if op.kind == "insert" and old_row is not None:
+            if op.if_exists == "abort":
+                raise _Abort("condition", f"{op.label()}: key {list(key)} already exists")
+            if op.if_exists == "skip":
+                return OpResult(old_row, old_row, True)
+        if op.kind == "update" and old_row is None:
+            if op.if_missing == "abort":
+                raise _Abort("condition", f"{op.label()}: no row for key {list(key)}")
+            if op.if_missing == "skip":
+                return OpResult(None, None, False)
+        self._check(cop, row, old_row, results)
+        base = old_row if (old_row is not None and op.kind in ("update", "insert")) else None
+        new_values = self._values(cop, row, old_row, results, base)
+        new_row = self._store(cop, key, new_values, row, results)
+        return OpResult(old_row, new_row, old_row is not None)
+
+    def _check(self, cop: _CompiledOp, row: Row, old_row: Row | None, results: list[Any]) -> None:
+        scope = Scope(row, old_row, results)
+        for fn, reason in cop.requires:
+            if fn(scope) is not True:
+                raise _Abort("condition", f"{cop.op.label()}: {reason}")
+
+    def _values(
+        self,
+        cop: _CompiledOp,
+        row: Row,
+        old_row: Row | None,
+        results: list[Any],
+        base: Row | None,
+    ) -> Row:
+        """The new value columns: ``base`` (or the defaults) overlaid with the operation's values,
+        every expression evaluated against the row before the operation."""
+        table = cop.table
+        scope = Scope(row, old_row, results)
+        computed = {name: fn(scope) for name, fn in cop.values.items()}
+        values = {}
+        for name, kind in table.value_types.items():
+            if name in computed:
+                value = computed[name]
+            elif base is not None:
+                value = base.get(name)
+            else:
+                value = table.defaults.get(name)
+            values[name] = _coerce(value, kind, f"{cop.op.label()} column {name!r}")
+        return values
+
+    def _current_row(self, table: StateTable, key: Key) -> Row | None:
+        if isinstance(table, Table):
+            return self._rows[table.name].get(key)
+        if isinstance(table, HistoryTable):
+            sk = self._current[table.name].get(key)
+            return None if sk is None else self._versions[table.name][sk]
+        return None
+
+    def _version_at(self, table: HistoryTable, key: Key, at: int) -> Row | None:
+        for sk in self._keys[table.name].get(key, []):
+            version = self._versions[table.name][sk]
+            if version[VALID_FROM] <= at < version[VALID_TO]:
+                return version
+        return None
+
+    def _effective(self, cop: _CompiledOp, row: Row, results: list[Any]) -> int:
+        if cop.effective is None:
+            return int(row[TS])
+        value = cop.effective(Scope(row, None, results))
+        if value is None:
+            raise _Abort("error", f"{cop.op.label()}: effective time is null")
+        return int(value)
+
+    def _store(self, cop: _CompiledOp, key: Key, values: Row, row: Row, results: list[Any]) -> Row:
+        table = cop.table
+        self._touch(table, key)
+        if isinstance(table, Table):
+            rows = self._rows[table.name]
+            existing = rows.get(key)
+            new_row: Row = dict(zip(table.key_names, key, strict=True))
+            if table.surrogate:
+                new_row[table.surrogate] = (
+                    existing[table.surrogate]
+                    if existing is not None
+                    else self._next_sequence(table)
+                )
+            new_row.update(values)
+            self._set(rows, key, new_row)
+            return new_row
+        assert isinstance(table, HistoryTable)
+        return self._new_version(cop, table, key, values, self._effective(cop, row, results))
+
+    def _new_version(
+        self, cop: _CompiledOp, table: HistoryTable, key: Key, values: Row, when: int
+    ) -> Row:
+        name = table.name
+        versions = self._versions[name]
+        current_sk = self._current[name].get(key)
+        if current_sk is not None:
+            current = versions[current_sk]
+            if when < current[VALID_FROM]:
+                raise _Abort(
+                    "condition",
+                    f"{cop.op.label()}: change at {when} is before the current version of key "
+                    f"{list(key)} (valid from {current[VALID_FROM]})",
+                )
+            if table.period_of(when) == current[table.effective]:
+                replaced = {**current, **values}
+                self._set(versions, current_sk, replaced)
+                return replaced
+            closed = {
+                **current,
+                table.end: table.period_of(when),
+                table.current: False,
+                VALID_TO: when,
+            }
+            self._set(versions, current_sk, closed)
+        sk = self._next_sequence(table)
+        version: Row = dict(zip(table.key_names, key, strict=True))
+        version[table.surrogate] = sk
+        version.update(values)
+        version[table.effective] = table.period_of(when)
+        version[table.end] = table.end_of_time
+        version[table.current] = True
+        version[VALID_FROM] = when
+        version[VALID_TO] = OPEN_END
+        self._set(versions, sk, version)
+        self._set(self._current[name], key, sk)
+        self._set(self._keys[name], key, [*self._keys[name].get(key, []), sk])
+        return version
+
+    def _remove(self, cop: _CompiledOp, key: Key, row: Row, results: list[Any]) -> None:
+        table = cop.table
+        self._touch(table, key)
+        if isinstance(table, Table):
+            self._delete(self._rows[table.name], key)
+            return
+        assert isinstance(table, HistoryTable)
+        when = self._effective(cop, row, results)
+        sk = self._current[table.name][key]
+        current = self._versions[table.name][sk]
+        if when < current[VALID_FROM]:
+            raise _Abort(
+                "condition",
+                f"{cop.op.label()}: delete at {when} is before the current version of key "
+                f"{list(key)} (valid from {current[VALID_FROM]})",
+            )
+        closed = {**current, table.end: table.period_of(when), table.current: False, VALID_TO: when}
+        self._set(self._versions[table.name], sk, closed)
+        self._delete(self._current[table.name], key)
+
+    def _update_where(self, cop: _CompiledOp, row: Row, results: list[Any]) -> OpResult:
+        table, op = cop.table, cop.op
+        column = op.index_column or ""
+        value = cop.key[0](Scope(row, None, results))
+        if value is None:
+            return OpResult(None, None, None, 0)
+        if isinstance(table, Table):
+            matches = sorted(k for k, r in self._rows[table.name].items() if r.get(column) == value)
+        else:
+            current = self._current[table.name]
+            versions = self._versions[table.name]
+            matches = sorted(k for k, sk in current.items() if versions[sk].get(column) == value)
+        for key in matches:
+            old_row = self._current_row(table, key)
+            self._check(cop, row, old_row, results)
+            new_values = self._values(cop, row, old_row, results, old_row)
+            self._store(cop, key, new_values, row, results)
+        return OpResult(None, None, None, len(matches))
+
+    def _window(self, cop: _CompiledOp, key: Key, row: Row, results: list[Any]) -> OpResult:
+        table = cop.table
+        assert isinstance(table, WindowTable)
+        scope = Scope(row, None, results)
+        at = int(row[TS]) if cop.at is None else cop.at(scope)
+        if at is None:
+            raise _Abort("error", f"{cop.op.label()}: window time is null")
+        entries = self._entries[table.name].get(key, [])
+        found = bool(entries)
+        latest = max((e[AT] for e in entries), default=None)
+        if latest is not None and at < latest:
+            raise _Abort(
+                "condition",
+                f"{cop.op.label()}: window entry at {at} is older than the key's latest ({latest})",
+            )
+        self._check(cop, row, None, results)
+        if cop.values:
+            computed = {name: fn(scope) for name, fn in cop.values.items()}
+            entry: Row = dict(zip(table.key_names, key, strict=True))
+            entry[ENTRY] = self._next_sequence(table)
+            entry[AT] = at
+            for name, kind in table.value_types.items():
+                entry[name] = _coerce(computed.get(name), kind, f"{cop.op.label()} column {name!r}")
+            kept = [e for e in [*entries, entry] if e[AT] > at - table.span]
+            self._touch(table, key)
+            self._set(self._entries[table.name], key, kept)
+            entries = kept
+        visible = [e for e in entries if at - table.span < e[AT] <= at]
+        return OpResult(None, _aggregate(table, visible), found)
+
+
+def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
+    """The window's aggregates over ``entries`` (nulls ignored; empty gives null, count 0)."""
+    result: Row = {}
+    for name, agg in table.aggregates.items():
+        present = [(e[agg.column], e[AT]) for e in entries if e[agg.column] is not None]
+        if agg.kind == "count":
+            result[name] = len(present)
+        elif not present:
+            result[name] = None
+        elif agg.kind == "max":
+            result[name] = max(v for v, _ in present)
+        elif agg.kind == "min":
+            result[name] = min(v for v, _ in present)
+        elif agg.kind == "sum":
+            result[name] = sum(v for v, _ in present)
+        elif agg.kind == "first":
+            result[name] = present[0][0]
+        elif agg.kind == "last":
+            result[name] = present[-1][0]
+        elif agg.kind == "argmax":
+            top = max(v for v, _ in present)
+            result[name] = min(t for v, t in present if v == top)
+        else:
+            bottom = min(v for v, _ in present)
+            result[name] = min(t for v, t in present if v == bottom)
+    return result
+
+
+def _key_getter(table: StateTable) -> Callable[[Row], Key]:
+    names = table.key_names
+    return lambda r: tuple(r[n] for n in names)
+
+
+def _coerce(value: Any, kind: ColumnType | None, where: str) -> Any:
+    try:
+        return coerce_value(value, kind)
+    except (TypeError, ValueError) as exc:
+        raise _Abort("error", f"{where}: {exc}") from exc

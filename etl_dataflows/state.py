@@ -1,0 +1,74 @@
+"""The canonical form of the engine's state, shared by every executor, staging and migration.
+
+A :class:`StateImage` holds one Arrow table per state table, in the table's image columns
+(:meth:`~etl_dataflows.tables.BaseStateTable.image_columns`) and sorted by row id, plus the next
+value of every sequence (surrogate keys, window entry ids). Executors load an image when they start
+(after a restart, from staging) and produce one on request; two executors agree on a batch iff their
+images and batch results are equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from etl_dataflows.tables import StateTable
+from etl_dataflows.types import arrow_array, arrow_schema, python_values
+
+
+def image_schema(table: StateTable) -> pa.Schema:
+    """The Arrow schema of ``table``'s image."""
+    return arrow_schema(table.image_columns())
+
+
+def row_id_schema(table: StateTable) -> pa.Schema:
+    """The Arrow schema of ``table``'s row ids."""
+    columns = table.image_columns()
+    return arrow_schema({name: columns[name] for name in table.row_id()})
+
+
+def rows_to_table(
+    table: StateTable, rows: Iterable[Mapping[str, Any]], *, ids_only: bool = False
+) -> pa.Table:
+    """Build an image (or row-id) table from dict rows of engine Python values, sorted by row id."""
+    columns = table.image_columns()
+    names = list(table.row_id()) if ids_only else list(columns)
+    id_names = table.row_id()
+    ordered = sorted(rows, key=lambda r: tuple(r[n] for n in id_names))
+    arrays = [arrow_array((r.get(n) for r in ordered), columns[n]) for n in names]
+    schema = row_id_schema(table) if ids_only else image_schema(table)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def table_to_rows(table: StateTable, data: pa.Table) -> list[dict[str, Any]]:
+    """Image rows as dicts of engine Python values."""
+    columns = table.image_columns()
+    missing = [n for n in columns if n not in data.column_names]
+    if missing:
+        raise ValueError(f"state image of {table.name!r} lacks columns {missing}")
+    values = {n: python_values(data.column(n), columns[n]) for n in columns}
+    return [{n: values[n][i] for n in columns} for i in range(data.num_rows)]
+
+
+@dataclass
+class StateImage:
+    """All state of a dataflow: one image table per state table plus sequence values."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    sequences: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, tables: Mapping[str, StateTable]) -> StateImage:
+        return cls({name: rows_to_table(t, []) for name, t in tables.items()}, {})
+
+    def rows(self, table: StateTable) -> list[dict[str, Any]]:
+        data = self.tables.get(table.name)
+        return [] if data is None else table_to_rows(table, data)
+
+    def equals(self, other: StateImage) -> bool:
+        if set(self.tables) != set(other.tables) or self.sequences != other.sequences:
+            return False
+        return all(self.tables[n].equals(other.tables[n]) for n in self.tables)

@@ -1,0 +1,287 @@
+"""Column-at-a-time evaluation of expressions over numpy arrays.
+
+A column is a pair ``(values, valid)``: a numpy array and a boolean mask that is False where the
+value is null (the value slot then holds a filler). Results equal the scalar reference semantics of
+:mod:`etl_dataflows.expressions` row by row, with one difference callers must handle: both branches
+of ``if_else`` are evaluated, so an error (overflow, an exception from a Python function) may be
+raised for a row whose branch the scalar evaluation would not take. Callers that see
+:class:`~etl_dataflows.expressions.ExpressionError` or a user exception fall back to the scalar
+evaluation row by row, which decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows.expressions import (
+    INT64_MAX,
+    INT64_MIN,
+    BinOp,
+    Call,
+    Cast,
+    Col,
+    Expr,
+    ExpressionError,
+    ExpressionTypeError,
+    Func,
+    IfElse,
+    IsIn,
+    Lit,
+    UnOp,
+    UserFunctionError,
+)
+from etl_dataflows.types import MICROS_PER_DAY, ColumnType
+
+Column = tuple[np.ndarray, np.ndarray]
+
+_FILL: dict[str, Any] = {
+    "int64": 0,
+    "float64": 0.0,
+    "bool": False,
+    "string": "",
+    "timestamp": 0,
+    "date": 0,
+}
+
+
+def column_from_arrow(array: pa.Array | pa.ChunkedArray, column_type: ColumnType) -> Column:
+    """An Arrow column as ``(values, valid)``; timestamps and dates become int64."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if column_type == "timestamp":
+        array = array.cast(pa.timestamp("us")).cast(pa.int64())
+    elif column_type == "date":
+        array = array.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+    elif column_type == "string" and pa.types.is_dictionary(array.type):
+        array = array.cast(pa.string())
+    filled = array.fill_null(_FILL[column_type]) if array.null_count else array
+    if column_type == "string":
+        values = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=object)
+    elif column_type == "bool":
+        values = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=bool)
+    elif column_type == "float64":
+        values = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.float64)
+    else:
+        values = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return values, valid
+
+
+def column_to_list(column: Column) -> list[Any]:
+    """The column as Python scalars with ``None`` for nulls."""
+    values, valid = column
+    return [v if ok else None for v, ok in zip(values.tolist(), valid.tolist(), strict=True)]
+
+
+def _literal(value: Any, n: int) -> Column:
+    if value is None:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if isinstance(value, str):
+        values = np.empty(n, dtype=object)
+        values[:] = value
+    else:
+        values = np.full(n, value)
+    return values, np.ones(n, dtype=bool)
+
+
+def _from_python(results: list[Any], returns: ColumnType | None) -> Column:
+    valid = np.array([r is not None for r in results], dtype=bool)
+    kind = returns
+    if kind is None:
+        sample = next((r for r in results if r is not None), None)
+        if isinstance(sample, bool):
+            kind = "bool"
+        elif isinstance(sample, int):
+            kind = "int64"
+        elif isinstance(sample, float):
+            kind = "float64"
+        else:
+            kind = "string"
+    fill = _FILL[kind]
+    filled = [fill if r is None else r for r in results]
+    if kind == "string":
+        values = np.empty(len(filled), dtype=object)
+        values[:] = filled
+        return values, valid
+    dtype = {"bool": bool, "float64": np.float64}.get(kind, np.int64)
+    try:
+        return np.asarray(filled, dtype=dtype), valid
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ExpressionError(f"function returned a value that is not {kind}: {exc}") from exc
+
+
+def _check_overflow(mask: np.ndarray) -> None:
+    if mask.any():
+        raise ExpressionError("integer overflow: result leaves the int64 range")
+
+
+def _is_int(values: np.ndarray) -> bool:
+    return values.dtype.kind in "iu"
+
+
+def _arith(op: str, a: Column, b: Column) -> Column:
+    (x, vx), (y, vy) = a, b
+    valid = vx & vy
+    with np.errstate(all="ignore"):
+        if op == "/":
+            xf, yf = x.astype(np.float64), y.astype(np.float64)
+            valid = valid & (yf != 0)
+            return np.where(valid, xf / np.where(yf == 0, 1.0, yf), 0.0), valid
+        if op in ("//", "%"):
+            valid = valid & (y != 0)
+            safe = np.where(y == 0, 1, y).astype(y.dtype)
+            if _is_int(x) and _is_int(safe):
+                # INT64_MIN // -1 is the one quotient that overflows.
+                if op == "//":
+                    _check_overflow(valid & (x == INT64_MIN) & (safe == -1))
+                safe = np.where(valid, safe, 1).astype(safe.dtype)
+            result = np.floor_divide(x, safe) if op == "//" else np.remainder(x, safe)
+            return result, valid
+        if _is_int(x) and _is_int(y):
+            x64, y64 = x.astype(np.int64), y.astype(np.int64)
+            if op == "+":
+                r = x64 + y64
+                _check_overflow(valid & (((x64 ^ r) & (y64 ^ r)) < 0))
+            elif op == "-":
+                r = x64 - y64
+                _check_overflow(valid & (((x64 ^ y64) & (x64 ^ r)) < 0))
+            else:
+                r = x64 * y64
+                approx = np.abs(x64.astype(np.float64) * y64.astype(np.float64))
+                for i in np.flatnonzero(valid & (approx >= 2.0**62)):
+                    exact = int(x64[i]) * int(y64[i])
+                    if exact < INT64_MIN or exact > INT64_MAX:
+                        _check_overflow(np.ones(1, dtype=bool))
+            return r, valid
+        xf, yf = x.astype(np.float64), y.astype(np.float64)
+        if op == "+":
+            return xf + yf, valid
+        if op == "-":
+            return xf - yf, valid
+        return xf * yf, valid
+
+
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def evaluate(expr: Expr, columns: Mapping[str, Column], n: int) -> Column:
+    """Evaluate ``expr`` over ``n`` rows whose event columns are ``columns``.
+
+    Only event-level expressions are allowed here (no ``old`` or op references); raises
+    :class:`ExpressionError` on overflow and lets exceptions of Python functions propagate.
+    """
+    if isinstance(expr, Col):
+        return columns[expr.name]
+    if isinstance(expr, Lit):
+        return _literal(expr.value, n)
+    if isinstance(expr, BinOp):
+        a = evaluate(expr.left, columns, n)
+        b = evaluate(expr.right, columns, n)
+        if expr.op in ("+", "-", "*", "/", "//", "%"):
+            return _arith(expr.op, a, b)
+        if expr.op in _COMPARE:
+            with np.errstate(all="ignore"):
+                values = np.asarray(_COMPARE[expr.op](a[0], b[0]), dtype=bool)
+            return values, a[1] & b[1]
+        (x, vx), (y, vy) = a, b
+        x_true, y_true = vx & x.astype(bool), vy & y.astype(bool)
+        x_false, y_false = vx & ~x.astype(bool), vy & ~y.astype(bool)
+        if expr.op == "&":
+            true, false = x_true & y_true, x_false | y_false
+        else:
+            true, false = x_true | y_true, x_false & y_false
+        return true, true | false
+    if isinstance(expr, UnOp):
+        x, vx = evaluate(expr.operand, columns, n)
+        if expr.op == "is_null":
+            return ~vx, np.ones(n, dtype=bool)
+        if expr.op == "not":
+            return ~x.astype(bool), vx
+        if _is_int(x):
+            _check_overflow(vx & (x == INT64_MIN))
+        return (-x if expr.op == "neg" else np.abs(x)), vx
+    if isinstance(expr, IfElse):
+        c, vc = evaluate(expr.cond, columns, n)
+        t, vt = evaluate(expr.then, columns, n)
+        o, vo = evaluate(expr.otherwise, columns, n)
+        take = vc & c.astype(bool)
+        return np.where(take, t, o), np.where(take, vt, vo)
+    if isinstance(expr, Func):
+        return _func(expr, columns, n)
+    if isinstance(expr, IsIn):
+        x, vx = evaluate(expr.operand, columns, n)
+        members = set(expr.values)
+        values = np.fromiter((v in members for v in x.tolist()), dtype=bool, count=n)
+        return values, vx
+    if isinstance(expr, Cast):
+        return _cast(evaluate(expr.operand, columns, n), expr.to)
+    if isinstance(expr, Call):
+        args = [column_to_list(evaluate(a, columns, n)) for a in expr.args]
+        rows = zip(*args, strict=True) if args else ((),) * n
+        name = getattr(expr.fn, "__name__", "function")
+        try:
+            results = [expr.fn(*row) for row in rows]
+        except Exception as exc:
+            raise UserFunctionError(name, exc) from exc
+        return _from_python(results, expr.returns)
+    raise ExpressionTypeError(f"{type(expr).__name__} cannot be evaluated over event columns alone")
+
+
+def _func(expr: Func, columns: Mapping[str, Column], n: int) -> Column:
+    args = [evaluate(a, columns, n) for a in expr.args]
+    if expr.name == "coalesce":
+        values, valid = args[0][0].copy(), args[0][1].copy()
+        if any(a[0].dtype.kind == "f" for a in args):
+            values = values.astype(np.float64)
+        for v, ok in args[1:]:
+            take = ~valid & ok
+            values = np.where(take, v, values)
+            valid = valid | ok
+        return values, valid
+    if expr.name == "date_of":
+        x, vx = args[0]
+        return np.floor_divide(x.astype(np.int64), MICROS_PER_DAY), vx
+    valid = np.logical_and.reduce([ok for _, ok in args]) if args else np.ones(n, dtype=bool)
+    if expr.name == "concat":
+        rows = zip(*[v.tolist() for v, _ in args], strict=True)
+        joined = np.empty(n, dtype=object)
+        joined[:] = ["".join(r) for r in rows]
+        return joined, valid
+    reduce = np.minimum if expr.name == "least" else np.maximum
+    values = args[0][0]
+    for v, _ in args[1:]:
+        values = reduce(values, v)
+    return values, valid
+
+
+def _cast(column: Column, to: ColumnType) -> Column:
+    x, vx = column
+    if to == "float64":
+        return x.astype(np.float64), vx
+    if to == "int64":
+        if x.dtype.kind == "f":
+            bad = vx & (~np.isfinite(x) | (np.abs(x) >= 2.0**63))
+            _check_overflow(bad)
+            return np.trunc(np.where(vx, x, 0.0)).astype(np.int64), vx
+        if x.dtype == object:
+            if vx.any():
+                raise ExpressionError("cannot cast string to int64")
+            return np.zeros(len(x), dtype=np.int64), vx
+        return x.astype(np.int64), vx
+    out = np.empty(len(x), dtype=object)
+    if x.dtype == bool:
+        out[:] = ["true" if v else "false" for v in x.tolist()]
+    else:
+        out[:] = [str(v) for v in x.tolist()]
+    return out, vx

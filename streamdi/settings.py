@@ -1,0 +1,184 @@
+"""The one settings tree of streamdi.
+
+Every setting has an environment name built from its path with ``__`` between levels:
+``KAFKA__BOOTSTRAP_SERVERS``, ``POSTGRES__DSN``, ``ENGINE__EXECUTOR``, ``STREAMDI__STATE_DIR``.
+Explicit arguments beat the environment. Secrets are ``SecretStr`` and never printed.
+
+Settings are built by :func:`load_settings` inside ``main()`` or an app factory, never at import, so
+that tests and embedded runs can pass their own values. A bad value raises
+:class:`~streamdi.errors.ConfigurationError` naming each setting and what it expects.
+
+Later issues extend the sections; keep each section small and documented field by field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamdi.errors import ConfigurationError
+
+ExecutorName = Literal["serial"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+_HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+
+
+class ServiceSettings(BaseModel):
+    """Process-wide settings (``STREAMDI__*``)."""
+
+    state_dir: Path = Field(
+        default=Path(".streamdi"),
+        description="Directory for streamdi's own files: staging DuckDB, embedded PostgreSQL data, "
+        "reports. Created on first use.",
+    )
+    log_level: LogLevel = Field(default="INFO", description="Root log level.")
+    log_format: Literal["text", "json"] = Field(default="text", description="Log line format.")
+
+
+class KafkaSettings(BaseModel):
+    """Where events travel (``KAFKA__*``)."""
+
+    bootstrap_servers: str | None = Field(
+        default=None,
+        description="Comma-separated host:port list of an external Kafka. Unset: streamdi "
+        "starts the embedded in-memory broker (development and tests only).",
+    )
+    client_id: str = Field(default="streamdi", description="Client id sent to the broker.")
+    max_record_bytes: int = Field(
+        default=900_000,
+        gt=1024,
+        le=1_048_576,
+        description="Largest Kafka record the collector produces (below Kafka's 1 MiB default).",
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_servers(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        servers = [s.strip() for s in value.split(",")]
+        bad = [s for s in servers if not _HOST_PORT.match(s)]
+        if bad:
+            raise ValueError("expected host:port[,host:port...]")
+        return ",".join(servers)
+
+
+class PostgresSettings(BaseModel):
+    """The PostgreSQL warehouse (``POSTGRES__*``)."""
+
+    dsn: SecretStr | None = Field(
+        default=None,
+        description="libpq DSN or URL of an external server. Unset: streamdi starts an embedded "
+        "PostgreSQL under STREAMDI__STATE_DIR.",
+    )
+
+
+class StagingSettings(BaseModel):
+    """The local staging store (``STAGING__*``)."""
+
+    path: Path | None = Field(
+        default=None,
+        description="DuckDB file of the staging store. Unset: <state_dir>/staging.duckdb.",
+    )
+    memory_limit: str = Field(default="2GB", description="DuckDB memory_limit for staging.")
+
+
+class EngineSettings(BaseModel):
+    """The transactional dataflow engine (``ENGINE__*``)."""
+
+    executor: ExecutorName = Field(default="serial", description="Executor running the dataflows.")
+    batch_size: int = Field(
+        default=10_240, ge=1, le=10_000_000, description="Events per engine batch."
+    )
+    batch_timeout_ms: int = Field(
+        default=500, ge=1, description="Close a partial batch after this many milliseconds."
+    )
+
+
+class SparkSettings(BaseModel):
+    """Spark (``SPARK__*``)."""
+
+    master: str = Field(default="local[2]", description="Spark master URL: local[N] or spark://…")
+    driver_memory: str = Field(default="2g", description="spark.driver.memory.")
+
+    @field_validator("master")
+    @classmethod
+    def _check_master(cls, value: str) -> str:
+        if not (value.startswith("local") or value.startswith("spark://")):
+            raise ValueError("expected local, local[N], local[*] or spark://host:port")
+        return value
+
+
+class ApiSettings(BaseModel):
+    """The REST service (``API__*``)."""
+
+    host: str = Field(default="127.0.0.1", description="Bind address.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Bind port.")
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token required by every endpoint when set."
+    )
+
+
+class StreamdiSettings(BaseSettings):
+    """The whole settings tree. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_nested_delimiter="__",
+        env_prefix="",
+        case_sensitive=False,
+        extra="ignore",
+    )
+
+    streamdi: ServiceSettings = Field(default_factory=ServiceSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    staging: StagingSettings = Field(default_factory=StagingSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+    @property
+    def staging_path(self) -> Path:
+        """The staging DuckDB file, defaulting under the state directory."""
+        return self.staging.path or self.streamdi.state_dir / "staging.duckdb"
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return "__".join(str(part).upper() for part in loc)
+
+
+def load_settings(**overrides: Any) -> StreamdiSettings:
+    """Build the settings from the environment, with ``overrides`` taking precedence.
+
+    ``overrides`` are section dicts: ``load_settings(engine={"executor": "serial"})``.
+    Raises :class:`ConfigurationError` listing every bad setting by its environment name.
+    """
+    try:
+        return StreamdiSettings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            expected = err["msg"]
+            if expected.startswith("Value error, "):
+                expected = expected[len("Value error, ") :]
+            given = err.get("input")
+            if given is not None and not isinstance(given, dict):
+                expected = f"{expected} (got {given!r})"
+            problems.append((_env_name(err["loc"]), expected))
+        raise ConfigurationError(problems) from exc
+
+
+def masked_settings(settings: StreamdiSettings) -> dict[str, Any]:
+    """The effective settings as plain data, secrets shown as ``'**********'``."""
+    data: dict[str, Any] = settings.model_dump(mode="json")
+    return data
