@@ -21,9 +21,13 @@ def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) ->
     assert "usage: streamdi" in capsys.readouterr().out
 
 
-def test_demo_prints_a_report_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_a_report_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "demo.json"
-    code = main(["demo", "--keys", "50", "--batch-size", "200", "--batches", "2", "--json", str(out)])
+    code = main(
+        ["demo", "--keys", "50", "--batch-size", "200", "--batches", "2", "--json", str(out)]
+    )
     assert code == EXIT_OK
     text = capsys.readouterr().out
     assert "transactions      400" in text
@@ -33,14 +37,18 @@ def test_demo_prints_a_report_and_writes_json(tmp_path: Path, capsys: pytest.Cap
     assert report["executor"] == "serial"
 
 
-def test_bad_configuration_fails_at_start(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_configuration_fails_at_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("ENGINE__BATCH_SIZE", "zero")
     assert main(["demo"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "ENGINE__BATCH_SIZE" in err and "integer" in err
 
 
-def test_config_show_masks_secrets(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_show_masks_secrets(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("POSTGRES__DSN", "postgresql://u:hunter2@db/w")
     assert main(["config", "show"]) == EXIT_OK
     out = capsys.readouterr().out
