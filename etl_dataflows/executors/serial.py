@@ -339,9 +339,13 @@ class SerialExecutor(BaseExecutor):
                 raise _Abort("condition", f"{op.label()}: no row for key {list(key)}")
             if op.if_missing == "skip":
                 return OpResult(None, None, False)
-        self._check(cop, row, old_row, results)
-        base = old_row if (old_row is not None and op.kind in ("update", "insert")) else None
-        new_values = self._values(cop, row, old_row, results, base)
+        # An update that creates its row (if_missing="insert") works on the table's defaults.
+        seen = old_row
+        if seen is None and op.kind == "update":
+            seen = {**dict(zip(table.key_names, key, strict=True)), **table.defaults}
+        self._check(cop, row, seen, results)
+        base = seen if op.kind in ("update", "insert") else None
+        new_values = self._values(cop, row, seen, results, base)
         new_row = self._store(cop, key, new_values, row, results)
         return OpResult(old_row, new_row, old_row is not None)
 

@@ -221,6 +221,9 @@ def _events(
     probabilities = zipf_probabilities(spec.keys, spec.theta)
 
     def key() -> int:
+        # Now and then an account opened earlier in the workload (it may exist or be closed).
+        if next_new[0] and rng.random() < 0.05:
+            return spec.keys + int(rng.integers(0, next_new[0]))
         return int(order[rng.choice(spec.keys, p=probabilities)])
 
     rows: list[dict[str, Any]] = []
