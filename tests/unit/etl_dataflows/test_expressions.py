@@ -138,7 +138,9 @@ def bool_exprs() -> st.SearchStrategy[Expr]:
 def same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
-    return bool(a == b) and type(a) is type(b) or (a is None and b is None)
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(a == b) and type(a) is type(b)
 
 
 def check(expr: Expr, batch: list[dict[str, Any]]) -> None:
