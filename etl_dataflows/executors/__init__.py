@@ -13,8 +13,15 @@ from etl_dataflows.state import StateImage
 
 _REGISTRY: dict[str, type[BaseExecutor]] = {SerialExecutor.name: SerialExecutor}
 
-#: Names of the available executors; ``serial`` is the oracle.
+#: Names of the built-in executors; ``serial`` is the oracle.
 EXECUTORS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def register_executor(cls: type[BaseExecutor]) -> type[BaseExecutor]:
+    """Make ``cls`` available to :func:`create_executor` under ``cls.name`` (usable as a
+    decorator). Registering a name twice replaces the earlier class."""
+    _REGISTRY[cls.name] = cls
+    return cls
 
 
 def create_executor(
@@ -23,8 +30,8 @@ def create_executor(
     """The executor called ``name`` running ``flow`` from ``state`` (empty state by default)."""
     cls = _REGISTRY.get(name)
     if cls is None:
-        raise UnknownExecutor(f"no executor named {name!r}; available: {', '.join(EXECUTORS)}")
+        raise UnknownExecutor(f"no executor named {name!r}; available: {', '.join(_REGISTRY)}")
     return cls(flow, state)
 
 
-__all__ = ["EXECUTORS", "BaseExecutor", "SerialExecutor", "create_executor"]
+__all__ = ["EXECUTORS", "BaseExecutor", "SerialExecutor", "create_executor", "register_executor"]
