@@ -1,5 +1,9 @@
 """The ``streamdi`` command line.
 
+Each stage contributes its own subcommands: a module listed in :data:`COMMAND_MODULES` exposes
+``register(commands)``, which adds argparse subparsers whose ``handler(args, settings) -> int`` runs
+the command. Handlers import their heavy dependencies lazily, so ``streamdi --help`` stays fast.
+
 Exit codes: 0 success, 1 a failure while running, 2 bad usage or bad configuration (the message
 names the setting and what it expects).
 """
@@ -7,66 +11,25 @@ names the setting and what it expects).
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from streamdi import __version__
+from streamdi.commands import EXIT_FAILED, EXIT_USAGE
 from streamdi.errors import ConfigurationError, StreamdiError
 from streamdi.logs import configure_logging
-from streamdi.settings import StreamdiSettings, load_settings, masked_settings
+from streamdi.settings import load_settings
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _write_json(data: Any, path: str) -> None:
-    text = json.dumps(data, indent=2, sort_keys=True)
-    if path == "-":
-        print(text)
-    else:
-        Path(path).write_text(text + "\n", encoding="utf-8")
-
-
-def _cmd_demo(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from etl_dataflows.demo import run_demo
-    from etl_dataflows.testing.workload import WorkloadSpec
-
-    try:
-        spec = WorkloadSpec(
-            keys=args.keys,
-            theta=args.theta,
-            batch_size=args.batch_size,
-            batches=args.batches,
-            abort_ratio=args.abort_ratio,
-            seed=args.seed,
-        )
-    except ValueError as exc:
-        print(f"streamdi demo: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    executor = args.executor or settings.engine.executor
-    report = run_demo(spec, executor)
-    if args.json:
-        _write_json(report.as_dict(), args.json)
-    if args.json != "-":
-        print(report.render())
-    return EXIT_OK
-
-
-def _cmd_config_show(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    data = masked_settings(settings)
-    if args.json:
-        _write_json(data, "-")
-        return EXIT_OK
-    for section, values in data.items():
-        for name, value in values.items():
-            env = f"{section}__{name}".upper()
-            print(f"{env}={'' if value is None else value}")
-    return EXIT_OK
+#: Modules that add subcommands, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[str, ...] = (
+    "etl_dataflows.cli",
+    "benchmarks.cli",
+    "streamdi.config_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,34 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    demo = commands.add_parser(
-        "demo",
-        help="run the engine on a generated ledger workload and print a report",
-        description="Run a generated Streaming-Ledger-like workload through an executor and "
-        "print transactions, commits, aborts, throughput and batch latency.",
-    )
-    demo.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
-    demo.add_argument("--keys", type=int, default=10_000, help="number of accounts")
-    demo.add_argument("--theta", type=float, default=0.6, help="Zipf skew of account keys")
-    demo.add_argument("--batch-size", type=int, default=10_240, help="transactions per batch")
-    demo.add_argument("--batches", type=int, default=5, help="number of batches")
-    demo.add_argument(
-        "--abort-ratio", type=float, default=0.01, help="share of aborting transactions"
-    )
-    demo.add_argument("--seed", type=int, default=0, help="workload seed")
-    demo.add_argument(
-        "--json", metavar="PATH", help="also write the report as JSON ('-' for stdout)"
-    )
-    demo.set_defaults(handler=_cmd_demo)
-
-    config = commands.add_parser("config", help="inspect the configuration")
-    config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
-    show = config_commands.add_parser(
-        "show", help="print the effective configuration (secrets masked)"
-    )
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(handler=_cmd_config_show)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(commands)
     return parser
 
 

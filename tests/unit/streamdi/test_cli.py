@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import EXIT_OK, EXIT_USAGE, main
+from streamdi.cli import main
+from streamdi.commands import EXIT_OK, EXIT_USAGE
 
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:

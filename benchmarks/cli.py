@@ -1,0 +1,23 @@
+"""``streamdi bench``: the benchmarks. Each module in :data:`BENCH_MODULES` exposes
+``register(benches)`` adding one ``streamdi bench <name>`` subcommand."""
+
+from __future__ import annotations
+
+import importlib
+
+from streamdi.commands import Commands
+
+#: Modules that add ``streamdi bench`` subcommands.
+BENCH_MODULES: tuple[str, ...] = ()
+
+
+def register(commands: Commands) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark (JSON and a readable report; numbers come from here)",
+        description="Benchmarks measure throughput, latency, freshness and memory side by side "
+        "with their baselines in one run, and write JSON plus a readable report.",
+    )
+    benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK")
+    for name in BENCH_MODULES:
+        importlib.import_module(name).register(benches)
