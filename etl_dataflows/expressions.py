@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 import operator
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from etl_dataflows.types import MICROS_PER_DAY, ColumnType
+from etl_dataflows.types import MICROS_PER_DAY, ColumnType, coerce_value
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -266,8 +267,10 @@ class Cast(Expr):
 class Call(Expr):
     """A plain Python function called once per row with scalar arguments (nulls as ``None``).
 
-    The general fallback: anything an expression cannot say. ``returns`` declares the result type
-    (checked when the value is stored or emitted); without it the type is inferred from the data.
+    The general fallback: anything an expression cannot say. ``returns`` declares the result type,
+    checked on every call (an int64 function returning 2**70 or a float fails that row); without
+    it the type is inferred from the data.
+
     An exception raised by ``fn`` aborts that transaction only (or dead-letters that row in a
     stateless step), with the exception as the reason.
     """
@@ -334,6 +337,16 @@ def date_of(ts: object) -> Expr:
     return Func("date_of", (wrap(ts),))
 
 
+def cost(value: object, nanoseconds: int) -> Expr:
+    """``value``, after busy-working for ``nanoseconds``: models the cost of a user function.
+
+    Benchmarks use it to give operations a user-function cost (MorphStream's knob C) that every
+    executor pays the same way, compiled or not."""
+    if not isinstance(nanoseconds, int) or nanoseconds < 0:
+        raise ValueError("cost needs a non-negative int of nanoseconds")
+    return Func("cost", (wrap(value), Lit(nanoseconds)))
+
+
 def udf(fn: Callable[..., Any], *args: object, returns: ColumnType | None = None) -> Expr:
     """Call ``fn`` per row with the arguments' values (see :class:`Call`)."""
     return Call(fn, tuple(wrap(a) for a in args), returns)
@@ -346,6 +359,30 @@ def walk(expr: Expr) -> Iterable[Expr]:
         node = stack.pop()
         yield node
         stack.extend(reversed(node.children()))
+
+
+def structure(expr: Expr) -> tuple[Any, ...]:
+    """A hashable key equal for structurally identical expressions (same function objects)."""
+    if isinstance(expr, Col):
+        return ("col", expr.name)
+    if isinstance(expr, Lit):
+        return ("lit", type(expr.value).__name__, expr.value)
+    if isinstance(expr, Old):
+        return ("old", expr.column)
+    if isinstance(expr, Ref):
+        return ("ref", expr.step, expr.op_index, expr.column, expr.version)
+    children = tuple(structure(child) for child in expr.children())
+    if isinstance(expr, BinOp | UnOp):
+        return (type(expr).__name__, expr.op, children)
+    if isinstance(expr, Func):
+        return ("func", expr.name, children)
+    if isinstance(expr, IsIn):
+        return ("isin", tuple((type(v).__name__, v) for v in expr.values), children)
+    if isinstance(expr, Cast):
+        return ("cast", expr.to, children)
+    if isinstance(expr, Call):
+        return ("call", id(expr.fn), expr.returns, children)
+    return (type(expr).__name__, children)
 
 
 def describe(expr: Expr) -> str:
@@ -481,6 +518,10 @@ def infer_type(expr: Expr, leaf_type: TypeResolver) -> ColumnType | None:
                 if a not in (None, "string"):
                     raise ExpressionTypeError(f"{describe(expr)}: concat of a {a} value")
             return "string"
+        if expr.name == "cost":
+            if not isinstance(expr.args[1], Lit) or not isinstance(expr.args[1].value, int):
+                raise ExpressionTypeError("cost needs a literal int of nanoseconds")
+            return args[0]
         if expr.name == "date_of":
             if args[0] not in (None, "int64", "timestamp"):
                 raise ExpressionTypeError(f"{describe(expr)}: date_of needs a timestamp")
@@ -688,12 +729,20 @@ def compile_scalar(expr: Expr) -> ScalarFn:
         fn, args = expr.fn, [compile_scalar(a) for a in expr.args]
         name = getattr(fn, "__name__", "function")
 
+        returns = expr.returns
+
         def call(s: Scope) -> Any:
             values = [a(s) for a in args]
             try:
-                return fn(*values)
+                result = fn(*values)
             except Exception as exc:
                 raise UserFunctionError(name, exc) from exc
+            if returns is None:
+                return result
+            try:
+                return coerce_value(result, returns)
+            except (TypeError, ValueError) as exc:
+                raise ExpressionError(f"{name} returned {result!r}: {exc}") from exc
 
         return call
     raise ExpressionTypeError(f"unknown expression node {type(expr).__name__}")
@@ -727,6 +776,14 @@ def _compile_func(expr: Func) -> ScalarFn:
             return None
 
         return first_not_null
+    if name == "cost":
+        inner, nanoseconds = args[0], expr.args[1].value  # type: ignore[attr-defined]
+
+        def costly(s: Scope) -> Any:
+            busy_wait(nanoseconds)
+            return inner(s)
+
+        return costly
     if name == "date_of":
         ts = args[0]
 
@@ -754,6 +811,15 @@ def _compile_func(expr: Func) -> ScalarFn:
         return None if values is None else reduce(values)
 
     return extreme
+
+
+def busy_wait(nanoseconds: int) -> None:
+    """Spin for ``nanoseconds`` (the cost of :func:`cost`)."""
+    if nanoseconds <= 0:
+        return
+    end = time.perf_counter_ns() + nanoseconds
+    while time.perf_counter_ns() < end:
+        pass
 
 
 def references(expr: Expr) -> tuple[set[str], set[str], set[tuple[int, str]]]:

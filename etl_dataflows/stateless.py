@@ -40,7 +40,7 @@ from etl_dataflows.types import (
     arrow_type,
     python_values,
 )
-from etl_dataflows.vectorized import Column, column_from_arrow, evaluate
+from etl_dataflows.vectorized import EventColumns, evaluate
 
 
 class DeadLetters:
@@ -239,13 +239,8 @@ def run_map(step: MapStep, table: pa.Table, schema: OutputSchema, dead: DeadLett
         return _with_meta(pa.concat_tables(pieces), table, np.array(kept, dtype=np.int64))
 
 
-def _columns(table: pa.Table, schema: OutputSchema) -> dict[str, Column]:
-    columns = {}
-    for name in table.column_names:
-        kind = META_TYPES.get(name) or schema.get(name)
-        if kind is not None:
-            columns[name] = column_from_arrow(table.column(name), kind)
-    return columns
+def _columns(table: pa.Table, schema: OutputSchema) -> EventColumns:
+    return EventColumns(table, {**schema, **META_TYPES})
 
 
 def row_mask(

@@ -11,11 +11,12 @@ evaluation row by row, which decides.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl_dataflows.expressions import (
     INT64_MAX,
@@ -33,6 +34,7 @@ from etl_dataflows.expressions import (
     Lit,
     UnOp,
     UserFunctionError,
+    busy_wait,
 )
 from etl_dataflows.types import MICROS_PER_DAY, ColumnType
 
@@ -69,6 +71,64 @@ def column_from_arrow(array: pa.Array | pa.ChunkedArray, column_type: ColumnType
     else:
         values = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64)
     return values, valid
+
+
+class EventColumns(Mapping[str, Column]):
+    """The columns of an Arrow table as :data:`Column` pairs, converted on first use.
+
+    Keeps the Arrow columns at hand so string comparisons with literals run in Arrow's compute
+    kernels instead of over Python objects."""
+
+    def __init__(self, table: pa.Table, types: Mapping[str, ColumnType | None]) -> None:
+        self.table = table
+        self._types = {n: t for n, t in types.items() if t is not None and n in table.column_names}
+        self._cache: dict[str, Column] = {}
+
+    def __getitem__(self, name: str) -> Column:
+        column = self._cache.get(name)
+        if column is None:
+            column = column_from_arrow(self.table.column(name), self._types[name])
+            self._cache[name] = column
+        return column
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def arrow_string(self, expr: Expr) -> pa.ChunkedArray | None:
+        """The Arrow column behind ``expr`` when it is a string column reference."""
+        if isinstance(expr, Col) and self._types.get(expr.name) == "string":
+            column: pa.ChunkedArray = self.table.column(expr.name)
+            return column
+        return None
+
+
+_ARROW_COMPARE = {
+    "==": "equal",
+    "!=": "not_equal",
+    "<": "less",
+    "<=": "less_equal",
+    ">": "greater",
+    ">=": "greater_equal",
+}
+
+
+def _arrow_compare(expr: BinOp, columns: Mapping[str, Column]) -> Column | None:
+    if not isinstance(columns, EventColumns):
+        return None
+    left, right = columns.arrow_string(expr.left), columns.arrow_string(expr.right)
+    if left is not None and isinstance(expr.right, Lit) and isinstance(expr.right.value, str):
+        result = getattr(pc, _ARROW_COMPARE[expr.op])(left, expr.right.value)
+        valid = left.is_valid()
+    elif right is not None and isinstance(expr.left, Lit) and isinstance(expr.left.value, str):
+        result = getattr(pc, _ARROW_COMPARE[expr.op])(expr.left.value, right)
+        valid = right.is_valid()
+    else:
+        return None
+    values = np.asarray(result.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    return values, np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def column_to_list(column: Column) -> list[Any]:
@@ -186,6 +246,10 @@ def evaluate(expr: Expr, columns: Mapping[str, Column], n: int) -> Column:
     if isinstance(expr, Lit):
         return _literal(expr.value, n)
     if isinstance(expr, BinOp):
+        if expr.op in _COMPARE:
+            fast = _arrow_compare(expr, columns)
+            if fast is not None:
+                return fast
         a = evaluate(expr.left, columns, n)
         b = evaluate(expr.right, columns, n)
         if expr.op in ("+", "-", "*", "/", "//", "%"):
@@ -220,6 +284,13 @@ def evaluate(expr: Expr, columns: Mapping[str, Column], n: int) -> Column:
     if isinstance(expr, Func):
         return _func(expr, columns, n)
     if isinstance(expr, IsIn):
+        arrow = columns.arrow_string(expr.operand) if isinstance(columns, EventColumns) else None
+        if arrow is not None and all(isinstance(v, str) for v in expr.values):
+            found = pc.is_in(arrow, value_set=pa.array(list(expr.values), type=pa.string()))
+            return (
+                np.asarray(found.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool),
+                np.asarray(arrow.is_valid().to_numpy(zero_copy_only=False), dtype=bool),
+            )
         x, vx = evaluate(expr.operand, columns, n)
         members = set(expr.values)
         values = np.fromiter((v in members for v in x.tolist()), dtype=bool, count=n)
@@ -249,6 +320,11 @@ def _func(expr: Func, columns: Mapping[str, Column], n: int) -> Column:
             values = np.where(take, v, values)
             valid = valid | ok
         return values, valid
+    if expr.name == "cost":
+        nanoseconds = expr.args[1].value  # type: ignore[attr-defined]
+        for _ in range(n):
+            busy_wait(nanoseconds)
+        return args[0]
     if expr.name == "date_of":
         x, vx = args[0]
         return np.floor_divide(x.astype(np.int64), MICROS_PER_DAY), vx

@@ -8,10 +8,14 @@ from __future__ import annotations
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor
+from etl_dataflows.executors.local import LocalExecutor
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.state import StateImage
 
-_REGISTRY: dict[str, type[BaseExecutor]] = {SerialExecutor.name: SerialExecutor}
+_REGISTRY: dict[str, type[BaseExecutor]] = {
+    SerialExecutor.name: SerialExecutor,
+    LocalExecutor.name: LocalExecutor,
+}
 
 #: Names of the built-in executors; ``serial`` is the oracle.
 EXECUTORS: tuple[str, ...] = tuple(_REGISTRY)
@@ -34,4 +38,11 @@ def create_executor(
     return cls(flow, state)
 
 
-__all__ = ["EXECUTORS", "BaseExecutor", "SerialExecutor", "create_executor", "register_executor"]
+__all__ = [
+    "EXECUTORS",
+    "BaseExecutor",
+    "LocalExecutor",
+    "SerialExecutor",
+    "create_executor",
+    "register_executor",
+]

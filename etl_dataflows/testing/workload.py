@@ -12,7 +12,8 @@ selects the operations:
               ``accounts[dst]`` and ``book[dst]`` — a cross-key transaction with conditions
 ``adjust``    ``accounts[src] += amount`` then ``accounts[src] -= amount2`` (must stay >= 0):
               two operations on one key, the second's condition depending on the first
-``open``      insert ``accounts[src]`` with a new surrogate key (aborts if the key exists)
+``open``      insert ``accounts[src]`` with a new surrogate key (aborts if the key exists), funded
+              from ``dst`` when given (aborts if ``dst`` cannot cover it, after the key was drawn)
 ``close``     move ``accounts[src]``'s balance to ``dst`` and delete ``src``
 ``audit``     read two accounts and emit the sum (read-only, cross-key)
 ============  ==================================================================================
@@ -167,6 +168,13 @@ def ledger_dataflow() -> Dataflow:
         when=kind == "adjust",
     )
     opened = t.insert(accounts, "src", {"balance": col("amount")}, when=kind == "open")
+    t.update(
+        accounts,
+        "dst",
+        set={"balance": old("balance") - col("amount")},
+        require=(old("balance") >= col("amount"), "funding account short"),
+        when=(kind == "open") & col("dst").not_null(),
+    )
     closing = t.read(accounts, "src", if_missing="abort", when=kind == "close")
     t.update(
         accounts,
@@ -237,9 +245,17 @@ def _events(
             if rng.random() < 0.5:
                 new_id = key() if rng.random() < 0.2 else spec.keys + next_new[0]
                 next_new[0] += 1
+                funder = key() if rng.random() < 0.5 else None
                 rows.append(
-                    {"kind": "open", "src": new_id, "dst": None, "amount": amount, "amount2": None}
+                    {
+                        "kind": "open",
+                        "src": new_id,
+                        "dst": funder,
+                        "amount": amount * 20,
+                        "amount2": None,
+                    }
                 )
+
             else:
                 rows.append(
                     {"kind": "close", "src": key(), "dst": key(), "amount": None, "amount2": None}

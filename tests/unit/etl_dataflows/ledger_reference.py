@@ -102,6 +102,10 @@ def _apply(
         acc[src] = (sk, amount)
         new_sk = sk
         sk += 1
+        if dst is not None:
+            if dst not in acc or acc[dst][1] < amount:
+                raise _Abort("condition")
+            acc[dst] = (acc[dst][0], acc[dst][1] - amount)
     elif kind == "close":
         if src not in acc or dst not in acc or src == dst:
             raise _Abort("condition")

@@ -1,0 +1,378 @@
+"""Running one compiled transactional step over a batch.
+
+1. *Prepare*: evaluate the hoisted event-only expressions column-at-a-time (a row whose value cannot
+   be computed keeps its error for the kernel to raise only if that row reaches it), map every
+   operation's key to a slot, remember the slots the step may write (for deltas and rollback), and
+   order the transactions by ``(_ts, input row)``.
+2. *Execute* with the chosen strategy: the compiled sequential pass, or waves of conflict-free
+   transactions run in parallel (:mod:`etl_dataflows.planning.levels`).
+3. *Finish*: aborts with their reasons (errors also become dead letters), the output rows of the
+   committed transactions in timestamp order, and the surrogate-key counters written back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.executors.base import AbortRecord, TransactionOutcome
+from etl_dataflows.executors.local.analysis import KERNEL_TYPES
+from etl_dataflows.executors.local.arrays import ArrayTable, _to_arrow, kernel_dtype
+from etl_dataflows.executors.local.codegen import (
+    HOISTED_BASE,
+    generate_kernel,
+    kernel_module,
+)
+from etl_dataflows.executors.local.kernels import load_module, spin_iterations_per_ns
+from etl_dataflows.expressions import (
+    Col,
+    Expr,
+    ExpressionError,
+    Func,
+    Lit,
+    Scope,
+    compile_scalar,
+    walk,
+)
+from etl_dataflows.planning.levels import LevelPlanner, run_waves, waves_of
+from etl_dataflows.stateless import DeadLetters, describe_error, event_rows
+from etl_dataflows.tables import Table
+from etl_dataflows.transaction import TransactionStep
+from etl_dataflows.types import META_COLUMNS, META_TYPES, POS, SRC, TS, arrow_array, arrow_type
+from etl_dataflows.vectorized import EventColumns, evaluate
+
+
+@dataclass
+class HoistedValues:
+    values: Any
+    valid: np.ndarray
+    errors: np.ndarray
+    messages: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    """A batch made ready for the kernel."""
+
+    events: pa.Table
+    n: int
+    order: np.ndarray
+    hoisted: list[HoistedValues]
+    slots: list[np.ndarray]
+    prepare_seconds: float
+
+
+class CompiledStep:
+    """A transactional step compiled to a numba kernel (see the module docstring)."""
+
+    def __init__(
+        self, flow: CompiledDataflow, step: TransactionStep, arrays: dict[str, ArrayTable]
+    ) -> None:
+        self.flow = flow
+        self.step = step
+        self.arrays = arrays
+        self.kernel, self.args = generate_kernel(flow, step)
+        self.module = load_module(kernel_module(self.kernel, self.args))
+        self.in_schema = flow.schemas[step.input or ""]
+        self.out_schema = flow.schemas[step.id]
+        self.tables = [arrays[name] for name in self.kernel.tables]
+        self.generates_keys = any(
+            op.kind in ("insert", "write", "update") and _has_surrogate(flow.tables[op.table])
+            for op in step.operations
+        )
+        self.cost_ns = sum(
+            _cost_of(node)
+            for op in step.operations
+            for expr in op.expressions()
+            for node in walk(expr)
+        )
+        self._scalar: dict[int, Any] = {}
+        self._planner = LevelPlanner()
+        self._types = {**self.in_schema, **META_TYPES}
+        self._whens = {w for w in self.kernel.when_hoist if w is not None}
+        self.table_of_op = [self.kernel.tables.index(op.table) for op in step.operations]
+
+    # -- 1. prepare -----------------------------------------------------------------------------
+
+    def _hoist(self, index: int, events: pa.Table, rows: np.ndarray | None) -> HoistedValues:
+        """Evaluate hoisted expression ``index`` on the rows that may need it (all if None)."""
+        n = events.num_rows
+        hoisted = self.kernel.hoisted[index]
+        kind = hoisted.type
+        subset = events if rows is None else events.take(pa.array(rows, type=pa.int64()))
+        m = subset.num_rows
+        errors = np.zeros(m, dtype=np.bool_)
+        messages: dict[int, str] = {}
+        try:
+            values, valid = evaluate(hoisted.expr, EventColumns(subset, self._types), m)
+        except ExpressionError:
+            fn = self._scalar.setdefault(index, compile_scalar(hoisted.expr))
+            out: list[Any] = []
+            for i, row in enumerate(event_rows(subset, self.in_schema)):
+                try:
+                    out.append(fn(Scope(row, None, [])))
+                except ExpressionError as exc:
+                    out.append(None)
+                    errors[i] = True
+                    messages[i] = describe_error(exc)
+            valid = np.array([v is not None for v in out], dtype=np.bool_)
+            if kind in KERNEL_TYPES:
+                fill = False if kind == "bool" else 0
+                values = np.array([fill if v is None else v for v in out], dtype=kernel_dtype(kind))
+            else:
+                values = np.empty(m, dtype=object)
+                values[:] = out
+        if kind in KERNEL_TYPES:
+            values = np.asarray(values, dtype=kernel_dtype(kind))
+        if rows is None:
+            return HoistedValues(
+                np.ascontiguousarray(values),
+                np.ascontiguousarray(valid, dtype=np.bool_),
+                errors,
+                messages,
+            )
+        full = (
+            np.zeros(n, dtype=values.dtype) if values.dtype != object else np.empty(n, dtype=object)
+        )
+        full[rows] = values
+        full_valid = np.zeros(n, dtype=np.bool_)
+        full_valid[rows] = valid
+        full_errors = np.zeros(n, dtype=np.bool_)
+        full_errors[rows] = errors
+        return HoistedValues(
+            full, full_valid, full_errors, {int(rows[i]): msg for i, msg in messages.items()}
+        )
+
+    def prepare(self, events: pa.Table) -> Prepared:
+        started = time.perf_counter()
+        n = events.num_rows
+        hoisted: list[HoistedValues | None] = [None] * len(self.kernel.hoisted)
+        # Keys and whens first (every row needs them); then the rest, only on the rows of the
+        # operations that use them (a function is not called for rows that never reach it).
+        for h in self.kernel.hoisted:
+            if h.rows_of_ops is None:
+                hoisted[h.index] = self._hoist(h.index, events, None)
+        for h in self.kernel.hoisted:
+            if h.rows_of_ops is not None:
+                mask = np.zeros(n, dtype=np.bool_)
+                for j in h.rows_of_ops:
+                    w = hoisted[self.kernel.when_hoist[j]]  # type: ignore[index]
+                    assert w is not None
+                    mask |= w.valid & w.values.astype(np.bool_) & ~w.errors
+                hoisted[h.index] = self._hoist(h.index, events, np.flatnonzero(mask))
+        ready = [h for h in hoisted if h is not None]
+        columns = EventColumns(events, self._types)
+        # Slots depend on the table and the key only: operations sharing both share the lookup.
+        by_key: dict[tuple[str, int], np.ndarray] = {}
+        writers: set[tuple[str, int]] = set()
+        slots = []
+        for op in self.step.operations:
+            k = self.kernel.key_hoist[op.index]
+            found = by_key.get((op.table, k))
+            if found is None:
+                key = ready[k]
+                usable = key.valid & ~key.errors
+                table = self.arrays[op.table]
+                if table.key_type == "string":
+                    keys = pa.array(key.values.tolist(), type=pa.string())
+                    found = table.slots(keys, usable)
+                else:
+                    found = table.slots(key.values, usable)
+                by_key[(op.table, k)] = found
+            slots.append(found)
+            if op.kind != "read":
+                writers.add((op.table, k))
+        for table_name, k in sorted(writers):
+            self.arrays[table_name].remember(by_key[(table_name, k)])
+        ts = columns[TS][0]
+        order = np.argsort(ts, kind="stable").astype(np.int64)
+        return Prepared(events, n, order, ready, slots, time.perf_counter() - started)
+
+    # -- 2. execute -----------------------------------------------------------------------------
+
+    def _arguments(self, prepared: Prepared, outputs: dict[str, np.ndarray]) -> list[Any]:
+        values: dict[str, Any] = {}
+        for h, hv in zip(self.kernel.hoisted, prepared.hoisted, strict=True):
+            values[f"h{h.index}"] = hv.values
+            values[f"hv{h.index}"] = hv.valid
+            values[f"he{h.index}"] = hv.errors
+            if h.index in self._whens:
+                values[f"hw{h.index}"] = hv.valid & hv.values.astype(np.bool_) & ~hv.errors
+        for op in self.step.operations:
+            values[f"s{op.index}"] = prepared.slots[op.index]
+        for t, table in enumerate(self.tables):
+            values[f"t{t}_ex"] = table.exists
+            values[f"t{t}_sk"] = table.sk
+            for column in table.values:
+                values[f"t{t}_{column}"] = table.values[column]
+                values[f"t{t}_{column}_v"] = table.valid[column]
+        values["seq"] = self._sequences
+        values.update(outputs)
+        values["spin"] = spin_iterations_per_ns() if self.cost_ns else 0.0
+        values["spin_sink"] = self._sink
+        return [values[name] for name in self.args]
+
+    def execute(
+        self, prepared: Prepared, strategy: str, workers: int = 1
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+
+        n = prepared.n
+        outputs: dict[str, np.ndarray] = {
+            "st_out": np.zeros(n, dtype=np.int8),
+            "rs_out": np.full(n, -1, dtype=np.int32),
+            "ev_out": np.zeros(n, dtype=np.float64),
+            "em": np.zeros(n, dtype=np.bool_),
+        }
+        for name, kind in self.kernel.kernel_outputs:
+            outputs[f"o_{name}"] = np.zeros(n, dtype=kernel_dtype(kind))  # type: ignore[arg-type]
+            outputs[f"o_{name}_v"] = np.zeros(n, dtype=np.bool_)
+        self._sequences = np.array([t.sequence for t in self.tables], dtype=np.int64)
+        self._sink = np.zeros(1, dtype=np.int64)
+        args = self._arguments(prepared, outputs)
+        info: dict[str, Any] = {}
+        started = time.perf_counter()
+        if strategy == "waves":
+            level_started = time.perf_counter()
+            capacities = [t.capacity for t in self.tables]
+            levels = self._planner.levels(
+                prepared.order, prepared.slots, self.table_of_op, capacities
+            )
+            wave_txns, wave_starts = waves_of(levels, prepared.order)
+            info["levels"] = int(len(wave_starts) - 1)
+            info["plan_ms"] = round((time.perf_counter() - level_started) * 1000, 3)
+            run_waves(self.module.run_range, wave_txns, wave_starts, args, workers)
+        else:
+            self.module.run_range(prepared.order, 0, n, *args)
+
+        info["execute_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        for t, table in enumerate(self.tables):
+            table.sequence = int(self._sequences[t])
+        return outputs, info
+
+    # -- 3. finish ------------------------------------------------------------------------------
+
+    def _reason(self, prepared: Prepared, i: int, code: int, value: float) -> str:
+        if code >= HOISTED_BASE:
+            return prepared.hoisted[code - HOISTED_BASE].messages.get(i, "error")
+        reason = self.kernel.reasons[code]
+        text = reason.template
+        if "{key}" in text and reason.key_of_op is not None:
+            key = prepared.hoisted[self.kernel.key_hoist[reason.key_of_op]]
+            raw = key.values[i]
+            key_value = raw.item() if hasattr(raw, "item") else raw
+            text = text.replace("{key}", str([key_value]))
+        if "{value!r}" in text:
+            text = text.replace("{value!r}", repr(float(value)))
+        return text
+
+    def finish(
+        self, prepared: Prepared, outputs: dict[str, np.ndarray], dead: DeadLetters
+    ) -> TransactionOutcome:
+        events, order = prepared.events, prepared.order
+        status = outputs["st_out"][order]
+        failed = order[status != 0]
+        aborts: list[AbortRecord] = []
+        if len(failed):
+            ts = events.column(TS).to_numpy()
+            pos = events.column(POS).to_numpy()
+            src = events.column(SRC).to_numpy()
+            error_rows = [int(i) for i in failed if outputs["st_out"][i] == 2]
+            payloads = (
+                dict(
+                    zip(
+                        error_rows,
+                        event_rows(
+                            events.take(pa.array(error_rows, type=pa.int64())), self.in_schema
+                        ),
+                        strict=True,
+                    )
+                )
+                if error_rows
+                else {}
+            )
+            for i in failed.tolist():
+                kind = "condition" if outputs["st_out"][i] == 1 else "error"
+                reason = self._reason(
+                    prepared, i, int(outputs["rs_out"][i]), float(outputs["ev_out"][i])
+                )
+                aborts.append(
+                    AbortRecord(
+                        self.step.id,
+                        self.flow.sources[int(src[i])],
+                        int(pos[i]),
+                        int(ts[i]),
+                        kind,
+                        reason,
+                    )
+                )
+                if kind == "error":
+                    dead.add_row(self.step.id, payloads[i], reason)
+        emitted = order[outputs["em"][order]]
+        output = self._output(prepared, outputs, emitted)
+        committed = int(np.count_nonzero(status == 0))
+        return TransactionOutcome(output=output, committed=committed, aborts=aborts)
+
+    def _output(
+        self, prepared: Prepared, outputs: dict[str, np.ndarray], rows: np.ndarray
+    ) -> pa.Table:
+        events = prepared.events
+        take = pa.array(rows, type=pa.int64())
+        kernel_kinds = dict(self.kernel.kernel_outputs)
+        arrays = []
+        for name, kind in self.out_schema.items():
+            if name in self.kernel.hoisted_outputs:
+                k = self.kernel.hoisted_outputs[name]
+                hv = prepared.hoisted[k]
+                expr = self.kernel.hoisted[k].expr
+                if isinstance(expr, Col) and kind is not None and expr.name in events.column_names:
+                    arrays.append(
+                        events.column(expr.name).take(take).combine_chunks().cast(arrow_type(kind))
+                    )
+                elif kind is not None and hv.values.dtype == object:
+                    arrays.append(
+                        pa.array(hv.values[rows], type=arrow_type(kind), mask=~hv.valid[rows])
+                    )
+                elif kind is None:
+                    picked = [hv.values[i] if hv.valid[i] else None for i in rows.tolist()]
+                    arrays.append(arrow_array([_plain(v) for v in picked], None))
+
+                else:
+                    arrays.append(_to_arrow(hv.values[rows], hv.valid[rows], kind))
+            elif name in kernel_kinds:
+                assert kind is not None
+                arrays.append(
+                    _to_arrow(outputs[f"o_{name}"][rows], outputs[f"o_{name}_v"][rows], kind)
+                )
+            elif name in self.step.emit_columns:
+                expr = self.step.emit_columns[name]
+                value = getattr(expr, "value", None)
+                arrays.append(arrow_array([value] * len(rows), kind))
+            else:
+                column = events.column(name).take(take).combine_chunks()
+                arrays.append(column.cast(arrow_type(kind)) if kind else column)
+        for name in META_COLUMNS:
+            arrays.append(events.column(name).take(take).combine_chunks())
+        names = [*self.out_schema, *META_COLUMNS]
+        return pa.Table.from_arrays(arrays, names=names) if names else pa.table({})
+
+
+def _has_surrogate(table: object) -> bool:
+    return isinstance(table, Table) and table.surrogate is not None
+
+
+def _cost_of(node: Expr) -> int:
+    if isinstance(node, Func) and node.name == "cost":
+        nanoseconds = node.args[1]
+        assert isinstance(nanoseconds, Lit)
+        return int(nanoseconds.value)
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds."""
+    return value.item() if hasattr(value, "item") else value

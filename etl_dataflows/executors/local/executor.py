@@ -1,0 +1,187 @@
+"""The ``local`` executor: compiled transactions, chosen per batch, exact as the serial oracle.
+
+Steps the compiler takes (:mod:`.analysis`) keep their tables as arrays (:mod:`.arrays`) and run a
+generated numba kernel (:mod:`.codegen`), either as one sequential pass in timestamp order or as
+parallel waves of conflict-free transactions; the choice is made per batch from cheap statistics
+(:mod:`etl_dataflows.scheduling.decision`) and recorded in the batch result's ``decisions``. Other
+steps run on an embedded serial executor (the oracle's own code) over the tables the compiler does
+not take. Either way the batch result equals the serial executor's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from etl_dataflows.batch import TableDelta
+from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
+from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
+from etl_dataflows.executors.local.arrays import ArrayTable
+from etl_dataflows.executors.local.compiled_step import CompiledStep
+from etl_dataflows.executors.serial import SerialExecutor
+from etl_dataflows.scheduling.decision import (
+    StepStatistics,
+    Strategy,
+    choose,
+    cores,
+    worth_planning,
+)
+from etl_dataflows.state import StateImage
+from etl_dataflows.stateless import DeadLetters
+from etl_dataflows.tables import Table
+from etl_dataflows.transaction import TransactionStep
+
+logger = logging.getLogger(__name__)
+
+#: Weight of the newest batch in the per-step cost estimate.
+_EWMA = 0.3
+
+
+class LocalExecutor(BaseExecutor):
+    """Compiled and adaptive (see the module docstring).
+
+    ``strategy`` fixes the strategy of every compiled step (for benchmarks and tests); ``workers``
+    caps the cores the waves use (default: all available).
+    """
+
+    name: ClassVar[str] = "local"
+
+    def __init__(
+        self,
+        flow: Dataflow | CompiledDataflow,
+        state: StateImage | None = None,
+        *,
+        strategy: Strategy | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self._forced = strategy
+        self._workers = workers or cores()
+        super().__init__(flow, state)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _load_state(self, image: StateImage) -> None:
+        self.compiled_tables, self.analysis = analyze(self.flow)
+        self.arrays: dict[str, ArrayTable] = {}
+        for name in sorted(self.compiled_tables):
+            table = self.flow.tables[name]
+            assert isinstance(table, Table)
+            arrays = ArrayTable(table)
+            if name in image.tables:
+                arrays.load(image.tables[name])
+            arrays.sequence = max(arrays.sequence, image.sequences.get(name, table.surrogate_start))
+            self.arrays[name] = arrays
+        rest = StateImage(
+            {n: t for n, t in image.tables.items() if n not in self.compiled_tables},
+            {n: v for n, v in image.sequences.items() if n not in self.compiled_tables},
+        )
+        self.serial = SerialExecutor(self.flow, rest)
+        self._steps: dict[str, CompiledStep] = {}
+        self._cost: dict[str, float] = {}
+        self._warm: set[str] = set()
+
+    def state_image(self) -> StateImage:
+        image = self.serial.state_image()
+        for name, arrays in self.arrays.items():
+            image.tables[name] = arrays.image()
+            image.sequences[name] = arrays.sequence
+        return image
+
+    def explain(self) -> dict[str, StepAnalysis]:
+        """Per transactional step: compiled or not, and why not."""
+        return dict(self.analysis)
+
+    # -- batches --------------------------------------------------------------------------------
+
+    def _begin_batch(self) -> None:
+        self.serial._begin_batch()
+        for arrays in self.arrays.values():
+            arrays.begin_batch()
+
+    def _rollback_batch(self) -> None:
+        self.serial._rollback_batch()
+        for arrays in self.arrays.values():
+            arrays.restore()
+
+    def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
+        deltas, sequences = self.serial._end_batch()
+        for name, arrays in self.arrays.items():
+            deltas[name] = arrays.end_batch()
+            sequences[name] = arrays.sequence
+        return deltas, sequences
+
+    def _compiled(self, step: TransactionStep) -> CompiledStep:
+        compiled = self._steps.get(step.id)
+        if compiled is None:
+            self._warm.discard(step.id)
+            started = time.perf_counter()
+            compiled = CompiledStep(self.flow, step, self.arrays)
+            self._steps[step.id] = compiled
+            logger.info("compiled step=%s seconds=%.2f", step.id, time.perf_counter() - started)
+        return compiled
+
+    def _run_transactions(
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+    ) -> TransactionOutcome:
+        if not self.analysis[step.id].compiled:
+            started = time.perf_counter()
+            outcome = self.serial._run_transactions(step, events, dead)
+            outcome.decision = {
+                "strategy": "interpreted",
+                "why": "; ".join(self.analysis[step.id].reasons[:3]),
+                "transactions": events.num_rows,
+                "execute_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
+            return outcome
+        compiled = self._compiled(step)
+        prepared = compiled.prepare(events)
+        n = prepared.n
+        stats = StepStatistics(
+            transactions=n,
+            operations=n * len(step.operations),
+            cost_ns_per_txn=self._cost.get(step.id, 50.0 + compiled.cost_ns),
+            generates_keys=compiled.generates_keys,
+        )
+        strategy, why = self._decide(stats, compiled, prepared)
+        outputs, info = compiled.execute(
+            prepared, "waves" if strategy == "waves" else "sequential", self._workers
+        )
+        finish_started = time.perf_counter()
+        outcome = compiled.finish(prepared, outputs, dead)
+        if n and step.id not in self._warm:
+            self._warm.add(step.id)  # the first run includes compiling; it says nothing of cost
+        elif n:
+            measured = info["execute_ms"] * 1e6 / n
+            if strategy == "waves":
+                measured *= min(self._workers, max(1.0, n / max(info.get("levels", 1), 1)))
+            previous = self._cost.get(step.id, measured)
+            self._cost[step.id] = (1 - _EWMA) * previous + _EWMA * measured
+        outcome.decision = {
+            "strategy": strategy,
+            "why": why,
+            **stats.as_dict(),
+            "prepare_ms": round(prepared.prepare_seconds * 1000, 3),
+            **info,
+            "finish_ms": round((time.perf_counter() - finish_started) * 1000, 3),
+        }
+        return outcome
+
+    def _decide(
+        self, stats: StepStatistics, compiled: CompiledStep, prepared: Any
+    ) -> tuple[Strategy, str]:
+        if self._forced is not None:
+            if self._forced == "waves" and compiled.generates_keys:
+                return "sequential", "fixed waves, but the step generates surrogate keys"
+            return self._forced, "fixed by configuration"
+        if not worth_planning(stats, self._workers):
+            return "sequential", "transactions are cheap or few: planning cannot pay for itself"
+        capacities = [t.capacity for t in compiled.tables]
+        levels = compiled._planner.levels(
+            prepared.order, prepared.slots, compiled.table_of_op, capacities
+        )
+        stats.levels = int(levels.max()) if len(levels) else 0
+        return choose(stats, self._workers)

@@ -1,0 +1,1 @@
+"""Per-batch scheduling decisions from cheap statistics (see :mod:`.decision`)."""

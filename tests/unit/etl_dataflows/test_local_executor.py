@@ -1,0 +1,300 @@
+"""The local executor: compiled where it can, interpreted elsewhere, always the oracle's result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from etl_dataflows import (
+    Dataflow,
+    coalesce,
+    col,
+    cost,
+    create_executor,
+    greatest,
+    if_else,
+    least,
+    old,
+    udf,
+)
+from etl_dataflows.exceptions import StepFailed
+from etl_dataflows.executors import LocalExecutor
+from etl_dataflows.testing import (
+    WorkloadSpec,
+    assert_same_results,
+    ledger_workload,
+    make_batch,
+    run_in_memory,
+)
+
+from .test_tpcdi_patterns import broker_flow
+
+INT64_MAX = 2**63 - 1
+
+
+def risky(a: int | None) -> int | None:
+    if a == 3:
+        raise ValueError("three is not allowed")
+    return None if a is None else a * 2
+
+
+def calc_flow() -> Dataflow:
+    """Every expression feature the compiler handles, on state that starts empty."""
+    flow = Dataflow("calc")
+    calc = flow.table(
+        "calc",
+        key={"id": "int64"},
+        columns={"i": "int64", "f": "float64", "b": "bool", "t": "timestamp"},
+        surrogate="sk",
+        defaults={"i": 1, "f": 2.0},
+    )
+    names = flow.table(
+        "names", key={"name": "string"}, columns={"hits": "int64"}, defaults={"hits": 0}
+    )
+    flow.source(
+        "ev", schema={"id": "int64", "a": "int64", "x": "float64", "p": "bool", "k": "string"}
+    )
+    t = flow.transact("calc_step")
+    first = t.update(
+        calc,
+        "id",
+        set={
+            "i": if_else(old("b"), old("i") + col("a"), old("i") * col("a")),
+            "f": coalesce(old("f") / col("x"), col("x") // old("f"), 0.5),
+            "b": ((old("i") > col("a")) & col("p")) | old("b").is_null(),
+            "t": greatest(old("t"), col("a")),
+        },
+        if_missing="insert",
+    )
+    partner = t.read(calc, col("a") % 5)
+    t.update(
+        calc,
+        "id",
+        set={
+            "i": old("i") - coalesce(partner["i"], 0),
+            "f": least(old("f"), partner["f"], col("x")),
+        },
+        require=(partner.found | col("p"), "needs a partner"),
+        when=col("k") == "x",
+    )
+    t.insert(
+        calc,
+        col("a"),
+        {"i": (col("x") * 1e17).cast("int64"), "b": col("p")},
+        if_exists="skip",
+        when=col("k") == "ins",
+    )
+    t.delete(calc, col("a") + 1, if_missing="skip", when=col("k") == "del")
+    t.update(
+        names,
+        "k",
+        set={
+            "hits": old("hits") + if_else(old("hits") > 1, udf(risky, col("a"), returns="int64"), 1)
+        },
+        if_missing="insert",
+    )
+    t.emit(
+        i=first["i"],
+        before_i=first.before("i"),
+        f=first["f"],
+        b=first["b"],
+        t=first["t"],
+        found=partner.found,
+        sk=first["sk"],
+        k=col("k"),
+        neg=-first["i"],
+        mag=abs(first["i"]) // 7,
+        ratio=first["i"] / col("a"),
+    )
+    flow.sink("out")
+    return flow
+
+
+events = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": st.integers(0, 6),
+            "a": st.one_of(st.integers(-4, 4), st.sampled_from([0, INT64_MAX, -(2**62), None])),
+            "x": st.one_of(st.floats(-5, 5, allow_nan=False), st.sampled_from([0.0, 1e300, None])),
+            "p": st.one_of(st.booleans(), st.none()),
+            "k": st.sampled_from(["x", "ins", "del", "other", None]),
+            "_ts": st.integers(0, 50),
+        }
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60)
+@given(st.lists(events, min_size=1, max_size=3))
+def test_compiled_expressions_match_the_oracle(batches: list[list[dict[str, Any]]]) -> None:
+    flow = calc_flow()
+    made = [make_batch(flow, i + 1, ev=rows) for i, rows in enumerate(batches)]
+    oracle = run_in_memory(flow, made)
+    local = run_in_memory(flow, made, executor="local")
+    assert local.results[0].decisions[0]["strategy"] == "sequential"
+    assert_same_results(oracle, local)
+
+
+def test_compiled_and_interpreted_steps() -> None:
+    executor = create_executor("local", calc_flow())
+    assert isinstance(executor, LocalExecutor)
+    assert executor.explain()["calc_step"].compiled
+    broker = create_executor("local", broker_flow())
+    assert isinstance(broker, LocalExecutor)
+    analysis = broker.explain()
+    assert not any(a.compiled for a in analysis.values())
+    assert any("history" in r or "not compiled" in r for r in analysis["customers_step"].reasons)
+
+
+def test_interpreted_steps_match_the_oracle() -> None:
+    from .test_tpcdi_patterns import DAY, cust
+
+    flow = broker_flow()
+    batch = make_batch(
+        flow,
+        1,
+        customer_updates=[cust("NEW", 1, DAY, name="Ann", tier=1), cust("UPD", 1, 3 * DAY, tier=2)],
+    )
+    oracle = run_in_memory(flow, [batch])
+    local = run_in_memory(flow, [batch], executor="local")
+    assert_same_results(oracle, local)
+    assert local.results[0].decisions[0]["strategy"] == "interpreted"
+
+
+def costly_flow(nanoseconds: int) -> Dataflow:
+    flow = Dataflow("costly")
+    accounts = flow.table(
+        "accounts", key={"id": "int64"}, columns={"balance": "int64"}, defaults={"balance": 100}
+    )
+    flow.source("t", schema={"src": "int64", "dst": "int64", "amount": "int64"})
+    t = flow.transact("transfer")
+    src = t.update(
+        accounts,
+        "src",
+        set={"balance": cost(old("balance") - col("amount"), nanoseconds)},
+        require=(old("balance") >= col("amount"), "insufficient funds"),
+        if_missing="insert",
+    )
+    t.update(
+        accounts,
+        "dst",
+        set={"balance": cost(old("balance") + col("amount"), nanoseconds)},
+        if_missing="insert",
+    )
+    t.emit(left=src["balance"])
+    flow.sink("out")
+    return flow
+
+
+def transfers(n: int, keys: int, seed: int) -> list[dict[str, Any]]:
+    import random
+
+    rng = random.Random(seed)
+    return [
+        {
+            "src": rng.randrange(keys),
+            "dst": rng.randrange(keys),
+            "amount": rng.randrange(1, 60),
+            "_ts": i,
+        }
+        for i in range(n)
+    ]
+
+
+def test_waves_match_the_oracle() -> None:
+    flow = costly_flow(0)
+    batches = [make_batch(flow, b, t=transfers(2_000, 50, b)) for b in range(1, 4)]
+    oracle = run_in_memory(flow, batches)
+    runner = LocalExecutor(flow, strategy="waves", workers=2)
+    results = [runner.run_batch(b) for b in batches]
+    assert {d["strategy"] for r in results for d in r.decisions} == {"waves"}
+    assert all(d["levels"] >= 1 for r in results for d in r.decisions)
+    for expected, got in zip(oracle.results, results, strict=True):
+        assert expected.aborts.equals(got.aborts)
+        assert expected.outputs["out"].equals(got.outputs["out"])
+        assert expected.deltas["accounts"].upserts.equals(got.deltas["accounts"].upserts)
+    assert runner.state_image().equals(oracle.final_state)
+
+
+def test_the_choice_follows_the_cost_of_transactions() -> None:
+    cheap, dear = costly_flow(0), costly_flow(20_000)
+    cheap_runner = LocalExecutor(cheap, workers=2)
+    dear_runner = LocalExecutor(dear, workers=2)
+    rows = transfers(3_000, 100_000, 7)  # few conflicts: wide waves
+    chosen = []
+    for b in range(1, 4):
+        chosen.append(
+            (
+                cheap_runner.run_batch(make_batch(cheap, b, t=rows)).decisions[0],
+                dear_runner.run_batch(make_batch(dear, b, t=rows)).decisions[0],
+            )
+        )
+    assert all(c["strategy"] == "sequential" for c, _ in chosen)
+    assert chosen[-1][1]["strategy"] == "waves", chosen[-1][1]
+    assert "levels" in chosen[-1][1]
+
+
+def test_restart_from_a_state_image() -> None:
+    workload = ledger_workload(
+        WorkloadSpec(keys=30, batch_size=200, batches=4, insert_delete_ratio=0.2, seed=9)
+    )
+    straight = run_in_memory(
+        workload.flow, workload.batches, executor="local", state=workload.state
+    )
+    first = run_in_memory(
+        workload.flow, workload.batches[:2], executor="local", state=workload.state
+    )
+    resumed = run_in_memory(
+        workload.flow, workload.batches[2:], executor="local", state=first.final_state
+    )
+    assert resumed.final_state.equals(straight.final_state)
+    for a, b in zip(resumed.results, straight.results[2:], strict=True):
+        assert a.deltas["accounts"].upserts.equals(b.deltas["accounts"].upserts)
+        assert a.deltas["accounts"].deletes.equals(b.deltas["accounts"].deletes)
+
+
+def test_a_failing_batch_leaves_compiled_state_untouched() -> None:
+    broken = {"now": False}
+
+    def sometimes_broken(table: pa.Table) -> pa.Table:
+        return pa.table({"x": [1]}) if broken["now"] else table
+
+    flow = costly_flow(0)
+    flow.map("maybe_broken", sometimes_broken)
+    runner = create_executor("local", flow)
+    oracle = create_executor("serial", flow)
+    first = make_batch(flow, 1, t=transfers(50, 5, 1))
+    runner.run_batch(first)
+    oracle.run_batch(first)
+    before = runner.state_image()
+    broken["now"] = True
+    with pytest.raises(StepFailed, match="maybe_broken"):
+        runner.run_batch(make_batch(flow, 2, t=transfers(50, 5, 2)))
+    assert runner.state_image().equals(before)
+    broken["now"] = False
+    third = make_batch(flow, 3, t=transfers(50, 5, 3))
+    got, expected = runner.run_batch(third), oracle.run_batch(third)
+    assert got.deltas["accounts"].upserts.equals(expected.deltas["accounts"].upserts)
+    assert runner.state_image().equals(oracle.state_image())
+
+
+def test_string_keys_are_compiled() -> None:
+    flow = Dataflow("words")
+    counts = flow.table("counts", key={"word": "string"}, columns={"n": "int64"}, defaults={"n": 0})
+    flow.source("words", schema={"word": "string"})
+    t = flow.transact("count")
+    c = t.update(counts, "word", set={"n": old("n") + 1}, if_missing="insert")
+    t.emit(n=c["n"])
+    flow.sink("out")
+    rows = [{"word": w, "_ts": i} for i, w in enumerate(["b", "a", "b", None, "ä", "a", "b"])]
+    oracle = run_in_memory(flow, [make_batch(flow, 1, words=rows)])
+    local = run_in_memory(flow, [make_batch(flow, 1, words=rows)], executor="local")
+    assert local.results[0].decisions[0]["strategy"] == "sequential"
+    assert_same_results(oracle, local)
+    assert [r["n"] for r in local.sink.rows("out")] == [1, 1, 2, 1, 2, 3]
