@@ -128,7 +128,7 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "offsets": "topic VARCHAR NOT NULL, partition INTEGER NOT NULL, next_offset BIGINT NOT "
         "NULL, batch_id BIGINT NOT NULL",
         "streams": "stream VARCHAR NOT NULL, last_batch BIGINT NOT NULL, max_ts BIGINT, "
-        "events BIGINT NOT NULL, batch_id BIGINT NOT NULL",
+        "events BIGINT NOT NULL, last_pos BIGINT NOT NULL, batch_id BIGINT NOT NULL",
         "sequences": "name VARCHAR NOT NULL, value BIGINT NOT NULL",
         "dead_letters": "id BIGINT NOT NULL, batch_id BIGINT NOT NULL, stream VARCHAR, "
         'step VARCHAR, topic VARCHAR, partition INTEGER, "offset" BIGINT, pos BIGINT, ts BIGINT, '

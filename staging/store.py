@@ -55,11 +55,12 @@ CommitHook = Callable[[str], None]
 @dataclass(frozen=True)
 class StreamProgress:
     """How far a stream has been applied: the last collector batch id, the event-time high mark
-    (for lateness checks) and the events applied so far."""
+    (for lateness checks), the events applied so far and the last source position applied."""
 
     last_batch: int = 0
     max_ts: int | None = None
     events: int = 0
+    last_pos: int = -1
 
 
 @dataclass
@@ -188,12 +189,23 @@ class StagingStore:
 
     def streams(self) -> dict[str, StreamProgress]:
         rows = self._con.execute(
-            f"SELECT stream, last_batch, max_ts, events FROM {_sys('streams')}"
+            f"SELECT stream, last_batch, max_ts, events, last_pos FROM {_sys('streams')}"
         ).fetchall()
         return {
-            str(s): StreamProgress(int(b), None if m is None else int(m), int(e))
-            for s, b, m, e in rows
+            str(s): StreamProgress(int(b), None if m is None else int(m), int(e), int(p))
+            for s, b, m, e, p in rows
         }
+
+    def meta(self, key: str) -> str | None:
+        """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
+        value = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = ?", [key])
+        return None if value is None else str(value)
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a ``streamdi.meta`` value in its own transaction."""
+        self._con.execute(
+            f"INSERT OR REPLACE INTO {_sys('meta')} VALUES (?, ?)", [key, value]
+        ).fetchall()
 
     def load_state(self) -> StateImage:
         """The engine's state as of the last commit: every state table sorted by row id, plus the
@@ -395,7 +407,7 @@ class StagingStore:
                     f"DELETE FROM {_sys('offsets')} o USING _offsets x "
                     "WHERE o.topic = x.topic AND o.partition = x.partition"
                 )
-                con.execute(f"INSERT INTO {_sys('offsets')} SELECT * FROM _offsets")
+                con.execute(f"INSERT INTO {_sys('offsets')} BY NAME SELECT * FROM _offsets")
             finally:
                 con.unregister("_offsets")
         if streams:
@@ -406,6 +418,7 @@ class StagingStore:
                     "last_batch": pa.array([streams[n][0].last_batch for n in names], pa.int64()),
                     "max_ts": pa.array([streams[n][0].max_ts for n in names], pa.int64()),
                     "events": pa.array([streams[n][0].events for n in names], pa.int64()),
+                    "last_pos": pa.array([streams[n][0].last_pos for n in names], pa.int64()),
                     "batch_id": pa.array([streams[n][1] for n in names], pa.int64()),
                 }
             )
@@ -414,7 +427,7 @@ class StagingStore:
                 con.execute(
                     f"DELETE FROM {_sys('streams')} s USING _streams x WHERE s.stream = x.stream"
                 )
-                con.execute(f"INSERT INTO {_sys('streams')} SELECT * FROM _streams")
+                con.execute(f"INSERT INTO {_sys('streams')} BY NAME SELECT * FROM _streams")
             finally:
                 con.unregister("_streams")
 

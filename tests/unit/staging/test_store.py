@@ -26,7 +26,9 @@ def _commit(
         result=result,
         dead_letters=dead if dead is not None else DEAD_LETTER_INPUT_SCHEMA.empty_table(),
         offsets={("t.txns", 0): offset},
-        streams={"txns": StreamProgress(batch_id, batch_id * 100, batch_id * 10)},
+        streams={
+            "txns": StreamProgress(batch_id, batch_id * 100, batch_id * 10, batch_id * 10 - 1)
+        },
         events=10,
         records=1,
         arrived_at=time.time(),
@@ -57,7 +59,7 @@ def test_reopened_store_gives_back_the_engine_state(tmp_path: Path) -> None:
         image = store.load_state()
         assert image.equals(executor.state_image())
         assert store.offsets() == {("t.txns", 0): len(work.batches) * 7}
-        assert store.streams()["txns"] == StreamProgress(4, 400, 40)
+        assert store.streams()["txns"] == StreamProgress(4, 400, 40, 39)
         staged = store.query('SELECT count(*) AS n FROM outputs."balances"').column("n")[0].as_py()
         assert staged == outputs
         dead = (
