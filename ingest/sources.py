@@ -222,13 +222,9 @@ class DelimitedFileSource(BaseSource):
         counts = np.asarray(pc.list_value_length(fields).fill_null(0))
         width = len(self.columns)
         wrong = np.flatnonzero(counts != width)
-        for i in wrong:
+        for w in wrong.tolist():
             rejects.append(
-                (
-                    first + rows[i],
-                    f"wrong field count: expected {width}, got {int(counts[i])}",
-                    kept[i],
-                )
+                (first + rows[w], f"wrong field count: expected {width}, got {counts[w]}", kept[w])
             )
         good = np.flatnonzero(counts == width)
         fields = fields.take(pa.array(good, pa.int64()))
