@@ -333,6 +333,7 @@ class BatchAssembler:
 
     def _complete(self, partial: _Partial, *, punct: bool) -> None:
         stream = partial.stream
+        self._type_singles(stream)  # earlier single events first: lateness follows arrival order
         self._dead.extend(partial.dead)
         events = []
         for part in partial.parts:
