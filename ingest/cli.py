@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -44,6 +45,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.pipeline import Pipeline, PipelineOptions
     from ingest.runspec import load_run_spec
 
+    if not args.verbose:
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     spec = load_run_spec(args.spec)
     options = PipelineOptions(
         executor=args.executor or settings.engine.executor,
