@@ -73,6 +73,47 @@ class KafkaSettings(BaseModel):
         return ",".join(servers)
 
 
+class IngestSettings(BaseModel):
+    """Collecting events into Kafka and consuming them into the engine (``INGEST__*``)."""
+
+    batch_events: int = Field(
+        default=10_000,
+        ge=1,
+        description="The collector closes a logical batch at this many events.",
+    )
+    batch_ms: int = Field(
+        default=1_000,
+        ge=1,
+        description="The collector closes a logical batch this long after its "
+        "first event, even if it is not full.",
+    )
+    allowed_lateness_ms: int | None = Field(
+        default=60_000,
+        ge=0,
+        description="An event whose event time is more than this behind its stream's high mark is "
+        "dead-lettered as late. Unset (empty): no lateness check.",
+    )
+    poll_timeout_ms: int = Field(default=100, ge=1, description="Longest wait of one Kafka poll.")
+    producer_buffer_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Memory the producer may hold for unsent records; a full buffer blocks the "
+        "collector (backpressure) instead of growing.",
+    )
+    commit_group: int = Field(
+        default=8, ge=1, description="Most engine batches one staging commit may carry."
+    )
+    start_from: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a new pipeline (no offsets in staging) starts reading a topic.",
+    )
+
+    @field_validator("allowed_lateness_ms", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+
 class PostgresSettings(BaseModel):
     """The PostgreSQL warehouse (``POSTGRES__*``)."""
 
@@ -141,6 +182,7 @@ class StreamdiSettings(BaseSettings):
 
     streamdi: ServiceSettings = Field(default_factory=ServiceSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     staging: StagingSettings = Field(default_factory=StagingSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)

@@ -1,0 +1,278 @@
+"""``streamdi bench ingest``: Kafka -> engine -> staging, batched records against single-event
+records, side by side in one run.
+
+For each dataflow — the ledger workload on the chosen executor, and a pass-through dataflow (no
+state: the ingest + staging path's own ceiling) — it produces events into a fresh topic, then runs
+the pipeline in this process until the topic is drained, and reports events/s, the time from a
+batch's arrival to its staging commit (p50/p99), events per engine batch, and staging bytes per
+staged event. It also measures how long a restart takes to resume with 1,000,000 keys of state
+(open staging, read the state, build the executor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows.batch import BatchResult, TableDelta
+from etl_dataflows.dataflow import Dataflow
+from etl_dataflows.executors import create_executor
+from etl_dataflows.state import image_schema
+from etl_dataflows.testing import ledger_dataflow
+from ingest.broker import BrokerHandle, client_config, ensure_topics, open_broker
+from ingest.ledger import ledger_events
+from ingest.pipeline import Pipeline, PipelineOptions
+from ingest.records import encode_batch
+from ingest.runspec import bind
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.store import BatchCommit, StagingStore
+from streamdi.commands import EXIT_OK, Commands, write_json
+from streamdi.settings import StreamdiSettings, load_settings
+
+RECORD_EVENTS = 10_000
+IDLE_S = 0.5
+
+
+def passthrough_dataflow() -> Dataflow:
+    """The ledger source straight into a sink: no state, so only ingest and staging work."""
+    flow = Dataflow("passthrough")
+    flow.source(
+        "txns",
+        schema={
+            "kind": "string",
+            "src": "int64",
+            "dst": "int64",
+            "amount": "int64",
+            "amount2": "int64",
+        },
+    )
+    flow.sink("events")
+    return flow
+
+
+def _events(n: int, seed: int) -> pa.Table:
+    table = ledger_events(n, keys=min(10_000, max(2, n // 10)), seed=seed)
+    return table.rename_columns([*table.column_names[:-1], "_ts"]).append_column(
+        "_pos", pa.array(np.arange(n, dtype=np.int64))
+    )
+
+
+def _produce(
+    settings: StreamdiSettings, broker: BrokerHandle, topic: str, events: pa.Table, mode: str
+) -> float:
+    from kafka import KafkaProducer
+
+    ensure_topics(settings.kafka, broker.bootstrap_servers, {topic: 1})
+    producer = KafkaProducer(
+        **client_config(settings.kafka, broker.bootstrap_servers),
+        acks="all",
+        linger_ms=5,
+        max_request_size=settings.kafka.max_record_bytes + 256 * 1024,
+    )
+    started = time.perf_counter()
+    if mode == "batched":
+        for i, start in enumerate(range(0, events.num_rows, RECORD_EVENTS)):
+            piece = events.slice(start, RECORD_EVENTS)
+            last = int(piece.column("_pos")[-1].as_py())
+            for record in encode_batch(
+                "txns", i + 1, piece, [], cap=settings.kafka.max_record_bytes, last_pos=last
+            ):
+                producer.send(topic, value=record.value, headers=record.headers, partition=0)
+    else:
+        for row in events.to_pylist():
+            producer.send(topic, value=json.dumps(row).encode(), partition=0)
+    producer.flush()
+    seconds = time.perf_counter() - started
+    producer.close()
+    rate: float = events.num_rows / seconds
+    return rate
+
+
+def _run_one(
+    settings: StreamdiSettings,
+    broker: BrokerHandle,
+    work: Path,
+    flow: Dataflow,
+    mode: str,
+    n: int,
+    executor: str,
+) -> dict[str, Any]:
+    name = f"{flow.name}-{mode}"
+    topic = f"bench.{name}.{int(time.time() * 1000)}"
+    events = _events(n, seed=len(name))
+    produce_rate = _produce(settings, broker, topic, events, mode)
+    staging = work / f"{name}.duckdb"
+    run_settings = load_settings(
+        streamdi={"state_dir": str(work / name)},
+        staging={"path": str(staging)},
+        kafka=settings.kafka.model_dump(),
+        engine=settings.engine.model_dump(),
+        ingest={**settings.ingest.model_dump(), "allowed_lateness_ms": None},
+    )
+    spec = bind(flow, txns=topic)
+    options = PipelineOptions(executor=executor, until_idle_s=IDLE_S, collect=False)
+    report = Pipeline(spec, run_settings, broker, options).run()
+    busy = max(report.seconds - IDLE_S, 1e-9)
+    return {
+        "mode": mode,
+        "dataflow": flow.name,
+        "executor": executor,
+        "events": report.events,
+        "events_per_s": report.events / busy,
+        "produced_per_s": produce_rate,
+        "p50_commit_ms": report.percentile(50),
+        "p99_commit_ms": report.percentile(99),
+        "batch_events": report.events / max(report.batches, 1),
+        "batches": report.batches,
+        "commits": report.commits,
+        "staging_bytes_per_event": staging.stat().st_size / max(report.events, 1),
+    }
+
+
+def _resume_seconds(work: Path, keys: int, executor: str) -> dict[str, Any]:
+    """Stage ``keys`` accounts of ledger state, then time a restart's resume."""
+    flow = ledger_dataflow().build()
+    path = work / "resume.duckdb"
+    accounts = flow.tables["accounts"]
+    ids = np.arange(keys, dtype=np.int64)
+    upserts = pa.Table.from_arrays(
+        [pa.array(ids), pa.array(ids + 1), pa.array(np.full(keys, 1_000, dtype=np.int64))],
+        schema=image_schema(accounts),
+    )
+    deletes = pa.table({"id": pa.array([], pa.int64())})
+    book = flow.tables["book"]
+    result = BatchResult(
+        batch_id=1,
+        outputs={},
+        dead_letters=pa.table({}),
+        aborts=pa.table({"step": pa.array([], pa.string())}),
+        deltas={
+            "accounts": TableDelta(upserts, deletes),
+            "book": TableDelta(
+                pa.Table.from_arrays(
+                    [pa.array(ids), upserts.column("balance")], schema=image_schema(book)
+                ),
+                deletes,
+            ),
+        },
+        sequences={"accounts": keys + 1, "book": 1},
+    )
+    with StagingStore(path, flow) as store:
+        store.commit(
+            [
+                BatchCommit(
+                    1,
+                    result,
+                    DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+                    {},
+                    {},
+                    0,
+                    0,
+                    time.time(),
+                    0.0,
+                )
+            ]
+        )
+    started = time.perf_counter()
+    with StagingStore(path, flow) as store:
+        image = store.load_state()
+        loaded = time.perf_counter()
+        engine = create_executor(executor, flow, image)
+        ready = time.perf_counter()
+        engine.close()
+    return {
+        "keys": keys,
+        "resume_s": ready - started,
+        "read_state_s": loaded - started,
+        "build_executor_s": ready - loaded,
+        "staging_bytes": path.stat().st_size,
+    }
+
+
+def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict[str, Any]:
+    sizes = (
+        {"ledger": (30_000, 5_000), "passthrough": (200_000, 20_000)}
+        if quick
+        else {"ledger": (200_000, 30_000), "passthrough": (1_000_000, 100_000)}
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="streamdi-bench-") as tmp,
+        open_broker(settings.kafka) as broker,
+    ):
+        work = Path(tmp)
+        results, ceiling = [], []
+        for mode in ("batched", "single"):
+            n = sizes["ledger"][0 if mode == "batched" else 1]
+            results.append(_run_one(settings, broker, work, ledger_dataflow(), mode, n, executor))
+        for mode in ("batched", "single"):
+            n = sizes["passthrough"][0 if mode == "batched" else 1]
+            ceiling.append(
+                _run_one(settings, broker, work, passthrough_dataflow(), mode, n, executor)
+            )
+        resume = _resume_seconds(work, 1_000_000, executor)
+    return {
+        "benchmark": "ingest",
+        "quick": quick,
+        "executor": executor,
+        "engine_batch_size": settings.engine.batch_size,
+        "record_events": RECORD_EVENTS,
+        "results": results,
+        "ceiling": ceiling,
+        "resume": resume,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"streamdi bench ingest — Kafka -> engine ({report['executor']}) -> staging",
+        f"{'dataflow':<12} {'mode':<8} {'events':>9} {'events/s':>10} {'produced/s':>11} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'ev/batch':>9} {'B/event':>8}",
+    ]
+    for r in [*report["results"], *report["ceiling"]]:
+        lines.append(
+            f"{r['dataflow']:<12} {r['mode']:<8} {r['events']:>9,} {r['events_per_s']:>10,.0f} "
+            f"{r['produced_per_s']:>11,.0f} {r['p50_commit_ms']:>8.0f} {r['p99_commit_ms']:>8.0f} "
+            f"{r['batch_events']:>9,.0f} {r['staging_bytes_per_event']:>8.0f}"
+        )
+    resume = report["resume"]
+    lines.append(
+        f"resume with {resume['keys']:,} keys: {resume['resume_s']:.2f} s (read state "
+        f"{resume['read_state_s']:.2f} s, build executor {resume['build_executor_s']:.2f} s)"
+    )
+    return "\n".join(lines)
+
+
+def _bench(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    import logging
+
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    report = run_bench(
+        settings, quick=args.quick, executor=args.executor or settings.engine.executor
+    )
+    if args.json:
+        write_json(report, args.json)
+    if args.json != "-":
+        print(render(report))
+    return EXIT_OK
+
+
+def register(benches: Commands) -> None:
+    bench = benches.add_parser(
+        "ingest",
+        help="Kafka -> engine -> staging: batched vs single-event records, resume time",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("--quick", action="store_true", help="smaller workloads (a minute or so)")
+    bench.add_argument("--executor", help="executor (default: ENGINE__EXECUTOR)")
+    bench.add_argument(
+        "--json", metavar="PATH", help="also write the results as JSON ('-': stdout)"
+    )
+    bench.set_defaults(handler=_bench)

@@ -1,0 +1,599 @@
+"""Turning consumed Kafka records into engine batches, with every bad record as a dead letter.
+
+The :class:`BatchAssembler` receives records in offset order per partition (:meth:`add`) and hands
+out engine batches (:meth:`take`). It keeps no Kafka client: it is the consumer's logic, testable on
+its own.
+
+* Batch records are gathered part by part; a logical batch joins the engine batch only when its
+  last part arrived. A batch id at or below the stream's last applied batch is a duplicate and is
+  skipped; a batch restarting at part 0 replaces a torn copy.
+* Single-event records (JSON) are buffered per stream and typed when the engine batch is taken.
+* Dead letters (step ``ingest``): oversize payloads, unknown streams, corrupt Arrow payloads,
+  payloads that do not fit the stream's schema, bad JSON or encoding, values that do not convert,
+  rows the collector rejected, and events later than the allowed lateness. Each names its topic,
+  partition and offset; the pipeline goes on, so a poison record never blocks its partition.
+* The offsets handed out with a batch point after the last record the batch accounts for, never
+  past a logical batch still missing parts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows.batch import EngineBatch
+from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.types import POS, TS, ColumnType, arrow_type
+from ingest.convert import convert_columns, python_array
+from ingest.records import (
+    BATCH,
+    KIND,
+    PART,
+    PUNCT,
+    REJECTS_SCHEMA,
+    REPLAY_OF,
+    STREAM,
+    from_ipc,
+    header_map,
+    truncate_payload,
+)
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.store import StreamProgress
+
+INGEST_STEP = "ingest"
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """What the assembler needs of a Kafka record."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int = 0
+
+
+@dataclass
+class _Dead:
+    stream: str | None
+    topic: str
+    partition: int
+    offset: int
+    pos: int | None
+    ts: int | None
+    reason: str
+    payload: str
+
+
+@dataclass
+class _Part:
+    record: RawRecord
+    kind: str
+    table: pa.Table
+
+
+@dataclass
+class _Partial:
+    stream: str
+    batch_id: int
+    parts: list[_Part] = field(default_factory=list)
+    expected: int = 0
+    dead: list[_Dead] = field(default_factory=list)
+
+
+@dataclass
+class AssembledBatch:
+    """An engine batch and everything staging commits with it."""
+
+    batch: EngineBatch
+    dead_letters: pa.Table
+    offsets: dict[TopicPartition, int]
+    streams: dict[str, StreamProgress]
+    records: int
+    replayed: list[int]
+    arrived_at: float
+    record_index: dict[str, list[tuple[int, int, str, int, int]]]
+
+    @property
+    def events(self) -> int:
+        return self.batch.num_events
+
+    def locate(self, stream: str, pos: int) -> tuple[str, int, int] | None:
+        """The (topic, partition, offset) of the record that carried event ``pos`` of
+        ``stream``."""
+        index = self.record_index.get(stream)
+        if not index:
+            return None
+        i = bisect_right([e[0] for e in index], pos) - 1
+        if i >= 0 and index[i][0] <= pos <= index[i][1]:
+            _, _, topic, partition, offset = index[i]
+            return topic, partition, offset
+        return None
+
+
+class BatchAssembler:
+    """See the module docstring. ``topics`` maps each topic to the streams it carries."""
+
+    def __init__(
+        self,
+        flow: CompiledDataflow,
+        topics: Mapping[str, list[str]],
+        *,
+        progress: Mapping[str, StreamProgress],
+        offsets: Mapping[TopicPartition, int],
+        max_record_bytes: int,
+        allowed_lateness_ms: int | None,
+        lateness: Mapping[str, int | None] | None = None,
+    ) -> None:
+        self.flow = flow
+        self.topics = {t: list(s) for t, s in topics.items()}
+        self.progress = dict(progress)
+        self.next_offsets = dict(offsets)
+        self.max_record_bytes = max_record_bytes
+        default = None if allowed_lateness_ms is None else allowed_lateness_ms * 1000
+        self.lateness_us: dict[str, int | None] = {
+            s: default for streams in self.topics.values() for s in streams
+        }
+        for stream, ms in (lateness or {}).items():
+            self.lateness_us[stream] = None if ms is None else ms * 1000
+        self._partials: dict[TopicPartition, _Partial] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._singles: dict[str, list[tuple[RawRecord, dict[str, Any]]]] = {}
+        self._dead: list[_Dead] = []
+        self._accounted: dict[TopicPartition, int] = {}
+        self._records = 0
+        self._events = 0
+        self._replayed: list[int] = []
+        self._arrived: float | None = None
+        self._index: dict[str, list[tuple[int, int, str, int, int]]] = {}
+        self._punctuated = False
+
+    # -- state of the pending engine batch ---------------------------------------------------------
+
+    @property
+    def pending_events(self) -> int:
+        return self._events
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything (events, dead letters, skipped records) waits to be committed."""
+        return bool(self._records)
+
+    @property
+    def punctuated(self) -> bool:
+        """Whether a punctuation closed the pending engine batch."""
+        return self._punctuated
+
+    @property
+    def arrived_at(self) -> float | None:
+        return self._arrived
+
+    # -- adding records ----------------------------------------------------------------------------
+
+    def add(self, record: RawRecord) -> None:
+        """Account for one record (records of a partition must come in offset order)."""
+        tp = (record.topic, record.partition)
+        if record.offset < self.next_offsets.get(tp, 0):
+            return  # already committed (a re-delivery after a seek)
+        self._records += 1
+        if self._arrived is None:
+            self._arrived = time.time()
+        headers = header_map(record.headers)
+        value = record.value or b""
+        streams = self.topics.get(record.topic, [])
+        stream = headers.get(STREAM) or (streams[0] if len(streams) == 1 else None)
+        if len(value) > self.max_record_bytes:
+            self._dead_record(
+                record,
+                stream,
+                f"oversize payload: {len(value)} bytes > the {self.max_record_bytes}-byte cap",
+                value,
+            )
+        elif stream is None or stream not in streams:
+            self._dead_record(
+                record, stream, f"unknown stream {stream!r} on topic {record.topic!r}", value
+            )
+        elif headers.get(KIND) in ("batch", "rejects"):
+            self._add_part(record, headers, stream, value)
+        elif headers.get(KIND):
+            self._dead_record(record, stream, f"unknown record kind {headers[KIND]!r}", value)
+        else:
+            self._add_single(record, headers, stream, value)
+        self._account(tp)
+
+    def _account(self, tp: TopicPartition) -> None:
+        partial = self._partials.get(tp)
+        if partial is not None and partial.parts:
+            self._accounted[tp] = partial.parts[0].record.offset
+        else:
+            self._accounted.pop(tp, None)
+            self._accounted[tp] = -1  # "up to the last record added"; resolved in take()
+
+    def _dead_record(
+        self, record: RawRecord, stream: str | None, reason: str, value: bytes
+    ) -> None:
+        self._dead.append(
+            _Dead(
+                stream,
+                record.topic,
+                record.partition,
+                record.offset,
+                None,
+                None,
+                reason,
+                _printable(value),
+            )
+        )
+
+    def _add_part(
+        self, record: RawRecord, headers: dict[str, str], stream: str, value: bytes
+    ) -> None:
+        tp = (record.topic, record.partition)
+        try:
+            batch_id = int(headers.get(BATCH, ""))
+            part_text, _, parts_text = headers.get(PART, "0/1").partition("/")
+            part, parts = int(part_text), int(parts_text)
+        except ValueError:
+            self._dead_record(record, stream, "bad batch headers", value)
+            return
+        if batch_id <= self.progress.get(stream, StreamProgress()).last_batch:
+            return  # a duplicate of a batch already applied
+        partial = self._partials.get(tp)
+        if partial is not None and (partial.stream, partial.batch_id) != (stream, batch_id):
+            # A different batch starts before this one ended: its parts will never come.
+            for p in partial.parts:
+                self._dead_record(
+                    p.record,
+                    stream,
+                    f"incomplete batch {partial.batch_id}: part {partial.expected} never came",
+                    b"",
+                )
+            self._partials.pop(tp)
+            partial = None
+        if partial is not None and part == 0 and partial.expected > 0:
+            partial = (
+                None  # the collector produced the batch again from its start: drop the torn copy
+            )
+            self._partials.pop(tp)
+        if partial is None:
+            if part != 0:
+                self._dead_record(
+                    record,
+                    stream,
+                    f"part {part}/{parts} of batch {batch_id} without its start",
+                    b"",
+                )
+                return
+            partial = self._partials.setdefault(tp, _Partial(stream, batch_id))
+        if part != partial.expected:
+            self._dead_record(record, stream, f"part {part}/{parts} out of order", b"")
+            return
+        partial.expected += 1
+        kind = headers[KIND]
+        try:
+            table = from_ipc(value)
+            table = self._conform(stream, table, kind)
+        except (
+            pa.ArrowInvalid,
+            pa.ArrowTypeError,
+            pa.ArrowNotImplementedError,
+            OSError,
+            ValueError,
+            KeyError,
+        ) as exc:
+            partial.dead.append(
+                _Dead(
+                    stream,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    None,
+                    None,
+                    f"corrupt Arrow payload: {exc}",
+                    _printable(value),
+                )
+            )
+            table = None
+        if table is not None:
+            partial.parts.append(_Part(record, kind, table))
+        elif not partial.parts:
+            partial.parts.append(_Part(record, "skip", pa.table({})))
+        if part == parts - 1:
+            self._partials.pop(tp)
+            self._complete(partial, punct=headers.get(PUNCT) == "1")
+
+    def _conform(self, stream: str, table: pa.Table, kind: str) -> pa.Table:
+        if kind == "rejects":
+            return table.select(REJECTS_SCHEMA.names).cast(REJECTS_SCHEMA)
+        schema = self._schema(stream)
+        missing = [n for n in schema.names if n not in table.column_names]
+        if missing:
+            raise ValueError(f"the payload lacks columns {missing} of stream {stream!r}")
+        return table.select(schema.names).cast(schema)
+
+    def _schema(self, stream: str) -> pa.Schema:
+        columns: dict[str, ColumnType | None] = dict(self.flow.schemas[stream])
+        return pa.schema(
+            [(n, arrow_type(t) if t else pa.string()) for n, t in columns.items()]
+            + [(TS, pa.int64()), (POS, pa.int64())]
+        )
+
+    def _complete(self, partial: _Partial, *, punct: bool) -> None:
+        stream = partial.stream
+        self._type_singles(stream)  # earlier single events first: lateness follows arrival order
+        self._dead.extend(partial.dead)
+        events = []
+        for part in partial.parts:
+            if part.kind == "rejects":
+                for row in part.table.to_pylist():
+                    self._dead.append(
+                        _Dead(
+                            stream,
+                            part.record.topic,
+                            part.record.partition,
+                            part.record.offset,
+                            row["pos"],
+                            None,
+                            row["reason"],
+                            row["payload"] or "",
+                        )
+                    )
+            elif part.kind == "batch" and part.table.num_rows:
+                events.append(part.table)
+                self._remember(stream, part.table, part.record)
+        if events:
+            table = pa.concat_tables(events)
+            self._add_events(stream, table, partial.parts[0].record)
+        progress = self.progress.get(stream, StreamProgress())
+        self.progress[stream] = StreamProgress(
+            partial.batch_id,
+            self.progress.get(stream, progress).max_ts,
+            self.progress.get(stream, progress).events,
+            max(progress.last_pos, *(self._last_pos(p) for p in partial.parts)),
+        )
+        self._punctuated = self._punctuated or punct
+
+    @staticmethod
+    def _last_pos(part: _Part) -> int:
+        for key, value in part.record.headers:
+            if key == "sdi-last-pos":
+                try:
+                    return int(value.decode())
+                except ValueError:
+                    return -1
+        return -1
+
+    def _remember(self, stream: str, table: pa.Table, record: RawRecord) -> None:
+        positions = table.column(POS)
+        lo = int(pa.compute.min(positions).as_py())
+        hi = int(pa.compute.max(positions).as_py())
+        self._index.setdefault(stream, []).append(
+            (lo, hi, record.topic, record.partition, record.offset)
+        )
+
+    def _add_events(self, stream: str, table: pa.Table, record: RawRecord) -> None:
+        """Late check, then queue ``table`` for the engine batch."""
+        progress = self.progress.get(stream, StreamProgress())
+        ts = np.asarray(table.column(TS).to_numpy(zero_copy_only=False), dtype=np.int64)
+        high = progress.max_ts
+        lateness = self.lateness_us.get(stream)
+        if lateness is not None and len(ts):
+            start = int(ts[0]) if high is None else high
+            running = np.maximum.accumulate(np.concatenate([[start], ts[:-1]]))
+            late = ts < running - lateness
+            if late.any():
+                late_rows = table.filter(pa.array(late))
+                for row in late_rows.to_pylist():
+                    where = self._locate(stream, row[POS]) or (
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                    )
+                    self._dead.append(
+                        _Dead(
+                            stream,
+                            where[0],
+                            where[1],
+                            where[2],
+                            row[POS],
+                            row[TS],
+                            f"late: event time more than {lateness // 1000} ms behind the "
+                            "stream's high mark",
+                            json.dumps(
+                                {k: v for k, v in row.items() if k not in (TS, POS)}, default=str
+                            ),
+                        )
+                    )
+                table = table.filter(pa.array(~late))
+        if len(ts):
+            top = int(ts.max())
+            high = top if high is None else max(high, top)
+        self.progress[stream] = StreamProgress(
+            progress.last_batch, high, progress.events + table.num_rows, progress.last_pos
+        )
+        if table.num_rows:
+            self._tables.setdefault(stream, []).append(table)
+            self._events += table.num_rows
+
+    def _locate(self, stream: str, pos: int) -> tuple[str, int, int] | None:
+        for lo, hi, topic, partition, offset in reversed(self._index.get(stream, [])):
+            if lo <= pos <= hi:
+                return topic, partition, offset
+        return None
+
+    def _add_single(
+        self, record: RawRecord, headers: dict[str, str], stream: str, value: bytes
+    ) -> None:
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._dead_record(record, stream, f"bad encoding: not utf-8 ({exc.reason})", value)
+            return
+        try:
+            event = json.loads(text)
+        except ValueError as exc:
+            self._dead_record(record, stream, f"bad JSON: {exc}", value)
+            return
+        if not isinstance(event, dict):
+            self._dead_record(record, stream, "a single-event record must be a JSON object", value)
+            return
+        replay = headers.get(REPLAY_OF)
+        if replay and replay.isdigit():
+            self._replayed.append(int(replay))
+        self._singles.setdefault(stream, []).append((record, event))
+        self._events += 1
+
+    def _type_singles(self, stream: str) -> None:
+        items = self._singles.pop(stream, [])
+        if not items:
+            return
+        columns = {n: t or "string" for n, t in self.flow.schemas[stream].items()}
+        raw = {n: python_array([e.get(n) for _, e in items]) for n in columns}
+        arrays, bad = convert_columns(raw, columns)
+        ts_values = [e.get(TS, r.timestamp_ms * 1000) for r, e in items]
+        pos_values = [e.get(POS, r.offset) for r, e in items]
+        for i, (t, p) in enumerate(zip(ts_values, pos_values, strict=True)):
+            if not isinstance(t, int) or isinstance(t, bool):
+                bad.setdefault(i, f"_ts must be integer microseconds, got {t!r}")
+            if not isinstance(p, int) or isinstance(p, bool):
+                bad.setdefault(i, f"_pos must be an integer, got {p!r}")
+        clean_ts = [t if i not in bad else 0 for i, t in enumerate(ts_values)]
+        clean_pos = [p if i not in bad else 0 for i, p in enumerate(pos_values)]
+        table = pa.Table.from_arrays(
+            [*arrays, pa.array(clean_ts, pa.int64()), pa.array(clean_pos, pa.int64())],
+            schema=self._schema(stream),
+        )
+        for i, reason in sorted(bad.items()):
+            record, event = items[i]
+            self._dead.append(
+                _Dead(
+                    stream,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    None,
+                    None,
+                    reason,
+                    truncate_payload(json.dumps(event, default=str)),
+                )
+            )
+        if bad:
+            keep = np.ones(len(items), dtype=bool)
+            keep[sorted(bad)] = False
+            table = table.filter(pa.array(keep))
+            items = [it for i, it in enumerate(items) if keep[i]]
+        for (record, _), pos in zip(items, table.column(POS).to_pylist(), strict=True):
+            self._index.setdefault(stream, []).append(
+                (pos, pos, record.topic, record.partition, record.offset)
+            )
+        self._index[stream].sort()
+        self._events -= len(bad)
+        progress = self.progress.get(stream, StreamProgress())
+        self.progress[stream] = StreamProgress(
+            progress.last_batch,
+            progress.max_ts,
+            progress.events,
+            max([progress.last_pos, *table.column(POS).to_pylist()]),
+        )
+        self._add_events(stream, table, items[0][0] if items else RawRecord("", 0, 0, None, []))
+        self._events -= table.num_rows  # _add_events counted them again
+
+    # -- taking a batch ----------------------------------------------------------------------------
+
+    def take(self, batch_id: int, last_offsets: Mapping[TopicPartition, int]) -> AssembledBatch:
+        """The pending engine batch as ``batch_id``; ``last_offsets`` are the offsets of the last
+        record added per partition (to resolve what the batch accounts for)."""
+        for stream in list(self._singles):
+            self._type_singles(stream)
+        inputs = {s: pa.concat_tables(t) for s, t in self._tables.items() if t}
+        offsets: dict[TopicPartition, int] = {}
+        for tp, accounted in self._accounted.items():
+            offsets[tp] = last_offsets[tp] + 1 if accounted < 0 else accounted
+        for tp, partial in self._partials.items():
+            if partial.parts:
+                offsets[tp] = partial.parts[0].record.offset
+        for tp, offset in offsets.items():
+            self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), offset)
+        dead = _dead_table(batch_id, self._dead)
+        assembled = AssembledBatch(
+            batch=EngineBatch(batch_id, inputs),
+            dead_letters=dead,
+            offsets=offsets,
+            streams=dict(self.progress),
+            records=self._records,
+            replayed=list(self._replayed),
+            arrived_at=self._arrived or time.time(),
+            record_index=self._index,
+        )
+        self._reset()
+        return assembled
+
+
+def _printable(value: bytes, limit: int = 4096) -> str:
+    """A payload as text for the dead-letter table: UTF-8 when it is, else escaped bytes."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = repr(value[:limit])[2:-1]
+    return (
+        truncate_payload(text) if len(text) <= limit else text[:limit] + f"... [{len(value)} bytes]"
+    )
+
+
+def _dead_table(batch_id: int, dead: list[_Dead]) -> pa.Table:
+    n = len(dead)
+    return pa.Table.from_arrays(
+        [
+            pa.array([batch_id] * n, pa.int64()),
+            pa.array([d.stream for d in dead], pa.string()),
+            pa.array([INGEST_STEP] * n, pa.string()),
+            pa.array([d.topic for d in dead], pa.string()),
+            pa.array([d.partition for d in dead], pa.int32()),
+            pa.array([d.offset for d in dead], pa.int64()),
+            pa.array([d.pos for d in dead], pa.int64()),
+            pa.array([d.ts for d in dead], pa.int64()),
+            pa.array([d.reason for d in dead], pa.string()),
+            pa.array([d.payload for d in dead], pa.string()),
+        ],
+        schema=DEAD_LETTER_INPUT_SCHEMA,
+    )
+
+
+def engine_dead_letters(assembled: AssembledBatch, engine_dead: pa.Table) -> pa.Table:
+    """The engine's dead letters of a batch in staging form, each with the record that carried
+    its event."""
+    if engine_dead.num_rows == 0:
+        return DEAD_LETTER_INPUT_SCHEMA.empty_table()
+    rows = engine_dead.to_pylist()
+    located = [
+        assembled.locate(r["source"], r["pos"]) if r["pos"] is not None else None for r in rows
+    ]
+    n = len(rows)
+    return pa.Table.from_arrays(
+        [
+            pa.array([assembled.batch.batch_id] * n, pa.int64()),
+            pa.array([r["source"] for r in rows], pa.string()),
+            pa.array([r["step"] for r in rows], pa.string()),
+            pa.array([loc[0] if loc else None for loc in located], pa.string()),
+            pa.array([loc[1] if loc else None for loc in located], pa.int32()),
+            pa.array([loc[2] if loc else None for loc in located], pa.int64()),
+            pa.array([r["pos"] for r in rows], pa.int64()),
+            pa.array([r["ts"] for r in rows], pa.int64()),
+            pa.array([r["reason"] for r in rows], pa.string()),
+            pa.array([r["payload"] for r in rows], pa.string()),
+        ],
+        schema=DEAD_LETTER_INPUT_SCHEMA,
+    )

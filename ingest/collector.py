@@ -1,0 +1,335 @@
+"""The collector: reads a source, cuts logical batches, and produces each as Kafka records.
+
+A logical batch closes at ``batch_events`` events (by count), ``batch_ms`` after its first event
+(by time), or at a punctuation of the source (e.g. the end of a file). Batch ids increase by one per
+stream from 1. Each batch becomes one record in Arrow IPC form, or several when it exceeds the
+record byte cap (:mod:`ingest.records`).
+
+Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector.run`:
+
+1. Take the stream's lock file (one collector per stream).
+2. Read the checkpoint (last batch id, last source position and record offset, for this log and
+   this source), then read the topic after that offset: the last *complete* batch found there is
+   the true resume point (it may be newer than the checkpoint when the collector died between
+   producing and checkpointing). Resume at the next position with the next batch id; a batch that
+   was cut off half-way is produced again from its first part (the consumer drops the torn copy).
+3. Read, cut and produce batches. The producer waits for all in-sync replicas (``acks=all``),
+   retries, is idempotent, and blocks when its bounded buffer is full (backpressure).
+4. Every few batches and at the end: flush the producer, then write the checkpoint (atomically,
+   by rename).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ingest.broker import client_config
+from ingest.exceptions import BrokerUnavailable, CollectorBusy
+from ingest.records import BATCH, LAST_POS, PART, STREAM, encode_batch, header_map
+from ingest.sources import BaseSource, Reject
+from streamdi.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
+
+#: Flush and checkpoint after this many batches.
+CHECKPOINT_EVERY = 16
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a collector goes on: the next batch id and the first source position to read."""
+
+    next_batch: int
+    start_pos: int
+    offset: int = -1
+
+
+@dataclass
+class CollectorReport:
+    stream: str
+    batches: int = 0
+    records: int = 0
+    events: int = 0
+    rejects: int = 0
+    resumed_at: int = 0
+    first_batch: int = 1
+    seconds: float = 0.0
+
+
+class BatchCollector:
+    """Collects one source into one stream's topic; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        stream: str,
+        topic: str,
+        source: BaseSource,
+        kafka: KafkaSettings,
+        bootstrap: str,
+        log_id: str,
+        checkpoint_dir: Path,
+        batch_events: int = 10_000,
+        batch_ms: int = 1_000,
+        buffer_bytes: int = 64 * 1024 * 1024,
+        fallback: ResumePoint | None = None,
+    ) -> None:
+        self.stream = stream
+        self.topic = topic
+        self.source = source
+        self.kafka = kafka
+        self.bootstrap = bootstrap
+        self.log_id = log_id
+        self.checkpoint_path = Path(checkpoint_dir) / f"{stream}.json"
+        self.batch_events = batch_events
+        self.batch_ms = batch_ms
+        self.buffer_bytes = buffer_bytes
+        self.cap = kafka.max_record_bytes
+        self.fallback = fallback
+        self.report = CollectorReport(stream)
+
+    # -- 1. and 2. ---------------------------------------------------------------------------------
+
+    def _read_checkpoint(self) -> ResumePoint | None:
+        try:
+            data = json.loads(self.checkpoint_path.read_text())
+        except (OSError, ValueError):
+            return None
+        if data.get("log_id") != self.log_id or data.get("source") != self.source.identity:
+            return None
+        return ResumePoint(
+            int(data["batch_id"]) + 1, int(data["last_pos"]) + 1, int(data["offset"])
+        )
+
+    def _write_checkpoint(self, batch_id: int, last_pos: int, offset: int) -> None:
+        data = {
+            "log_id": self.log_id,
+            "source": self.source.identity,
+            "stream": self.stream,
+            "batch_id": batch_id,
+            "last_pos": last_pos,
+            "offset": offset,
+        }
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        with tmp.open("w") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(self.checkpoint_path)
+
+    def resume_point(self) -> ResumePoint:
+        """Step 2 of the protocol: the checkpoint, corrected by what the topic really holds."""
+        point = self._read_checkpoint() or self.fallback or ResumePoint(1, 0)
+        scanned = self._scan_topic(point.offset + 1)
+        if scanned is not None and scanned.next_batch > point.next_batch:
+            return scanned
+        return point
+
+    def _scan_topic(self, from_offset: int) -> ResumePoint | None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(
+            **client_config(self.kafka, self.bootstrap),
+            enable_auto_commit=False,
+            group_id=None,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+        )
+        try:
+            partitions = consumer.partitions_for_topic(self.topic) or {0}
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, max(0, from_offset))
+            best: ResumePoint | None = None
+            empty = 0
+            while empty < 2:
+                polled = consumer.poll(timeout_ms=400, max_records=2000)
+                if not polled:
+                    empty += 1
+                    continue
+                empty = 0
+                for records in polled.values():
+                    for record in records:
+                        headers = header_map(record.headers)
+                        if headers.get(STREAM) != self.stream or LAST_POS not in headers:
+                            continue
+                        part, _, parts = headers.get(PART, "0/1").partition("/")
+                        if int(part) != int(parts) - 1:
+                            continue
+                        batch = int(headers[BATCH])
+                        if best is None or batch >= best.next_batch:
+                            best = ResumePoint(batch + 1, int(headers[LAST_POS]) + 1, record.offset)
+            return best
+        finally:
+            consumer.close()
+
+    # -- 3. and 4. ---------------------------------------------------------------------------------
+
+    def _producer(self) -> Any:
+        from kafka import KafkaProducer
+
+        return KafkaProducer(
+            **client_config(self.kafka, self.bootstrap),
+            acks="all",
+            retries=10,
+            enable_idempotence=True,
+            linger_ms=5,
+            max_request_size=self.cap + 256 * 1024,
+            max_block_ms=120_000,
+        )
+
+    def _backpressure(self, in_flight: deque[tuple[Any, int]], held: int) -> int:
+        """Wait for the oldest sends until at most ``buffer_bytes`` are unacknowledged (the
+        client's own buffer is unbounded, so the collector bounds it). Returns the bytes held."""
+        from kafka.errors import KafkaError
+
+        while in_flight and (held > self.buffer_bytes or in_flight[0][0].is_done):
+            future, size = in_flight.popleft()
+            try:
+                future.get(timeout=120)
+            except KafkaError as exc:
+                raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
+            held -= size
+        return held
+
+    def run(self, stop: threading.Event | None = None) -> CollectorReport:
+        """Collect the source to its end (or until ``stop`` is set); see the module docstring."""
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.checkpoint_path.with_suffix(".lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            lock.close()
+            raise CollectorBusy(
+                f"another collector is collecting stream {self.stream!r} ({self.checkpoint_path})"
+            ) from exc
+        try:
+            return self._run(stop)
+        finally:
+            lock.close()
+
+    def _run(self, stop: threading.Event | None) -> CollectorReport:
+        started = time.monotonic()
+        point = self.resume_point()
+        report = self.report
+        report.resumed_at = point.start_pos
+        report.first_batch = point.next_batch
+        logger.info(
+            "collector start stream=%s topic=%s batch_id=%s pos=%s",
+            self.stream,
+            self.topic,
+            point.next_batch,
+            point.start_pos,
+        )
+        producer = self._producer()
+        batch_id = point.next_batch
+        pending: list[pa.Table] = []
+        pending_rejects: list[Reject] = []
+        pending_events = 0
+        opened_at: float | None = None
+        covered = point.start_pos - 1
+        last_future: Any = None
+        unflushed = 0
+        in_flight: deque[tuple[Any, int]] = deque()
+        held = 0
+
+        def flush(last_pos: int, punctuation: bool) -> None:
+            nonlocal batch_id, pending, pending_rejects, pending_events, opened_at
+            nonlocal last_future, unflushed, held
+            if not pending and not pending_rejects:
+                return
+            events = pa.concat_tables(pending) if pending else self.source.schema.empty_table()
+            records = encode_batch(
+                self.stream,
+                batch_id,
+                events,
+                pending_rejects,
+                cap=self.cap,
+                last_pos=last_pos,
+                punctuation=punctuation,
+            )
+            for record in records:
+                last_future = producer.send(
+                    self.topic, value=record.value, headers=record.headers, partition=0
+                )
+                in_flight.append((last_future, len(record.value)))
+                held += len(record.value)
+                held = self._backpressure(in_flight, held)
+            report.batches += 1
+            report.records += len(records)
+            report.events += events.num_rows
+            report.rejects += len(pending_rejects)
+            pending, pending_rejects, pending_events, opened_at = [], [], 0, None
+            unflushed += 1
+            if unflushed >= CHECKPOINT_EVERY:
+                self._checkpoint(producer, last_future, batch_id, last_pos)
+                unflushed = 0
+            batch_id += 1
+
+        try:
+            for chunk in self.source.read(point.start_pos):
+                events = chunk.events
+                rejects = list(chunk.rejects)
+                offset = 0
+                while offset < events.num_rows:
+                    if opened_at is None:
+                        opened_at = time.monotonic()
+                    take = min(self.batch_events - pending_events, events.num_rows - offset)
+                    piece = events.slice(offset, take)
+                    offset += take
+                    cut_pos = int(piece.column("_pos")[-1].as_py())
+                    pending.append(piece)
+                    pending_events += take
+                    pending_rejects.extend(r for r in rejects if r[0] <= cut_pos)
+                    rejects = [r for r in rejects if r[0] > cut_pos]
+                    if pending_events >= self.batch_events:
+                        # The cut is right after this event: later rejects go with the next batch.
+                        flush(cut_pos, False)
+                        covered = cut_pos
+                pending_rejects.extend(rejects)
+                if rejects and opened_at is None:
+                    opened_at = time.monotonic()
+                covered = max(covered, chunk.last_pos)
+                timed_out = opened_at is not None and (
+                    (time.monotonic() - opened_at) * 1000 >= self.batch_ms
+                )
+                if chunk.punctuation or timed_out:
+                    flush(covered, chunk.punctuation)
+                if stop is not None and stop.is_set():
+                    break
+            flush(covered, False)
+            if last_future is not None:
+                self._checkpoint(producer, last_future, batch_id - 1, covered)
+        finally:
+            producer.close(timeout=30)
+        report.seconds = time.monotonic() - started
+        logger.info(
+            "collector done stream=%s batches=%s events=%s rejects=%s seconds=%.2f",
+            self.stream,
+            report.batches,
+            report.events,
+            report.rejects,
+            report.seconds,
+        )
+        return report
+
+    def _checkpoint(self, producer: Any, future: Any, batch_id: int, last_pos: int) -> None:
+        from kafka.errors import KafkaError
+
+        try:
+            producer.flush(timeout=120)
+            metadata = future.get(timeout=120)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
+        self._write_checkpoint(batch_id, last_pos, int(metadata.offset))

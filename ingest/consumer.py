@@ -1,0 +1,115 @@
+"""The Kafka side of consumption: assign the streams' partitions, seek to the offsets staging
+holds, poll records in order.
+
+No consumer group decides anything here: partitions are assigned by hand (``assign``), and the
+starting offsets come from staging, which committed them with the batches. Kafka's own committed
+offsets are written only so that monitoring tools see the pipeline's progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ingest.assembler import RawRecord, TopicPartition
+from ingest.broker import client_config
+from ingest.exceptions import BrokerUnavailable
+from streamdi.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
+
+
+class RecordConsumer:
+    """Reads the given topics from given offsets; see the module docstring."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        bootstrap: str,
+        topics: list[str],
+        *,
+        start: Mapping[TopicPartition, int],
+        start_from: str = "earliest",
+        group_id: str | None = None,
+    ) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+        from kafka.errors import KafkaError
+
+        self.group_id = group_id
+        try:
+            self._consumer: Any = KafkaConsumer(
+                **client_config(kafka, bootstrap),
+                group_id=group_id,
+                enable_auto_commit=False,
+                fetch_max_bytes=64 * 1024 * 1024,
+                max_partition_fetch_bytes=16 * 1024 * 1024,
+                fetch_max_wait_ms=50,
+                receive_buffer_bytes=4 * 1024 * 1024,
+            )
+            tps: list[Any] = []
+            for topic in topics:
+                partitions = self._consumer.partitions_for_topic(topic) or {0}
+                tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
+            self._consumer.assign(tps)
+            for tp in tps:
+                offset = start.get((tp.topic, tp.partition))
+                if offset is not None:
+                    self._consumer.seek(tp, offset)
+                elif start_from == "latest":
+                    self._consumer.seek_to_end(tp)
+                else:
+                    self._consumer.seek(tp, 0)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot consume {topics}: {exc}") from exc
+        self.partitions: list[TopicPartition] = [(tp.topic, tp.partition) for tp in tps]
+        self.last_offsets: dict[TopicPartition, int] = {}
+        logger.info("consumer assigned partitions=%s", self.partitions)
+
+    def poll(self, timeout_ms: int, max_records: int = 1000) -> list[RawRecord]:
+        """The next records, in offset order per partition."""
+        from kafka.errors import KafkaError
+
+        try:
+            polled = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"polling failed: {exc}") from exc
+        out: list[RawRecord] = []
+        for tp, records in polled.items():
+            for r in records:
+                out.append(
+                    RawRecord(
+                        tp.topic,
+                        tp.partition,
+                        r.offset,
+                        r.value,
+                        list(r.headers or []),
+                        r.timestamp if r.timestamp and r.timestamp > 0 else 0,
+                    )
+                )
+            if records:
+                self.last_offsets[(tp.topic, tp.partition)] = records[-1].offset
+        return out
+
+    def commit_for_monitoring(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Tell Kafka how far the pipeline has committed (monitoring only; never read back)."""
+        if not self.group_id or not offsets:
+            return
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        try:
+            self._consumer.commit_async(
+                {
+                    TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                    for (t, p), o in offsets.items()
+                }
+            )
+        except Exception as exc:  # monitoring must never stop the pipeline
+            logger.debug("monitoring offset commit failed: %s", exc)
+
+    def close(self) -> None:
+        try:
+            self._consumer.close(autocommit=False)
+        except Exception as exc:
+            logger.debug("consumer close: %s", exc)

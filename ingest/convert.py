@@ -1,0 +1,127 @@
+"""Turning raw values (text fields, JSON values) into typed Arrow columns, vectorized, with the rows
+that do not convert reported by index and reason instead of failing the whole column.
+
+The fast path casts a whole column at once; only when that fails does it bisect the column to find
+the few bad rows, so a clean chunk costs one cast per column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from etl_dataflows.types import MICROS_PER_DAY, ColumnType, arrow_type
+
+_TRUE = ["true", "t", "1", "yes", "y"]
+_FALSE = ["false", "f", "0", "no", "n"]
+
+
+def _cast_text(values: pa.Array, kind: ColumnType) -> pa.Array:
+    """Cast a string array to ``kind``; raises ``pyarrow.ArrowInvalid`` (or similar) on bad
+    values. Empty strings are nulls for every type but ``string``."""
+    if kind == "string":
+        return values
+    trimmed = pc.utf8_trim_whitespace(values)
+    cleaned = pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, pa.string()), trimmed)
+    if kind == "bool":
+        lower = pc.utf8_lower(cleaned)
+        is_true = pc.is_in(lower, value_set=pa.array(_TRUE))
+        is_false = pc.is_in(lower, value_set=pa.array(_FALSE))
+        bad = pc.and_(pc.is_valid(lower), pc.invert(pc.or_(is_true, is_false)))
+        if pc.any(bad).as_py():
+            raise pa.ArrowInvalid("not a boolean")
+        return pc.if_else(pc.is_null(lower), pa.scalar(None, pa.bool_()), is_true)
+    if kind == "timestamp":
+        # ISO 8601 with a space or a T; a bare date is midnight.
+        iso = pc.replace_substring(cleaned, " ", "T")
+        midnight = pc.binary_join_element_wise(iso, "T00:00:00", "")
+        dated = pc.if_else(pc.equal(pc.utf8_length(iso), 10), midnight, iso)
+        return dated.cast(pa.timestamp("us"))
+    return cleaned.cast(arrow_type(kind))
+
+
+def _cast_values(values: pa.Array, kind: ColumnType) -> pa.Array:
+    """Cast an array of JSON-ish Python values (already an Arrow array) to ``kind``."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return _cast_text(values.cast(pa.string()), kind)
+    if pa.types.is_null(values.type):
+        return pa.nulls(len(values), arrow_type(kind))
+    if kind == "string":
+        raise pa.ArrowInvalid(f"expected text, got {values.type}")
+    if kind == "int64" and pa.types.is_floating(values.type):
+        integral = pc.equal(pc.floor(values), values)
+        if not pc.all(pc.fill_null(integral, True)).as_py():
+            raise pa.ArrowInvalid("expected an integer")
+    return values.cast(arrow_type(kind))
+
+
+def convert_column(
+    values: pa.Array, kind: ColumnType, *, name: str
+) -> tuple[pa.Array, dict[int, str]]:
+    """``values`` (strings or mixed JSON values) as ``kind``; rows that do not convert become null
+    and are returned as ``{index: reason}``."""
+    try:
+        return _cast_values(values, kind), {}
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+        pass
+    bad: dict[int, str] = {}
+    good = np.ones(len(values), dtype=bool)
+
+    def bisect(start: int, length: int) -> None:
+        piece = values.slice(start, length)
+        try:
+            _cast_values(piece, kind)
+            return
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+            pass
+        if length == 1:
+            raw = piece.to_pylist()[0]
+            bad[start] = f"column {name!r}: cannot read {raw!r} as {kind}"
+            good[start] = False
+            return
+        half = length // 2
+        bisect(start, half)
+        bisect(start + half, length - half)
+
+    bisect(0, len(values))
+    mask = pa.array(good)
+    kept = pc.if_else(mask, values, pa.scalar(None, values.type))
+    return _cast_values(kept, kind), bad
+
+
+def convert_columns(
+    raw: Mapping[str, pa.Array], columns: Mapping[str, ColumnType]
+) -> tuple[list[pa.Array], dict[int, str]]:
+    """Every declared column converted; bad rows as ``{index: reasons joined by '; '}``."""
+    arrays = []
+    bad: dict[int, list[str]] = {}
+    for name, kind in columns.items():
+        array, problems = convert_column(raw[name], kind, name=name)
+        arrays.append(array)
+        for index, reason in problems.items():
+            bad.setdefault(index, []).append(reason)
+    return arrays, {i: "; ".join(r) for i, r in bad.items()}
+
+
+def event_times(column: pa.Array, kind: ColumnType) -> pa.Array:
+    """Event times in µs (int64) from a typed column of kind timestamp, date or int64."""
+    if kind == "timestamp":
+        return column.cast(pa.timestamp("us")).cast(pa.int64())
+    if kind == "date":
+        days = column.cast(pa.int32()).cast(pa.int64())
+        return pc.multiply(days, MICROS_PER_DAY)
+    if kind == "int64":
+        return column
+    raise ValueError(f"an event-time column must be timestamp, date or int64, not {kind}")
+
+
+def python_array(values: Sequence[Any]) -> pa.Array:
+    """An Arrow array of arbitrary Python values; mixed types fall back to their text."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([None if v is None else str(v) for v in values], pa.string())

@@ -1,0 +1,64 @@
+"""Re-offering fixed dead letters: each becomes a single-event record on its stream's topic, marked
+with the dead letter's id, so the batch that applies it also marks the dead letter as replayed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ingest.broker import client_config, ensure_topics
+from ingest.exceptions import BrokerUnavailable
+from ingest.records import REPLAY_OF, STREAM
+from ingest.runspec import RunSpec
+from streamdi.settings import KafkaSettings
+
+
+def replay_file(
+    spec: RunSpec, kafka: KafkaSettings, bootstrap: str, path: Path
+) -> tuple[int, list[tuple[int, str]]]:
+    """Produce every fixed event of ``path`` (JSON lines: ``id``, ``stream``, ``event`` object with
+    the stream's fields and optionally ``_ts``/``_pos``, as ``streamdi deadletters list --json``
+    writes them). Returns the number sent and the refused lines with the reason."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    outgoing: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
+    refused: list[tuple[int, str]] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry: Any = json.loads(line)
+        except ValueError as exc:
+            refused.append((number, f"not JSON: {exc}"))
+            continue
+        stream = entry.get("stream") if isinstance(entry, dict) else None
+        event = entry.get("event") if isinstance(entry, dict) else None
+        if stream not in spec.flow.sources:
+            refused.append((number, f"unknown stream {stream!r}"))
+            continue
+        if not isinstance(event, dict):
+            refused.append((number, "the event is raw text; give the fixed event as a JSON object"))
+            continue
+        event = dict(event)
+        if "_ts" not in event and isinstance(entry.get("ts"), int):
+            event["_ts"] = entry["ts"]
+        if "_pos" not in event and isinstance(entry.get("pos"), int):
+            event["_pos"] = entry["pos"]
+        headers = [(STREAM, str(stream).encode())]
+        if isinstance(entry.get("id"), int):
+            headers.append((REPLAY_OF, str(entry["id"]).encode()))
+        outgoing.append((spec.topic(stream), json.dumps(event).encode(), headers))
+    if outgoing:
+        ensure_topics(kafka, bootstrap, {t: 1 for t, _, _ in outgoing})
+        producer = KafkaProducer(**client_config(kafka, bootstrap), acks="all", retries=10)
+        try:
+            for topic, value, headers in outgoing:
+                producer.send(topic, value=value, headers=headers, partition=0)
+            producer.flush(timeout=60)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"re-offering dead letters failed: {exc}") from exc
+        finally:
+            producer.close(timeout=30)
+    return len(outgoing), refused

@@ -1,0 +1,29 @@
+"""Errors of data collection and consumption (bad *records* are dead letters, not errors)."""
+
+from __future__ import annotations
+
+from streamdi.errors import StreamdiError, TerminalError, TransientError
+
+
+class IngestError(StreamdiError):
+    """Root of the ingest stage's errors."""
+
+
+class BrokerUnavailable(IngestError, TransientError):
+    """The Kafka broker did not answer (not up yet, or gone); retrying may help."""
+
+
+class BrokerStartFailed(IngestError, TerminalError):
+    """The embedded broker could not be started (binary missing, exited at once)."""
+
+
+class SourceUnavailable(IngestError, TerminalError):
+    """A source cannot be read (a missing file, a bad declaration)."""
+
+
+class RunSpecError(IngestError, TerminalError):
+    """``module:attribute`` does not name a dataflow or run spec, or its bindings are wrong."""
+
+
+class CollectorBusy(IngestError, TerminalError):
+    """Another collector holds this stream's checkpoint (one collector per stream at a time)."""

@@ -1,0 +1,148 @@
+"""Where each thing lives in the staging DuckDB file, and the DDL that creates it.
+
+=========================  ========================================================================
+``state.<table>``          a state table in its image form (all versions of a history table)
+``delta_log.<table>``      per-batch net changes: ``batch_id``, ``op`` (upsert/delete), the image
+``outputs.<sink>``         output rows of a sink, with ``batch_id``
+``streamdi.batches``       the batch ledger: one row per committed batch (counts and times)
+``streamdi.offsets``       next Kafka offset to consume per (topic, partition)
+``streamdi.streams``       per stream: last collector batch id applied, event-time high mark
+``streamdi.sequences``     surrogate-key and entry-id counters of the engine
+``streamdi.dead_letters``  rejected records and events with topic, partition, offset and reason
+``streamdi.aborts``        aborted transactions with their reason
+``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow)
+=========================  ========================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from etl_dataflows.batch import ABORT_SCHEMA
+from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.state import image_schema
+from etl_dataflows.types import META_COLUMNS, ColumnType
+
+STATE, DELTA, OUTPUTS, SYSTEM = "state", "delta_log", "outputs", "streamdi"
+
+_DUCK: dict[ColumnType, str] = {
+    "int64": "BIGINT",
+    "float64": "DOUBLE",
+    "bool": "BOOLEAN",
+    "string": "VARCHAR",
+    "timestamp": "TIMESTAMP",
+    "date": "DATE",
+}
+
+DEAD_LETTER_TABLE_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("stream", pa.string()),
+        ("step", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("pos", pa.int64()),
+        ("ts", pa.int64()),
+        ("reason", pa.string()),
+        ("payload", pa.string()),
+    ]
+)
+"""One staged dead letter. ``step`` is ``ingest`` for records rejected before the engine (parse
+errors, corrupt payloads, late events); ``offset`` is the Kafka record that carried it."""
+
+DEAD_LETTER_INPUT_SCHEMA = pa.schema([f for f in DEAD_LETTER_TABLE_SCHEMA if f.name != "id"])
+"""What a commit hands in: the dead-letter row without its id (staging assigns ids)."""
+
+
+def q(name: str) -> str:
+    """A quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(schema: str, name: str) -> str:
+    return f"{q(schema)}.{q(name)}"
+
+
+def duck_type(kind: ColumnType | None) -> str:
+    return _DUCK[kind] if kind is not None else "VARCHAR"
+
+
+def output_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
+    """The columns of a sink's output table (without ``batch_id``), meta columns included."""
+    columns: dict[str, ColumnType | None] = dict(flow.schemas[sink])
+    for meta in META_COLUMNS:
+        columns[meta] = "int64"
+    return columns
+
+
+def fingerprint(flow: CompiledDataflow) -> str:
+    """A digest of everything the file's layout depends on (tables, sources, sinks)."""
+    shape = {
+        "tables": {
+            name: {
+                "kind": table.kind,
+                "columns": table.image_columns(),
+                "row_id": list(table.row_id()),
+            }
+            for name, table in sorted(flow.tables.items())
+        },
+        "sources": {s: flow.schemas[s] for s in flow.sources},
+        "sinks": {s: output_columns(flow, s) for s in flow.sinks},
+    }
+    text = json.dumps(shape, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _columns_sql(columns: Mapping[str, ColumnType | None]) -> str:
+    return ", ".join(f"{q(n)} {duck_type(t)}" for n, t in columns.items())
+
+
+def create_statements(flow: CompiledDataflow) -> list[str]:
+    """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow``."""
+    statements = [f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, DELTA, OUTPUTS, SYSTEM)]
+    for name, table in flow.tables.items():
+        image = table.image_columns()
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {qualified(STATE, name)} ({_columns_sql(image)})"
+        )
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {qualified(DELTA, name)} "
+            f"(batch_id BIGINT NOT NULL, op VARCHAR NOT NULL, {_columns_sql(image)})"
+        )
+    for sink in flow.sinks:
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {qualified(OUTPUTS, sink)} "
+            f"(batch_id BIGINT NOT NULL, {_columns_sql(output_columns(flow, sink))})"
+        )
+    system = {
+        "batches": "batch_id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, events BIGINT, "
+        "records BIGINT, committed_txns BIGINT, aborted_txns BIGINT, dead_letters BIGINT, "
+        "output_rows BIGINT, arrived_at TIMESTAMP, executed_ms DOUBLE, committed_at TIMESTAMP, "
+        "streams VARCHAR",
+        "offsets": "topic VARCHAR NOT NULL, partition INTEGER NOT NULL, next_offset BIGINT NOT "
+        "NULL, batch_id BIGINT NOT NULL",
+        "streams": "stream VARCHAR NOT NULL, last_batch BIGINT NOT NULL, max_ts BIGINT, "
+        "events BIGINT NOT NULL, last_pos BIGINT NOT NULL, batch_id BIGINT NOT NULL",
+        "sequences": "name VARCHAR NOT NULL, value BIGINT NOT NULL",
+        "dead_letters": "id BIGINT NOT NULL, batch_id BIGINT NOT NULL, stream VARCHAR, "
+        'step VARCHAR, topic VARCHAR, partition INTEGER, "offset" BIGINT, pos BIGINT, ts BIGINT, '
+        "reason VARCHAR, payload VARCHAR, replayed_in BIGINT",
+        "aborts": "batch_id BIGINT NOT NULL, "
+        + ", ".join(
+            f"{q(f.name)} {'BIGINT' if f.type == pa.int64() else 'VARCHAR'}" for f in ABORT_SCHEMA
+        ),
+        "meta": "key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL",
+    }
+    for name, columns in system.items():
+        statements.append(f"CREATE TABLE IF NOT EXISTS {qualified(SYSTEM, name)} ({columns})")
+    return statements
+
+
+def state_schema(flow: CompiledDataflow, table: str) -> pa.Schema:
+    return image_schema(flow.tables[table])

@@ -1,0 +1,577 @@
+"""The staging store: one DuckDB file holding a dataflow's state, changes, outputs and progress.
+
+A :class:`StagingStore` is opened by the one process that runs the dataflow (DuckDB allows one
+writing process). :meth:`StagingStore.commit` applies one or more batch results in **one**
+transaction: the state changes, the delta log, the outputs, the dead letters, the aborts, the
+sequences, the consumed Kafka offsets and the batch ledger rows. After a restart
+:meth:`StagingStore.load_state` rebuilds the engine's state and :meth:`StagingStore.offsets` tells
+the consumer where to resume, so a batch is applied exactly once across crashes.
+
+Only bulk paths touch the database: every row set travels as one Arrow table per statement; nothing
+is inserted row by row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from etl_dataflows.batch import BatchResult, TableDelta
+from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.state import StateImage, image_schema
+from staging.exceptions import (
+    BatchAlreadyCommitted,
+    StagingCommitFailed,
+    StagingInUse,
+    StagingMismatch,
+)
+from staging.layout import (
+    DEAD_LETTER_INPUT_SCHEMA,
+    DEAD_LETTER_TABLE_SCHEMA,
+    DELTA,
+    OUTPUTS,
+    STATE,
+    SYSTEM,
+    create_statements,
+    fingerprint,
+    output_columns,
+    q,
+    qualified,
+)
+
+logger = logging.getLogger(__name__)
+
+CommitHook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """How far a stream has been applied: the last collector batch id, the event-time high mark
+    (for lateness checks), the events applied so far and the last source position applied."""
+
+    last_batch: int = 0
+    max_ts: int | None = None
+    events: int = 0
+    last_pos: int = -1
+
+
+@dataclass
+class BatchCommit:
+    """Everything one engine batch produced plus what it consumed; committed atomically.
+
+    ``dead_letters`` has :data:`~staging.layout.DEAD_LETTER_INPUT_SCHEMA` (ingest rejects and the
+    engine's dead letters, with the Kafka record each came in). ``offsets`` maps
+    ``(topic, partition)`` to the next offset to consume; ``streams`` the progress per stream after
+    this batch; ``replayed`` the dead-letter ids this batch re-offered.
+    """
+
+    batch_id: int
+    result: BatchResult
+    dead_letters: pa.Table
+    offsets: Mapping[tuple[str, int], int]
+    streams: Mapping[str, StreamProgress]
+    events: int
+    records: int
+    arrived_at: float
+    executed_ms: float
+    replayed: list[int] = field(default_factory=list)
+
+
+def arrow_of(relation: Any) -> pa.Table:
+    """The Arrow table of a DuckDB relation (duckdb 1.x ``arrow()``, 2.x ``to_arrow_table()``)."""
+    to_table = getattr(relation, "to_arrow_table", None)
+    table: pa.Table = to_table() if to_table is not None else relation.arrow()
+    return table
+
+
+class StagingStore:
+    """The staging DuckDB file of one dataflow; see the module docstring.
+
+    Opening creates the layout if the file is new, and checks that an existing file was made for
+    the same dataflow shape (:class:`~staging.exceptions.StagingMismatch` otherwise). A file held by
+    another process raises :class:`~staging.exceptions.StagingInUse`.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        flow: Dataflow | CompiledDataflow,
+        *,
+        memory_limit: str | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.flow = flow.build() if isinstance(flow, Dataflow) else flow
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        config: dict[str, str | bool | int | float | list[str]] = (
+            {"memory_limit": memory_limit} if memory_limit else {}
+        )
+        try:
+            self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
+        except duckdb.IOException as exc:
+            raise StagingInUse(self.path, str(exc).splitlines()[0]) from exc
+        self._fingerprint = fingerprint(self.flow)
+        if not read_only:
+            self._create()
+        self._check_meta()
+        self._watermark = int(
+            self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
+        )
+        self._next_dead_letter = (
+            int(self._scalar(f"SELECT coalesce(max(id), 0) FROM {_sys('dead_letters')}")) + 1
+        )
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        self._con.execute("BEGIN TRANSACTION")
+        for statement in create_statements(self.flow):
+            self._con.execute(statement)
+        self._con.execute(
+            f"INSERT INTO {_sys('meta')} VALUES ('dataflow', ?), ('fingerprint', ?) "
+            "ON CONFLICT DO NOTHING",
+            [self.flow.name, self._fingerprint],
+        )
+        self._con.execute("COMMIT")
+
+    def _check_meta(self) -> None:
+        try:
+            rows = dict(self._con.execute(f"SELECT key, value FROM {_sys('meta')}").fetchall())
+        except duckdb.CatalogException as exc:
+            raise StagingMismatch(self.path, "it has no streamdi layout") from exc
+        if rows.get("dataflow") != self.flow.name:
+            raise StagingMismatch(
+                self.path, f"it holds dataflow {rows.get('dataflow')!r}, not {self.flow.name!r}"
+            )
+        if rows.get("fingerprint") != self._fingerprint:
+            raise StagingMismatch(
+                self.path,
+                f"dataflow {self.flow.name!r} changed its tables, sources or sinks since the file "
+                "was created",
+            )
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> StagingStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading progress and state ----------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """The id of the last committed batch (0 before the first)."""
+        return self._watermark
+
+    def _scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+        rows = self._con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to consume per ``(topic, partition)``, as of the last commit."""
+        rows = self._con.execute(
+            f"SELECT topic, partition, next_offset FROM {_sys('offsets')}"
+        ).fetchall()
+        return {(str(t), int(p)): int(o) for t, p, o in rows}
+
+    def streams(self) -> dict[str, StreamProgress]:
+        rows = self._con.execute(
+            f"SELECT stream, last_batch, max_ts, events, last_pos FROM {_sys('streams')}"
+        ).fetchall()
+        return {
+            str(s): StreamProgress(int(b), None if m is None else int(m), int(e), int(p))
+            for s, b, m, e, p in rows
+        }
+
+    def meta(self, key: str) -> str | None:
+        """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
+        value = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = ?", [key])
+        return None if value is None else str(value)
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a ``streamdi.meta`` value in its own transaction."""
+        self._con.execute(
+            f"INSERT OR REPLACE INTO {_sys('meta')} VALUES (?, ?)", [key, value]
+        ).fetchall()
+
+    def load_state(self) -> StateImage:
+        """The engine's state as of the last commit: every state table sorted by row id, plus the
+        sequences."""
+        tables: dict[str, pa.Table] = {}
+        for name, table in self.flow.tables.items():
+            order = ", ".join(q(c) for c in table.row_id())
+            data = arrow_of(
+                self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}")
+            )
+            tables[name] = data.cast(image_schema(table))
+        sequences = {
+            str(n): int(v)
+            for n, v in self._con.execute(f"SELECT name, value FROM {_sys('sequences')}").fetchall()
+        }
+        return StateImage(tables, sequences)
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
+        """Run a read-only SQL query on a fresh cursor and return Arrow (for tools and tests)."""
+        cursor = self._con.cursor()
+        try:
+            return arrow_of(cursor.sql(sql, params=params) if params else cursor.sql(sql))
+        finally:
+            cursor.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to the same database (its own transactions), for snapshot readers."""
+        return self._con.cursor()
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def commit(self, commits: list[BatchCommit], *, hook: CommitHook | None = None) -> None:
+        """Apply ``commits`` (consecutive batches, in order) in one transaction.
+
+        The commit protocol, in this order:
+
+        1. Refuse any batch id at or below the watermark (it would apply twice) or out of order.
+        2. Build every row set as Arrow before the transaction opens: per state table the delta
+           rows of all the batches, the outputs, the dead letters (assigning their ids), the
+           aborts and the ledger rows.
+        3. BEGIN.
+        4. Per state table: append the delta log; delete every row whose row id changed or was
+           deleted; insert the newest upsert of each row id.
+        5. Append the outputs per sink, the dead letters and the aborts; mark re-offered dead
+           letters as replayed.
+        6. Replace the sequences, the consumed offsets and the stream progress with the last
+           batch's values.
+        7. Insert one ledger row per batch.
+        8. COMMIT: all of it becomes durable and visible at once.
+        9. Advance the in-memory watermark.
+
+        Any error before step 8 rolls the transaction back and raises
+        :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is visible and
+        the caller may run them again. ``hook(step)`` is called before steps 4 to 8 (fault
+        injection in the crash tests).
+        """
+        if not commits:
+            return
+        if self.read_only:
+            raise StagingCommitFailed([c.batch_id for c in commits], "the store is read-only")
+        # 1. no batch twice, in order
+        expected = self._watermark
+        for c in commits:
+            if c.batch_id <= expected:
+                raise BatchAlreadyCommitted(c.batch_id, expected)
+            expected = c.batch_id
+        ids = [c.batch_id for c in commits]
+        # 2. everything as Arrow, outside the transaction
+        deltas = {name: _delta_rows(self.flow, name, commits) for name in self.flow.tables}
+        outputs = {sink: self._output_rows(sink, commits) for sink in self.flow.sinks}
+        dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
+        aborts = _abort_rows(commits)
+        ledger = _ledger_rows(commits)
+        last = commits[-1]
+        con = self._con
+        registered: list[str] = []
+
+        def register(name: str, table: pa.Table) -> str:
+            con.register(name, table)
+            registered.append(name)
+            return name
+
+        def step(name: str) -> None:
+            if hook is not None:
+                hook(name)
+
+        try:
+            # 3.
+            con.execute("BEGIN TRANSACTION")
+            # 4. state tables and the delta log
+            step("state")
+            for name, rows in deltas.items():
+                if rows.num_rows == 0:
+                    continue
+                view = register(f"_delta_{name}", rows)
+                self._apply_delta(name, view, single=len(commits) == 1)
+            # 5. outputs, dead letters, aborts
+            step("outputs")
+            for sink, rows in outputs.items():
+                if rows.num_rows:
+                    view = register(f"_out_{sink}", rows)
+                    con.execute(
+                        f"INSERT INTO {qualified(OUTPUTS, sink)} BY NAME SELECT * FROM {view}"
+                    )
+            if dead.num_rows:
+                register("_dead", dead)
+                con.execute(f"INSERT INTO {_sys('dead_letters')} BY NAME SELECT * FROM _dead")
+            if aborts.num_rows:
+                register("_aborts", aborts)
+                con.execute(f"INSERT INTO {_sys('aborts')} BY NAME SELECT * FROM _aborts")
+            for c in commits:
+                if c.replayed:
+                    con.execute(
+                        f"UPDATE {_sys('dead_letters')} SET replayed_in = ? "
+                        "WHERE list_contains(?, id) AND replayed_in IS NULL",
+                        [c.batch_id, c.replayed],
+                    )
+            # 6. sequences, offsets, stream progress
+            step("progress")
+            self._replace_progress(commits, last)
+            # 7. the ledger
+            step("ledger")
+            register("_ledger", ledger)
+            con.execute(f"INSERT INTO {_sys('batches')} BY NAME SELECT * FROM _ledger")
+            # 8.
+            step("commit")
+            con.execute("COMMIT")
+        except Exception as exc:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                logger.warning("rollback failed after commit error batch_ids=%s", ids)
+            raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            for name in registered:
+                con.unregister(name)
+        # 9.
+        self._watermark = last.batch_id
+        self._next_dead_letter = next_id
+        logger.debug("committed batch_ids=%s..%s", ids[0], ids[-1])
+
+    def _apply_delta(self, name: str, view: str, *, single: bool) -> None:
+        table = self.flow.tables[name]
+        target = qualified(STATE, name)
+        columns = ", ".join(q(c) for c in table.image_columns())
+        ids = [q(c) for c in table.row_id()]
+        match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
+        con = self._con
+        con.execute(f"INSERT INTO {qualified(DELTA, name)} SELECT * FROM {view}")
+        con.execute(
+            f"DELETE FROM {target} USING (SELECT DISTINCT {', '.join(ids)} FROM {view}) x "
+            f"WHERE {match}"
+        )
+        if single:
+            con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
+        else:
+            con.execute(
+                f"INSERT INTO {target} SELECT {columns} FROM (SELECT *, row_number() OVER "
+                f"(PARTITION BY {', '.join(ids)} ORDER BY batch_id DESC) AS _rn FROM {view}) "
+                "WHERE _rn = 1 AND op = 'upsert'"
+            )
+
+    def _replace_progress(self, commits: list[BatchCommit], last: BatchCommit) -> None:
+        con = self._con
+        if last.result.sequences:
+            names = list(last.result.sequences)
+            seq = pa.table(
+                {
+                    "name": pa.array(names, pa.string()),
+                    "value": pa.array([last.result.sequences[n] for n in names], pa.int64()),
+                }
+            )
+            con.register("_seq", seq)
+            try:
+                con.execute(f"DELETE FROM {_sys('sequences')}")
+                con.execute(f"INSERT INTO {_sys('sequences')} SELECT * FROM _seq")
+            finally:
+                con.unregister("_seq")
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        streams: dict[str, tuple[StreamProgress, int]] = {}
+        for c in commits:
+            for tp, offset in c.offsets.items():
+                offsets[tp] = (offset, c.batch_id)
+            for stream, progress in c.streams.items():
+                streams[stream] = (progress, c.batch_id)
+        if offsets:
+            keys = list(offsets)
+            table = pa.table(
+                {
+                    "topic": pa.array([k[0] for k in keys], pa.string()),
+                    "partition": pa.array([k[1] for k in keys], pa.int32()),
+                    "next_offset": pa.array([offsets[k][0] for k in keys], pa.int64()),
+                    "batch_id": pa.array([offsets[k][1] for k in keys], pa.int64()),
+                }
+            )
+            con.register("_offsets", table)
+            try:
+                con.execute(
+                    f"DELETE FROM {_sys('offsets')} o USING _offsets x "
+                    "WHERE o.topic = x.topic AND o.partition = x.partition"
+                )
+                con.execute(f"INSERT INTO {_sys('offsets')} BY NAME SELECT * FROM _offsets")
+            finally:
+                con.unregister("_offsets")
+        if streams:
+            names = list(streams)
+            table = pa.table(
+                {
+                    "stream": pa.array(names, pa.string()),
+                    "last_batch": pa.array([streams[n][0].last_batch for n in names], pa.int64()),
+                    "max_ts": pa.array([streams[n][0].max_ts for n in names], pa.int64()),
+                    "events": pa.array([streams[n][0].events for n in names], pa.int64()),
+                    "last_pos": pa.array([streams[n][0].last_pos for n in names], pa.int64()),
+                    "batch_id": pa.array([streams[n][1] for n in names], pa.int64()),
+                }
+            )
+            con.register("_streams", table)
+            try:
+                con.execute(
+                    f"DELETE FROM {_sys('streams')} s USING _streams x WHERE s.stream = x.stream"
+                )
+                con.execute(f"INSERT INTO {_sys('streams')} BY NAME SELECT * FROM _streams")
+            finally:
+                con.unregister("_streams")
+
+    def _output_rows(self, sink: str, commits: list[BatchCommit]) -> pa.Table:
+        columns = output_columns(self.flow, sink)
+        parts = []
+        for c in commits:
+            out = c.result.outputs.get(sink)
+            if out is None or out.num_rows == 0:
+                continue
+            arrays = [pa.array([c.batch_id] * out.num_rows, pa.int64())]
+            names = ["batch_id"]
+            for name, kind in columns.items():
+                if name not in out.column_names:
+                    continue
+                column = out.column(name)
+                if kind is None and not pa.types.is_string(column.type):
+                    column = column.cast(pa.string())
+                arrays.append(column)
+                names.append(name)
+            parts.append(pa.Table.from_arrays(arrays, names=names))
+        if not parts:
+            return pa.table({"batch_id": pa.array([], pa.int64())})
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    # -- dead letters ------------------------------------------------------------------------------
+
+    def dead_letters(
+        self,
+        *,
+        stream: str | None = None,
+        pending_only: bool = False,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """Staged dead letters (oldest first), optionally of one stream, not yet replayed, or
+        with the given ids."""
+        where = ["TRUE"]
+        params: list[Any] = []
+        if stream is not None:
+            where.append("stream = ?")
+            params.append(stream)
+        if pending_only:
+            where.append("replayed_in IS NULL")
+        if ids is not None:
+            where.append("list_contains(?, id)")
+            params.append(list(ids))
+        sql = f"SELECT * FROM {_sys('dead_letters')} WHERE {' AND '.join(where)} ORDER BY id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return self.query(sql, params)
+
+
+def _sys(name: str) -> str:
+    return qualified(SYSTEM, name)
+
+
+def _delta_rows(flow: CompiledDataflow, name: str, commits: list[BatchCommit]) -> pa.Table:
+    """The delta log rows of one table over ``commits``: ``batch_id``, ``op``, image columns."""
+    table = flow.tables[name]
+    schema = image_schema(table)
+    out_schema = pa.schema([("batch_id", pa.int64()), ("op", pa.string()), *schema])
+    parts = []
+    for c in commits:
+        delta: TableDelta | None = c.result.deltas.get(name)
+        if delta is None or delta.empty:
+            continue
+        if delta.upserts.num_rows:
+            up = delta.upserts.select(schema.names).cast(schema)
+            parts.append(_with_op(up, c.batch_id, "upsert", out_schema))
+        if delta.deletes.num_rows:
+            n = delta.deletes.num_rows
+            arrays = [
+                delta.deletes.column(f.name).cast(f.type)
+                if f.name in delta.deletes.column_names
+                else pa.nulls(n, f.type)
+                for f in schema
+            ]
+            parts.append(
+                _with_op(
+                    pa.Table.from_arrays(arrays, schema=schema), c.batch_id, "delete", out_schema
+                )
+            )
+    if not parts:
+        return out_schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+def _with_op(data: pa.Table, batch_id: int, op: str, schema: pa.Schema) -> pa.Table:
+    n = data.num_rows
+    arrays = [pa.array([batch_id] * n, pa.int64()), pa.array([op] * n, pa.string())]
+    return pa.Table.from_arrays(arrays + list(data.columns), schema=schema)
+
+
+def _dead_letter_rows(commits: list[BatchCommit], first_id: int) -> tuple[pa.Table, int]:
+    parts = [c.dead_letters for c in commits if c.dead_letters.num_rows]
+    if not parts:
+        return DEAD_LETTER_TABLE_SCHEMA.empty_table(), first_id
+    rows = pa.concat_tables(
+        [p.select(DEAD_LETTER_INPUT_SCHEMA.names).cast(DEAD_LETTER_INPUT_SCHEMA) for p in parts]
+    )
+    ids = pa.array(range(first_id, first_id + rows.num_rows), pa.int64())
+    return rows.add_column(0, "id", ids), first_id + rows.num_rows
+
+
+def _abort_rows(commits: list[BatchCommit]) -> pa.Table:
+    parts = []
+    for c in commits:
+        aborts = c.result.aborts
+        if aborts.num_rows:
+            ids = pa.array([c.batch_id] * aborts.num_rows, pa.int64())
+            parts.append(aborts.add_column(0, "batch_id", ids))
+    if not parts:
+        return pa.table({"batch_id": pa.array([], pa.int64())})
+    return pa.concat_tables(parts)
+
+
+def _ledger_rows(commits: list[BatchCommit]) -> pa.Table:
+    now = datetime.now(UTC).replace(tzinfo=None)
+
+    def ts(epoch: float) -> datetime:
+        return datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+
+    return pa.table(
+        {
+            "batch_id": pa.array([c.batch_id for c in commits], pa.int64()),
+            "status": pa.array(["committed"] * len(commits), pa.string()),
+            "events": pa.array([c.events for c in commits], pa.int64()),
+            "records": pa.array([c.records for c in commits], pa.int64()),
+            "committed_txns": pa.array([c.result.committed for c in commits], pa.int64()),
+            "aborted_txns": pa.array([c.result.aborted for c in commits], pa.int64()),
+            "dead_letters": pa.array([c.dead_letters.num_rows for c in commits], pa.int64()),
+            "output_rows": pa.array(
+                [sum(t.num_rows for t in c.result.outputs.values()) for c in commits], pa.int64()
+            ),
+            "arrived_at": pa.array([ts(c.arrived_at) for c in commits], pa.timestamp("us")),
+            "executed_ms": pa.array([c.executed_ms for c in commits], pa.float64()),
+            "committed_at": pa.array([now] * len(commits), pa.timestamp("us")),
+            "streams": pa.array(
+                [
+                    json.dumps({s: p.last_batch for s, p in sorted(c.streams.items())})
+                    for c in commits
+                ],
+                pa.string(),
+            ),
+        }
+    )

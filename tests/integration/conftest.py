@@ -1,0 +1,67 @@
+"""Integration fixtures: a real embedded broker (Tansu, its own process) kept alive for the module,
+and helpers to run ``streamdi`` as real child processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ingest.broker import EmbeddedBroker
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    embedded = EmbeddedBroker(log_file=log)
+    embedded.start()  # a broker that cannot start fails the test; it is never skipped
+    try:
+        yield embedded
+    finally:
+        embedded.stop()
+
+
+def streamdi_env(broker: EmbeddedBroker, state: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KAFKA__", "STAGING__", "INGEST__", "ENGINE__", "STREAMDI__"))
+    }
+    env.update(
+        KAFKA__BOOTSTRAP_SERVERS=broker.bootstrap_servers,
+        STREAMDI__STATE_DIR=str(state),
+        STREAMDI__LOG_LEVEL="WARNING",
+        PYTHONPATH=str(REPO),
+    )
+    env.update(extra)
+    return env
+
+
+def start_streamdi(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streamdi.cli", "-q", *args],
+            cwd=REPO,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    finally:
+        handle.close()
+
+
+def run_streamdi(args: list[str], env: dict[str, str], log: Path, timeout: float = 180) -> int:
+    process = start_streamdi(args, env, log)
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"streamdi {args} did not finish in {timeout} s; see {log}") from None
