@@ -56,7 +56,7 @@ CRASH_PHASES = ("poll", "execute", "commit", "committed")
 
 @dataclass
 class PipelineOptions:
-    executor: str = "serial"
+    executor: str = "local"
     until_idle_s: float | None = None
     max_batches: int | None = None
     collect: bool = True

@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
 
-ExecutorName = Literal["serial"]
+ExecutorName = Literal["serial", "local"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -137,7 +137,12 @@ class StagingSettings(BaseModel):
 class EngineSettings(BaseModel):
     """The transactional dataflow engine (``ENGINE__*``)."""
 
-    executor: ExecutorName = Field(default="serial", description="Executor running the dataflows.")
+    executor: ExecutorName = Field(
+        default="local",
+        description="Executor running the dataflows: local (compiled, adaptive) or serial (the "
+        "plain-Python oracle).",
+    )
+
     batch_size: int = Field(
         default=10_240, ge=1, le=10_000_000, description="Events per engine batch."
     )

@@ -131,7 +131,7 @@ def test_exactly_once_across_kill_9(broker: EmbeddedBroker, tmp_path: Path) -> N
     # -- the reference: one run without crashes ----------------------------------------------------
     reference = tmp_path / "reference.duckdb"
     env_ref = streamdi_env(
-        broker, state, STAGING__PATH=str(reference), ENGINE__BATCH_SIZE="5000", **common
+        broker, state, STAGING__PATH=str(reference), ENGINE__BATCH_SIZE="1000", **common
     )
     log = tmp_path / "reference.log"
     assert run_streamdi(["run", SPEC, "--no-collect", "--until-idle", "1.5"], env_ref, log) == 0, (
@@ -145,10 +145,13 @@ def test_exactly_once_across_kill_9(broker: EmbeddedBroker, tmp_path: Path) -> N
     # -- the crashed run: killed at every kind of moment, restarted each time --------------------------
     crashed = tmp_path / "crashed.duckdb"
     env_crash = streamdi_env(
-        broker, state, STAGING__PATH=str(crashed), ENGINE__BATCH_SIZE="5000", **common
+        broker, state, STAGING__PATH=str(crashed), ENGINE__BATCH_SIZE="1000", **common
     )
     log = tmp_path / "crashed.log"
-    plan = ["execute", "commit", "committed", "poll"] * 2 + ["random"] * 4
+    # 100 engine batches: room for every planned crash point even with the compiled engine,
+    # which runs a batch in milliseconds (random kills then mostly land between batches).
+    plan = ["execute", "commit", "committed", "poll"] * 3 + ["random"] * 4
+
     rng.shuffle(plan)
     kills = 0
     watermarks = []
@@ -158,8 +161,13 @@ def test_exactly_once_across_kill_9(broker: EmbeddedBroker, tmp_path: Path) -> N
         args = ["run", SPEC, "--no-collect", "--until-idle", "1.5"]
         if phase != "random":
             args += ["--crash-at", f"{phase}:{watermark + rng.randint(1, 2)}"]
-        process = start_streamdi(args, env_crash, log)
+        # Random kills hit a run of the plain-Python oracle, which is slow enough to be mid-work
+        # at any moment; the other restarts run the compiled executor: state written by one
+        # executor is resumed by the other, which must not change the result.
+        env = {**env_crash, "ENGINE__EXECUTOR": "serial"} if phase == "random" else env_crash
+        process = start_streamdi(args, env, log)
         if phase == "random":
+
             time.sleep(rng.uniform(1.0, 3.0))
             process.send_signal(signal.SIGKILL)
         code = process.wait(120)

@@ -35,7 +35,7 @@ def test_demo_prints_a_report_and_writes_json(
     report = json.loads(out.read_text())
     assert report["transactions"] == 400
     assert report["committed"] + report["aborted"] == 400
-    assert report["executor"] == "serial"
+    assert report["executor"] == "local"
 
 
 def test_bad_configuration_fails_at_start(

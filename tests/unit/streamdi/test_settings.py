@@ -10,7 +10,7 @@ def test_defaults_need_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KAFKA__BOOTSTRAP_SERVERS", raising=False)
     settings = load_settings()
     assert settings.kafka.bootstrap_servers is None
-    assert settings.engine.executor == "serial"
+    assert settings.engine.executor == "local"
     assert settings.staging_path == settings.streamdi.state_dir / "staging.duckdb"
 
 
@@ -47,7 +47,7 @@ def test_bad_values_name_the_setting_and_the_expectation(monkeypatch: pytest.Mon
     names = [name for name, _ in caught.value.problems]
     assert names == ["KAFKA__BOOTSTRAP_SERVERS", "ENGINE__EXECUTOR", "API__PORT"]
     message = str(caught.value)
-    assert "host:port" in message and "'serial'" in message and "65535" in message
+    assert "host:port" in message and "'local'" in message and "65535" in message
     assert isinstance(caught.value, TerminalError)
 
 
