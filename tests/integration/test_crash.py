@@ -167,7 +167,6 @@ def test_exactly_once_across_kill_9(broker: EmbeddedBroker, tmp_path: Path) -> N
         env = {**env_crash, "ENGINE__EXECUTOR": "serial"} if phase == "random" else env_crash
         process = start_streamdi(args, env, log)
         if phase == "random":
-
             time.sleep(rng.uniform(1.0, 3.0))
             process.send_signal(signal.SIGKILL)
         code = process.wait(120)
