@@ -81,7 +81,9 @@ class EventColumns(Mapping[str, Column]):
 
     def __init__(self, table: pa.Table, types: Mapping[str, ColumnType | None]) -> None:
         self.table = table
-        self._types = {n: t for n, t in types.items() if t is not None and n in table.column_names}
+        present = set(table.column_names)
+        self._types = {n: t for n, t in types.items() if t is not None and n in present}
+
         self._cache: dict[str, Column] = {}
 
     def __getitem__(self, name: str) -> Column:

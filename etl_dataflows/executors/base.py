@@ -74,8 +74,12 @@ class TransactionOutcome:
 
     output: pa.Table
     committed: int
-    aborts: list[AbortRecord] = field(default_factory=list)
+    aborts: list[AbortRecord] | pa.Table = field(default_factory=list)
     decision: dict[str, Any] | None = None
+
+    @property
+    def aborted(self) -> int:
+        return len(self.aborts) if isinstance(self.aborts, list) else int(self.aborts.num_rows)
 
 
 class BaseExecutor(ABC):
@@ -130,7 +134,7 @@ class BaseExecutor(ABC):
                 f"{flow.name!r} reads {list(flow.sources)}"
             )
         dead = DeadLetters(flow.sources)
-        aborts: list[AbortRecord] = []
+        aborts: list[pa.Table] = []
         stats: dict[str, StepStats] = {}
         decisions: list[dict[str, Any]] = []
         produced: dict[str, pa.Table] = {}
@@ -175,8 +179,12 @@ class BaseExecutor(ABC):
                         outcome = self._run_transactions(step, table, dead)
                         out = outcome.output
                         st.committed = outcome.committed
-                        st.aborted = len(outcome.aborts)
-                        aborts.extend(outcome.aborts)
+                        st.aborted = outcome.aborted
+                        aborts.append(
+                            outcome.aborts
+                            if isinstance(outcome.aborts, pa.Table)
+                            else _abort_table(outcome.aborts)
+                        )
                         if outcome.decision is not None:
                             decisions.append({"step": step.id, **outcome.decision})
                 st.rows_out = out.num_rows
@@ -191,13 +199,14 @@ class BaseExecutor(ABC):
             batch.batch_id,
             batch.num_events,
             len(dead),
-            len(aborts),
+            sum(t.num_rows for t in aborts),
         )
+
         return BatchResult(
             batch_id=batch.batch_id,
             outputs=outputs,
             dead_letters=dead.table(),
-            aborts=_abort_table(aborts),
+            aborts=pa.concat_tables(aborts) if aborts else _abort_table([]),
             deltas=deltas,
             sequences=sequences,
             stats=stats,

@@ -143,7 +143,7 @@ class ArrayTable:
     def image_rows(self, slots: np.ndarray) -> pa.Table:
         """Image rows of ``slots`` sorted by key."""
         keys = self.keys[slots]
-        order = np.argsort(keys, kind="stable") if self.key_type == "int64" else _string_order(keys)
+        order = np.argsort(keys) if self.key_type == "int64" else _string_order(keys)
         slots = slots[order]
         arrays: list[pa.Array] = [pa.array(self.keys[slots], type=arrow_type(self.key_type))]
         if self.table.surrogate:
@@ -219,7 +219,10 @@ class ArrayTable:
         self._before = {}
 
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
+        if not len(slots):
+            return _empty_ids(self.table)
         keys = self.keys[slots]
+
         order = np.argsort(keys, kind="stable") if self.key_type == "int64" else _string_order(keys)
         return pa.Table.from_arrays(
             [pa.array(keys[order], type=arrow_type(self.key_type))],

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from etl_dataflows.batch import ABORT_SCHEMA
 from etl_dataflows.dataflow import CompiledDataflow
-from etl_dataflows.executors.base import AbortRecord, TransactionOutcome
+from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local.analysis import KERNEL_TYPES
 from etl_dataflows.executors.local.arrays import ArrayTable, _to_arrow, kernel_dtype
 from etl_dataflows.executors.local.codegen import (
@@ -99,17 +100,21 @@ class CompiledStep:
 
     # -- 1. prepare -----------------------------------------------------------------------------
 
-    def _hoist(self, index: int, events: pa.Table, rows: np.ndarray | None) -> HoistedValues:
+    def _hoist(self, index: int, events: EventColumns, rows: np.ndarray | None) -> HoistedValues:
         """Evaluate hoisted expression ``index`` on the rows that may need it (all if None)."""
-        n = events.num_rows
+        n = events.table.num_rows
         hoisted = self.kernel.hoisted[index]
         kind = hoisted.type
-        subset = events if rows is None else events.take(pa.array(rows, type=pa.int64()))
+        if rows is None:
+            subset, columns = events.table, events
+        else:
+            subset = events.table.take(pa.array(rows, type=pa.int64()))
+            columns = EventColumns(subset, self._types)
         m = subset.num_rows
         errors = np.zeros(m, dtype=np.bool_)
         messages: dict[int, str] = {}
         try:
-            values, valid = evaluate(hoisted.expr, EventColumns(subset, self._types), m)
+            values, valid = evaluate(hoisted.expr, columns, m)
         except ExpressionError:
             fn = self._scalar.setdefault(index, compile_scalar(hoisted.expr))
             out: list[Any] = []
@@ -152,11 +157,12 @@ class CompiledStep:
         started = time.perf_counter()
         n = events.num_rows
         hoisted: list[HoistedValues | None] = [None] * len(self.kernel.hoisted)
+        columns = EventColumns(events, self._types)
         # Keys and whens first (every row needs them); then the rest, only on the rows of the
         # operations that use them (a function is not called for rows that never reach it).
         for h in self.kernel.hoisted:
             if h.rows_of_ops is None:
-                hoisted[h.index] = self._hoist(h.index, events, None)
+                hoisted[h.index] = self._hoist(h.index, columns, None)
         for h in self.kernel.hoisted:
             if h.rows_of_ops is not None:
                 mask = np.zeros(n, dtype=np.bool_)
@@ -164,9 +170,10 @@ class CompiledStep:
                     w = hoisted[self.kernel.when_hoist[j]]  # type: ignore[index]
                     assert w is not None
                     mask |= w.valid & w.values.astype(np.bool_) & ~w.errors
-                hoisted[h.index] = self._hoist(h.index, events, np.flatnonzero(mask))
+                hoisted[h.index] = self._hoist(h.index, columns, np.flatnonzero(mask))
+
         ready = [h for h in hoisted if h is not None]
-        columns = EventColumns(events, self._types)
+
         # Slots depend on the table and the key only: operations sharing both share the lookup.
         by_key: dict[tuple[str, int], np.ndarray] = {}
         writers: set[tuple[str, int]] = set()
@@ -190,7 +197,11 @@ class CompiledStep:
         for table_name, k in sorted(writers):
             self.arrays[table_name].remember(by_key[(table_name, k)])
         ts = columns[TS][0]
-        order = np.argsort(ts, kind="stable").astype(np.int64)
+        if n < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+            order = np.arange(n, dtype=np.int64)
+        else:
+            order = np.argsort(ts, kind="stable").astype(np.int64)
+
         return Prepared(events, n, order, ready, slots, time.perf_counter() - started)
 
     # -- 2. execute -----------------------------------------------------------------------------
@@ -276,46 +287,59 @@ class CompiledStep:
         events, order = prepared.events, prepared.order
         status = outputs["st_out"][order]
         failed = order[status != 0]
-        aborts: list[AbortRecord] = []
-        if len(failed):
-            ts = events.column(TS).to_numpy()
-            pos = events.column(POS).to_numpy()
-            src = events.column(SRC).to_numpy()
-            error_rows = [int(i) for i in failed if outputs["st_out"][i] == 2]
-            payloads = (
-                dict(
-                    zip(
-                        error_rows,
-                        event_rows(
-                            events.take(pa.array(error_rows, type=pa.int64())), self.in_schema
-                        ),
-                        strict=True,
-                    )
-                )
-                if error_rows
-                else {}
-            )
-            for i in failed.tolist():
-                kind = "condition" if outputs["st_out"][i] == 1 else "error"
-                reason = self._reason(
-                    prepared, i, int(outputs["rs_out"][i]), float(outputs["ev_out"][i])
-                )
-                aborts.append(
-                    AbortRecord(
-                        self.step.id,
-                        self.flow.sources[int(src[i])],
-                        int(pos[i]),
-                        int(ts[i]),
-                        kind,
-                        reason,
-                    )
-                )
-                if kind == "error":
-                    dead.add_row(self.step.id, payloads[i], reason)
+        aborts = self._aborts(prepared, outputs, failed, dead)
         emitted = order[outputs["em"][order]]
         output = self._output(prepared, outputs, emitted)
         committed = int(np.count_nonzero(status == 0))
         return TransactionOutcome(output=output, committed=committed, aborts=aborts)
+
+    def _aborts(
+        self,
+        prepared: Prepared,
+        outputs: dict[str, np.ndarray],
+        failed: np.ndarray,
+        dead: DeadLetters,
+    ) -> pa.Table:
+        """The aborted transactions (in timestamp order) as an abort table; errors are also
+        dead-lettered. Reasons are looked up per reason code; only reasons quoting a key or a
+        value are formatted row by row."""
+        events = prepared.events
+        if not len(failed):
+            return ABORT_SCHEMA.empty_table()
+        take = pa.array(failed, type=pa.int64())
+        status = outputs["st_out"][failed]
+        codes = outputs["rs_out"][failed]
+        reasons = np.empty(len(failed), dtype=object)
+        for code in np.unique(codes).tolist():
+            rows = np.flatnonzero(codes == code)
+            static = code < HOISTED_BASE and "{" not in self.kernel.reasons[code].template
+            if static:
+                reasons[rows] = self.kernel.reasons[code].template
+                continue
+            for r in rows.tolist():
+                i = int(failed[r])
+                reasons[r] = self._reason(prepared, i, code, float(outputs["ev_out"][i]))
+        sources = np.array(self.flow.sources, dtype=object)
+        src = events.column(SRC).take(take).to_numpy()
+        table = pa.Table.from_arrays(
+            [
+                pa.array(np.full(len(failed), self.step.id, dtype=object), type=pa.string()),
+                pa.array(sources[src], type=pa.string()),
+                events.column(POS).take(take).combine_chunks(),
+                events.column(TS).take(take).combine_chunks(),
+                pa.array(np.where(status == 1, "condition", "error"), type=pa.string()),
+                pa.array(reasons, type=pa.string()),
+            ],
+            schema=ABORT_SCHEMA,
+        )
+        errors = np.flatnonzero(status == 2)
+        if len(errors):
+            rows = event_rows(
+                events.take(pa.array(failed[errors], type=pa.int64())), self.in_schema
+            )
+            for row, r in zip(rows, errors.tolist(), strict=True):
+                dead.add_row(self.step.id, row, str(reasons[r]))
+        return table
 
     def _output(
         self, prepared: Prepared, outputs: dict[str, np.ndarray], rows: np.ndarray
