@@ -18,11 +18,11 @@ from etl_dataflows.types import POS, TS
 class AppKnobs:
     """Knobs every app has (MorphStream Table 5 names in brackets).
 
-    ``keys`` state records per table; ``theta`` Zipf skew of key access [θ]; ``abort_ratio`` share of
-    transactions built to fail a condition [a]; ``batch_size`` transactions per batch [T];
-    ``batches`` how many; ``udf_cost_ns`` busy work per user function call [C];
-    ``multi_partition_ratio`` share of multi-key transactions whose keys fall in different
-    partitions (``partitions`` of them, by key modulo) — the S-Store knob; ``seed``.
+    ``keys``: state records per table; ``theta``: Zipf skew of key access [θ]; ``abort_ratio``:
+    share of transactions built to fail a condition [a]; ``batch_size``: transactions per batch
+    [T]; ``batches``: how many; ``udf_cost_ns``: busy work per user function call [C];
+    ``multi_partition_ratio``: share of multi-key transactions whose keys fall in different
+    partitions (``partitions`` of them, by key modulo), the S-Store knob; ``seed``.
     App-specific knobs live in ``extra``.
     """
 
@@ -85,7 +85,8 @@ class ZipfKeys:
         """Keys drawn like :meth:`draw` but moved into the given partitions (key modulo count)."""
         keys = self.draw(len(partitions))
         moved = keys - (keys % count) + partitions
-        return np.where(moved < self.n, moved, moved - count).astype(np.int64)
+        result: np.ndarray = np.where(moved < self.n, moved, moved - count).astype(np.int64)
+        return result
 
 
 def event_table(

@@ -284,7 +284,7 @@ class CompiledStep:
     def finish(
         self, prepared: Prepared, outputs: dict[str, np.ndarray], dead: DeadLetters
     ) -> TransactionOutcome:
-        events, order = prepared.events, prepared.order
+        order = prepared.order
         status = outputs["st_out"][order]
         failed = order[status != 0]
         aborts = self._aborts(prepared, outputs, failed, dead)
@@ -334,11 +334,11 @@ class CompiledStep:
         )
         errors = np.flatnonzero(status == 2)
         if len(errors):
-            rows = event_rows(
+            payloads = event_rows(
                 events.take(pa.array(failed[errors], type=pa.int64())), self.in_schema
             )
-            for row, r in zip(rows, errors.tolist(), strict=True):
-                dead.add_row(self.step.id, row, str(reasons[r]))
+            for payload, r in zip(payloads, errors.tolist(), strict=True):
+                dead.add_row(self.step.id, payload, str(reasons[r]))
         return table
 
     def _output(
