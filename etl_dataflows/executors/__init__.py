@@ -8,6 +8,7 @@ from __future__ import annotations
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor
+from etl_dataflows.executors.baselines import LockExecutor, PatExecutor
 from etl_dataflows.executors.local import LocalExecutor
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.state import StateImage
@@ -15,7 +16,10 @@ from etl_dataflows.state import StateImage
 _REGISTRY: dict[str, type[BaseExecutor]] = {
     SerialExecutor.name: SerialExecutor,
     LocalExecutor.name: LocalExecutor,
+    LockExecutor.name: LockExecutor,
+    PatExecutor.name: PatExecutor,
 }
+
 
 #: Names of the built-in executors; ``serial`` is the oracle.
 EXECUTORS: tuple[str, ...] = tuple(_REGISTRY)

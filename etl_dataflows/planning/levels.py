@@ -118,3 +118,39 @@ def run_waves(
         ]
         for future in futures:
             future.result()
+
+
+def run_locked(
+    run_tickets: Callable[..., None],
+    order: np.ndarray,
+    plan: Any,
+    lock_ahead: bool,
+    args: Sequence[Any],
+    workers: int,
+) -> None:
+    """Run a batch on ``workers`` threads under the lock plan (the lock-based baselines): every
+    worker claims transactions in timestamp order and waits for its turn on each lock."""
+    served = np.zeros(max(plan.count, 1), dtype=np.int64)
+    claim = np.zeros(1, dtype=np.int64)
+    insert_turn = np.zeros(1, dtype=np.int64)
+    next_turn = np.zeros(max(plan.count, 1), dtype=np.int64)
+    turns = np.zeros_like(plan.turns) if lock_ahead else plan.turns
+    call = (
+        order,
+        plan.ptr,
+        plan.resources,
+        turns,
+        served,
+        claim,
+        insert_turn,
+        next_turn,
+        lock_ahead,
+        *args,
+    )
+    if workers <= 1:
+        run_tickets(*call)
+        return
+    pool = _pool(workers)
+    futures = [pool.submit(run_tickets, *call) for _ in range(workers)]
+    for future in futures:
+        future.result()

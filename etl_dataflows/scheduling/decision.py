@@ -22,7 +22,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Strategy = Literal["sequential", "waves", "interpreted"]
+Strategy = Literal["sequential", "waves", "interpreted", "lock", "pat"]
+
 
 #: Fixed costs measured on our 2-core machines (see the engine benchmark): a wave barrier of the
 #: numba thread pool, and the planning pass per transaction.
@@ -55,7 +56,7 @@ def cores() -> int:
 
 def worth_planning(stats: StepStatistics, workers: int) -> bool:
     """Whether waves could beat the sequential pass at all (checked before any planning)."""
-    if workers < 2 or stats.generates_keys or stats.transactions < 64:
+    if workers < 2 or stats.transactions < 64:
         return False
     sequential = stats.transactions * stats.cost_ns_per_txn
     best_case = sequential / workers + stats.transactions * PLAN_NS_PER_TXN + WAVE_BARRIER_NS

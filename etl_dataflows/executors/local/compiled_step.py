@@ -40,7 +40,8 @@ from etl_dataflows.expressions import (
     compile_scalar,
     walk,
 )
-from etl_dataflows.planning.levels import LevelPlanner, run_waves, waves_of
+from etl_dataflows.planning.levels import LevelPlanner, run_locked, run_waves, waves_of
+from etl_dataflows.planning.locks import LockPlan, LockUnit, lock_requests
 from etl_dataflows.stateless import DeadLetters, describe_error, event_rows
 from etl_dataflows.tables import Table
 from etl_dataflows.transaction import TransactionStep
@@ -66,6 +67,7 @@ class Prepared:
     hoisted: list[HoistedValues]
     slots: list[np.ndarray]
     prepare_seconds: float
+    levels: np.ndarray | None = None
 
 
 class CompiledStep:
@@ -82,10 +84,16 @@ class CompiledStep:
         self.in_schema = flow.schemas[step.input or ""]
         self.out_schema = flow.schemas[step.id]
         self.tables = [arrays[name] for name in self.kernel.tables]
-        self.generates_keys = any(
-            op.kind in ("insert", "write", "update") and _has_surrogate(flow.tables[op.table])
+        self.draws_keys = [
+            _has_surrogate(flow.tables[op.table])
+            and (
+                op.kind in ("insert", "write")
+                or (op.kind == "update" and op.if_missing == "insert")
+            )
             for op in step.operations
-        )
+        ]
+        self.generates_keys = any(self.draws_keys)
+
         self.cost_ns = sum(
             _cost_of(node)
             for op in step.operations
@@ -249,14 +257,19 @@ class CompiledStep:
         started = time.perf_counter()
         if strategy == "waves":
             level_started = time.perf_counter()
-            capacities = [t.capacity for t in self.tables]
-            levels = self._planner.levels(
-                prepared.order, prepared.slots, self.table_of_op, capacities
-            )
+            levels = self.levels(prepared)
             wave_txns, wave_starts = waves_of(levels, prepared.order)
             info["levels"] = int(len(wave_starts) - 1)
             info["plan_ms"] = round((time.perf_counter() - level_started) * 1000, 3)
             run_waves(self.module.run_range, wave_txns, wave_starts, args, workers)
+        elif strategy in ("lock", "pat"):
+            plan_started = time.perf_counter()
+            plan = self._lock_plan(prepared, "key" if strategy == "lock" else "partition", workers)
+            info["locks"] = len(plan.resources)
+            info["plan_ms"] = round((time.perf_counter() - plan_started) * 1000, 3)
+            run_locked(
+                self.module.run_tickets, prepared.order, plan, strategy == "lock", args, workers
+            )
         else:
             self.module.run_range(prepared.order, 0, n, *args)
 
@@ -264,6 +277,38 @@ class CompiledStep:
         for t, table in enumerate(self.tables):
             table.sequence = int(self._sequences[t])
         return outputs, info
+
+    def levels(self, prepared: Prepared) -> np.ndarray:
+        """Transaction levels of the batch (see :mod:`etl_dataflows.planning.levels`), computed
+        once per batch."""
+        if prepared.levels is None:
+            slots, groups, capacities = self.resources(prepared)
+            prepared.levels = self._planner.levels(prepared.order, slots, groups, capacities)
+        return prepared.levels
+
+    def resources(self, prepared: Prepared) -> tuple[list[np.ndarray], list[int], list[int]]:
+        """What each transaction touches, per operation: the slot (-1 where the operation does not
+        run) and its group (a table); an operation that may draw a surrogate key also touches its
+        table's sequence (one more group of capacity 1), so keys are drawn in timestamp order."""
+        slots, groups = [], []
+        capacities = [t.capacity for t in self.tables]
+        for op in self.step.operations:
+            when = self.kernel.when_hoist[op.index]
+            slot = prepared.slots[op.index]
+            if when is not None:
+                w = prepared.hoisted[when]
+                slot = np.where(w.valid & w.values.astype(np.bool_) & ~w.errors, slot, -1)
+            slots.append(slot)
+            groups.append(self.table_of_op[op.index])
+            if self.draws_keys[op.index]:
+                slots.append(np.where(slot >= 0, 0, -1).astype(np.int64))
+                groups.append(len(capacities))
+                capacities.append(1)
+        return slots, groups, capacities
+
+    def _lock_plan(self, prepared: Prepared, unit: LockUnit, workers: int) -> LockPlan:
+        slots, groups, capacities = self.resources(prepared)
+        return lock_requests(prepared.order, slots, groups, capacities, unit, max(workers, 2))
 
     # -- 3. finish ------------------------------------------------------------------------------
 

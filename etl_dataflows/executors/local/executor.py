@@ -147,9 +147,8 @@ class LocalExecutor(BaseExecutor):
             generates_keys=compiled.generates_keys,
         )
         strategy, why = self._decide(stats, compiled, prepared)
-        outputs, info = compiled.execute(
-            prepared, "waves" if strategy == "waves" else "sequential", self._workers
-        )
+        outputs, info = compiled.execute(prepared, strategy, self._workers)
+
         finish_started = time.perf_counter()
         outcome = compiled.finish(prepared, outputs, dead)
         if n and step.id not in self._warm:
@@ -174,14 +173,9 @@ class LocalExecutor(BaseExecutor):
         self, stats: StepStatistics, compiled: CompiledStep, prepared: Any
     ) -> tuple[Strategy, str]:
         if self._forced is not None:
-            if self._forced == "waves" and compiled.generates_keys:
-                return "sequential", "fixed waves, but the step generates surrogate keys"
             return self._forced, "fixed by configuration"
         if not worth_planning(stats, self._workers):
             return "sequential", "transactions are cheap or few: planning cannot pay for itself"
-        capacities = [t.capacity for t in compiled.tables]
-        levels = compiled._planner.levels(
-            prepared.order, prepared.slots, compiled.table_of_op, capacities
-        )
+        levels = compiled.levels(prepared)
         stats.levels = int(levels.max()) if len(levels) else 0
         return choose(stats, self._workers)

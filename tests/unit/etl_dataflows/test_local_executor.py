@@ -298,3 +298,32 @@ def test_string_keys_are_compiled() -> None:
     assert local.results[0].decisions[0]["strategy"] == "sequential"
     assert_same_results(oracle, local)
     assert [r["n"] for r in local.sink.rows("out")] == [1, 1, 2, 1, 2, 3]
+
+
+@settings(max_examples=25)
+@given(
+    st.builds(
+        WorkloadSpec,
+        keys=st.integers(2, 100),
+        theta=st.floats(0.0, 0.99),
+        abort_ratio=st.floats(0.0, 0.5),
+        insert_delete_ratio=st.floats(0.0, 0.3),
+        same_key_ratio=st.floats(0.0, 0.3),
+        error_ratio=st.floats(0.0, 0.1),
+        disorder=st.floats(0.0, 1.0),
+        batch_size=st.integers(1, 400),
+        batches=st.integers(1, 3),
+        seed=st.integers(0, 2**31),
+    )
+)
+def test_forced_waves_match_the_oracle(spec: WorkloadSpec) -> None:
+    """Waves run conflict-free transactions side by side, surrogate keys drawn in timestamp order."""
+    workload = ledger_workload(spec)
+    oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
+    runner = LocalExecutor(workload.flow, workload.state, strategy="waves", workers=2)
+    for batch, expected in zip(workload.batches, oracle.results, strict=True):
+        got = runner.run_batch(batch)
+        assert got.aborts.equals(expected.aborts)
+        assert got.outputs["balances"].equals(expected.outputs["balances"])
+        assert got.sequences == expected.sequences
+    assert runner.state_image().equals(oracle.final_state)
