@@ -127,7 +127,7 @@ class _Timeline:
 
 
 def _later(rng: np.random.Generator, start: np.ndarray, end: int) -> np.ndarray:
-    """A second on a day after ``start``'s, before ``end`` (``end`` itself when there is no room)."""
+    """A second on a day after ``start``'s and before ``end`` (``end`` when there is no room)."""
     first = (start // DAY + 1) * DAY
     return first + (rng.random(len(start)) * np.maximum(end - first, 0)).astype(np.int64)
 

@@ -38,7 +38,10 @@ TRADE_TYPES = (
     ("TLS", "Limit Sell", 1, 0),
     ("TLB", "Limit Buy", 0, 0),
 )
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
+_MONTHS = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+]  # fmt: skip
 _WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
