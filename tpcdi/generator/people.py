@@ -254,3 +254,22 @@ def persons(rng: np.random.Generator, book: AddressBook, n: int, reference_day: 
         local_tax=text.choose(rng, local_ids, n),
         national_tax=national,
     )
+
+
+def concat_persons(a: Persons, b: Persons) -> Persons:
+    def join(x: pa.Array, y: pa.Array) -> pa.Array:
+        return pa.concat_arrays([x.cast(pa.string()), y.cast(pa.string())])
+
+    names = ("first", "last", "middle", "gender")
+    rest = ("tax_id", "addr1", "addr2", "zipcode", "city", "state", "country")
+    tail = ("email1", "email2", "local_tax", "national_tax")
+    return Persons(
+        *(join(getattr(a, f), getattr(b, f)) for f in names),
+        np.concatenate([a.dob, b.dob]),
+        *(join(getattr(a, f), getattr(b, f)) for f in rest),
+        [
+            [join(x, y) for x, y in zip(pa_phone, pb_phone, strict=True)]
+            for pa_phone, pb_phone in zip(a.phones, b.phones, strict=True)
+        ],
+        *(join(getattr(a, f), getattr(b, f)) for f in tail),
+    )

@@ -155,13 +155,13 @@ class Scale:
         return max(30, round(self.sec_records * 1998 / 2400))
 
     #: Share of company-quarters with a FIN record (98,576 at SF=3)
-    fin_share: float = 0.85
+    fin_share: float = 0.80
 
     # Trade.txt: 390,978 trades in Batch1 (over 5 years) and 214 new per incremental day at SF=3;
     # a position is a buy and, once the buy completes, a sell of the same holding.
     @property
     def positions_per_day(self) -> float:
-        return max(2.0, 111.0 * self.sf / 3)
+        return max(2.0, 118.0 * self.sf / 3)
 
     # WatchHistory.txt: Batch1 720,710 ACTV + 179,332 CNCL; per incremental batch 1,679 + 419
     @property

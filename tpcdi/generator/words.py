@@ -101,7 +101,7 @@ CA_PROVINCE_NAMES = (
     "New Brunswick",
     "Newfoundland",
     "Nova Scotia",
-    "Northwest Territories",
+    "Northwest Territory",
     "Nunavut",
     "Ontario",
     "Prince Edward Island",
