@@ -245,7 +245,6 @@ def rule_violations(root: Path) -> dict[str, int]:
         "CustomerMgmt two customer changes on one day",
         _count(rows.assign(day=rows["ActionTS"].dt.date).duplicated(["C_ID", "day"])),
     )
-    account_owner = opened.groupby("CA_ID")["C_ID"].first()
 
     for b in (2, 3):
         start = dates[b]

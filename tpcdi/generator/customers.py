@@ -98,7 +98,7 @@ def spoil_birth_dates(
     young = bad & ~old
     people.dob[old] = reference_day - rng.integers(101 * 365 + 30, 115 * 365, int(old.sum()))
     people.dob[young] = reference_day + rng.integers(30, 3000, int(young.sum()))
-    return bad
+    return np.asarray(bad)
 
 
 def account_names(rng: np.random.Generator, n: int) -> pa.Array:
@@ -114,7 +114,7 @@ class _Timeline:
 
     @staticmethod
     def _keys(customer: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        return customer.astype(np.int64) * 1_000_000 + ts // DAY
+        return np.asarray(customer.astype(np.int64) * 1_000_000 + ts // DAY)
 
     def free(self, customer: np.ndarray, ts: np.ndarray) -> np.ndarray:
         keys = self._keys(customer, ts)
@@ -129,7 +129,9 @@ class _Timeline:
 def _later(rng: np.random.Generator, start: np.ndarray, end: int) -> np.ndarray:
     """A second on a day after ``start``'s and before ``end`` (``end`` when there is no room)."""
     first = (start // DAY + 1) * DAY
-    return first + (rng.random(len(start)) * np.maximum(end - first, 0)).astype(np.int64)
+    return np.asarray(
+        first + (rng.random(len(start)) * np.maximum(end - first, 0)).astype(np.int64)
+    )
 
 
 Propose = Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -216,7 +218,7 @@ def history(
     inactive[inact_c] = inact_t
 
     def before_inactive(key: np.ndarray, c: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return t < inactive[c]
+        return np.asarray(t < inactive[c])
 
     _, upd_c, upd_t = _place(
         timeline, scale.cm_updcust, customers_from(eligible), before_inactive, end
@@ -243,7 +245,7 @@ def history(
     closed[close_a] = close_t
 
     def still_open(a: np.ndarray, c: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return t < closed[a]
+        return np.asarray(t < closed[a])
 
     upd_a, _, upd_at = _place(timeline, scale.cm_updacct, accounts, still_open, end)
 

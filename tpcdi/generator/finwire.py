@@ -95,7 +95,7 @@ def _later_distinct(
         o, first = o[ok], first[ok]
         t = first + (rng.random(len(o)) * (FW_END - first)).astype(np.int64)
         keys = o.astype(np.int64) * 100_000 + t // DAY
-        keep = []
+        keep: list[int] = []
         for i, key in enumerate(keys.tolist()):
             if key not in used and len(keep) < need:
                 used.add(key)

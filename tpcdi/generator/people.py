@@ -84,6 +84,13 @@ def _phone(rng: np.random.Generator, n: int) -> pa.Array:
     )
 
 
+#: The text columns of :class:`Persons` (everything but ``dob`` and ``phones``).
+TEXT_FIELDS = (
+    "first", "last", "middle", "gender", "tax_id", "addr1", "addr2", "zipcode", "city", "state",
+    "country", "email1", "email2", "local_tax", "national_tax",
+)  # fmt: skip
+
+
 @dataclass
 class Persons:
     """Customer or prospect attributes (text columns; null = absent). Mutable: updates replace
@@ -111,20 +118,11 @@ class Persons:
         return len(self.first)
 
     def take(self, index: np.ndarray) -> Persons:
-        rows = pa.array(np.asarray(index, dtype=np.int64))
-        return Persons(
-            *(getattr(self, f).take(rows) for f in ("first", "last", "middle", "gender")),
-            self.dob[np.asarray(index, dtype=np.int64)],
-            *(
-                getattr(self, f).take(rows)
-                for f in ("tax_id", "addr1", "addr2", "zipcode", "city", "state", "country")
-            ),
-            [[part.take(rows) for part in phone] for phone in self.phones],
-            *(
-                getattr(self, f).take(rows)
-                for f in ("email1", "email2", "local_tax", "national_tax")
-            ),
-        )
+        index = np.asarray(index, dtype=np.int64)
+        rows = pa.array(index)
+        columns = {name: getattr(self, name).take(rows) for name in TEXT_FIELDS}
+        phones = [[part.take(rows) for part in phone] for phone in self.phones]
+        return Persons(**columns, dob=self.dob[index], phones=phones)
 
     def match_key(self) -> pa.Array:
         """Upper-cased first name, last name, address lines and postal code (clause 4.5.4.3)."""
@@ -257,19 +255,14 @@ def persons(rng: np.random.Generator, book: AddressBook, n: int, reference_day: 
 
 
 def concat_persons(a: Persons, b: Persons) -> Persons:
+    """The people of ``a`` followed by those of ``b``."""
+
     def join(x: pa.Array, y: pa.Array) -> pa.Array:
         return pa.concat_arrays([x.cast(pa.string()), y.cast(pa.string())])
 
-    names = ("first", "last", "middle", "gender")
-    rest = ("tax_id", "addr1", "addr2", "zipcode", "city", "state", "country")
-    tail = ("email1", "email2", "local_tax", "national_tax")
-    return Persons(
-        *(join(getattr(a, f), getattr(b, f)) for f in names),
-        np.concatenate([a.dob, b.dob]),
-        *(join(getattr(a, f), getattr(b, f)) for f in rest),
-        [
-            [join(x, y) for x, y in zip(pa_phone, pb_phone, strict=True)]
-            for pa_phone, pb_phone in zip(a.phones, b.phones, strict=True)
-        ],
-        *(join(getattr(a, f), getattr(b, f)) for f in tail),
-    )
+    columns = {name: join(getattr(a, name), getattr(b, name)) for name in TEXT_FIELDS}
+    phones = [
+        [join(x, y) for x, y in zip(first, second, strict=True)]
+        for first, second in zip(a.phones, b.phones, strict=True)
+    ]
+    return Persons(**columns, dob=np.concatenate([a.dob, b.dob]), phones=phones)

@@ -122,7 +122,7 @@ def _entries(rng: np.random.Generator, people: Persons, serial: int) -> Prospect
 def first_list(
     rng: np.random.Generator, scale: Scale, book: AddressBook, base: CustomerBase
 ) -> ProspectList:
-    """Batch1's list: 99% of the unflagged customers as they are at the end of Batch1, and others."""
+    """Batch1's list: 99% of the unflagged customers as at the end of Batch1, and others."""
     eligible = np.flatnonzero(~base.flagged & (base.created < at(BATCH_DATES[2])))
     customers = eligible[rng.random(len(eligible)) < 0.99][: scale.prospects]
     others = persons(rng, book, scale.prospects - len(customers), day(BATCH_DATES[1]))

@@ -117,7 +117,7 @@ def time_columns() -> list[pa.Array]:
 
 def industries() -> list[tuple[str, str, str]]:
     """(IN_ID, IN_NAME, IN_SC_ID) of every industry; ids are two letters, in order."""
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for sector, _, names in SECTORS:
         for name in names:
             k = len(rows)

@@ -113,7 +113,7 @@ def build(
     traded (an account until it closes or its customer becomes inactive).
     """
     begin = at(TRADE_BEGIN)
-    n = int(round(scale.positions_per_day * (HORIZON - begin) / DAY))
+    n = round(scale.positions_per_day * (HORIZON - begin) / DAY)
     buy_at = np.sort(begin + (rng.random(n) * (HORIZON - begin)).astype(np.int64))
     account = _pick_open(rng, account_created, account_usable, buy_at)
     symbol = _pick_open(rng, symbol_created, symbol_usable, buy_at)
