@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 #: Modules that add subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "etl_dataflows.cli",
+    "tpcdi.cli",
     "benchmarks.cli",
     "streamdi.config_cli",
 )

@@ -68,6 +68,8 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
+            self._bar.total = self._bar.n  # the total was an estimate
+            self._bar.refresh()
             self._bar.close()
 
 
