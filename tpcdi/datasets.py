@@ -60,7 +60,7 @@ def unpack(archive: Path, cache_dir: Path) -> Path:
                 if hasattr(tarfile, "data_filter"):
                     tar.extractall(partial, filter="data")
                 else:  # pragma: no cover - Python before 3.11.4
-                    tar.extractall(partial)  # noqa: S202 - our own data set
+                    tar.extractall(partial)
             shutil.rmtree(target, ignore_errors=True)
             partial.rename(target)
             (target / _DONE).touch()
