@@ -5,7 +5,8 @@ date) and then the day before each incremental batch date, one row per active se
 exists on that day; prices follow a random walk with low <= close <= high.
 
 WatchHistory: each (customer, symbol) pair is watched at most once and cancelled at most once,
-later; a watch is placed by an active customer on an active security that both exist then.
+later; a watch is placed by an active customer on an active security that both exist then. At
+tiny scale factors (below about 0.3) the watches are capped at 30% of all pairs.
 """
 
 from __future__ import annotations

@@ -178,8 +178,10 @@ def iter_delimited(
     chunk_bytes: int = CHUNK_BYTES,
     threads: bool = True,
 ) -> Iterator[ReadResult]:
-    """Yield the file as a sequence of :class:`ReadResult`, one per chunk, in file order."""
+    """Yield the file as a sequence of :class:`ReadResult`, one per chunk, in file order; every
+    table has the registry's schema (plus ``_line`` when asked)."""
     parser = _parser(path, spec, batch)
+    schema = _schema(spec, batch, line_numbers)
     chunks = iter_chunks(path, chunk_bytes=chunk_bytes, skip_header=spec.header)
     workers = _workers(threads)
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -187,9 +189,20 @@ def iter_delimited(
         for data, first in chunks:
             pending.append(pool.submit(parser.parse, data, first, line_numbers))
             if len(pending) > workers:
-                yield pending.popleft().result()
+                yield _typed(pending.popleft().result(), schema)
         while pending:
-            yield pending.popleft().result()
+            yield _typed(pending.popleft().result(), schema)
+
+
+def _schema(spec: SourceFile, batch: int, line_numbers: bool) -> pa.Schema:
+    schema = spec.schema(batch)
+    if line_numbers:
+        schema = schema.append(pa.field(LINE_COLUMN, pa.int64(), nullable=False))
+    return schema
+
+
+def _typed(result: ReadResult, schema: pa.Schema) -> ReadResult:
+    return ReadResult(result.table.cast(schema), result.rejects)
 
 
 def read_delimited(
@@ -207,9 +220,7 @@ def read_delimited(
             path, spec, batch, line_numbers=line_numbers, chunk_bytes=chunk_bytes, threads=threads
         )
     )
-    schema = spec.schema(batch)
-    if line_numbers:
-        schema = schema.append(pa.field(LINE_COLUMN, pa.int64(), nullable=False))
-    tables = [p.table.cast(schema) for p in parts]
+    schema = _schema(spec, batch, line_numbers)
+    tables = [p.table for p in parts]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return ReadResult(table, concat_rejects(p.rejects for p in parts))
