@@ -27,18 +27,8 @@ from tpcdi.generator.incremental import IncrementalRecords, batch_records
 from tpcdi.generator.people import AddressBook, Employees, employees
 from tpcdi.generator.prospects import ProspectList, first_list, matching_active_customers, next_list
 from tpcdi.generator.scale import BATCH_DATES, FIRST_DAY, Scale, at, day
-from tpcdi.generator.trades import (
-    CMPT,
-    CNCL,
-    TLB,
-    TLS,
-    TMB,
-    TMS,
-    Trades,
-    completions,
-    is_invalid,
-    trade_columns,
-)
+from tpcdi.generator.trade_files import write_trades
+from tpcdi.generator.trades import Trades, build
 from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
 
 DAY = 86_400
@@ -145,8 +135,6 @@ class _Generator:
     def _trades(
         self, usable: np.ndarray, symbol_order: np.ndarray, symbol_usable: np.ndarray
     ) -> Trades:
-        from tpcdi.generator.trades import build
-
         trades = build(
             self.rng["trades"],
             self.scale,
@@ -286,126 +274,7 @@ class _Generator:
         )
 
     def trade_files(self, batch: int) -> None:
-        t, mk = self.trades, self.market
-        ev_batch = t.event_batch
-        in_batch = ev_batch == batch
-        if batch == 1:
-            rows_ev = np.flatnonzero(in_batch)
-            trade_of = t.event_trade[rows_ev]
-            # last event of each trade in Batch1 (events are in time order)
-            last = np.zeros(len(t.created), dtype=np.int64) - 1
-            last[trade_of] = rows_ev
-            trades = np.flatnonzero(last >= 0)
-            status, ts = t.event_status[last[trades]], t.event_ts[last[trades]]
-            cols = trade_columns(
-                t, trades, status, ts, mk.symbols, self.exec_names.take(pa.array(trades))
-            )
-            self.w.delimited(1, "Trade.txt", cols)
-            done = trades[status == CMPT]
-            comm, charge = is_invalid(t, done)
-            self.w.audit(
-                1,
-                "Trade",
-                _rows(
-                    "DimTrade",
-                    1,
-                    {
-                        "T_Records": len(trades),
-                        "T_NEW": len(trades),
-                        "T_CanceledTrades": int((status == CNCL).sum()),
-                        "T_InvalidCommision": int(comm.sum()),
-                        "T_InvalidCharge": int(charge.sum()),
-                    },
-                ),
-            )
-            order = np.lexsort((t.event_ts[rows_ev], trade_of))
-            hist = rows_ev[order]
-            self.w.delimited(
-                1,
-                "TradeHistory.txt",
-                [
-                    text.ints(t.event_trade[hist]),
-                    text.timestamps(t.event_ts[hist]),
-                    text.pick(["PNDG", "SBMT", "CMPT", "CNCL"], t.event_status[hist]),
-                ],
-            )
-            kind = t.kind[t.event_trade[hist]]
-            self.w.audit(
-                1,
-                "TradeHistory",
-                _rows(
-                    "DimTradeHistory",
-                    1,
-                    {
-                        "TH_Records": len(hist),
-                        "TH_TLBTrades": int((kind == TLB).sum()),
-                        "TH_TLSTrades": int((kind == TLS).sum()),
-                        "TH_TMBTrades": int((kind == TMB).sum()),
-                        "TH_TMSTrades": int((kind == TMS).sum()),
-                        "TH_CanceledLTrades": int((t.event_status[hist] == CNCL).sum()),
-                    },
-                ),
-            )
-        else:
-            rows_ev = np.flatnonzero(in_batch)
-            first_event = np.zeros(len(t.event_ts), dtype=bool)
-            first_event[np.unique(t.event_trade, return_index=True)[1]] = True
-            trades = t.event_trade[rows_ev]
-            status = t.event_status[rows_ev]
-            flags = (~first_event[rows_ev]).astype(np.int64)
-            cols = trade_columns(
-                t,
-                trades,
-                status,
-                t.event_ts[rows_ev],
-                mk.symbols,
-                self.exec_names.take(pa.array(trades)),
-            )
-            cdc = [text.pick(["I", "U"], flags), text.ints(self._dsn("trade", len(rows_ev)))]
-            self.w.delimited(batch, "Trade.txt", cdc + cols)
-            done = trades[status == CMPT]
-            comm, charge = is_invalid(t, done)
-            self.w.audit(
-                batch,
-                "Trade",
-                _rows(
-                    "DimTrade",
-                    batch,
-                    {
-                        "T_Records": len(rows_ev),
-                        "T_NEW": int((flags == 0).sum()),
-                        "T_CanceledTrades": int((status == CNCL).sum()),
-                        "T_InvalidCommision": int(comm.sum()),
-                        "T_InvalidCharge": int(charge.sum()),
-                    },
-                ),
-            )
-        done_mask = in_batch & (t.event_status == CMPT)
-        holdings, cash, _ = completions(t, done_mask)
-        count = int(done_mask.sum())
-        if batch == 1:
-            by_trade = np.argsort(t.event_trade[done_mask], kind="stable")
-            holdings = [c.take(pa.array(by_trade)) for c in holdings]
-        else:
-            holdings = self._with_cdc("holding", holdings)
-            cash = self._with_cdc("cash", cash)
-        self.w.delimited(batch, "HoldingHistory.txt", holdings)
-        self.w.audit(batch, "HoldingHistory", _rows("FactHoldings", batch, {"HH_RECORDS": count}))
-        self.w.delimited(batch, "CashTransaction.txt", cash)
-        self.w.audit(
-            batch,
-            "CashTransaction",
-            _rows(
-                "DimTradeHistory",
-                batch,
-                {
-                    "CT_Records": count,
-                    "CT_Trades": count,
-                    "CT_AccountsCreations": 0,
-                    "CT_UpdatedAccounts": 0,
-                },
-            ),
-        )
+        write_trades(self.w, self.trades, batch, self.market.symbols, self.exec_names, self._dsn)
 
     def _dsn(self, name: str, n: int) -> np.ndarray:
         start = self.dsn.setdefault(name, 1000)
@@ -421,10 +290,12 @@ class _Generator:
         watches = self.watch_book.batch(
             batch, self.scale, base.created, base.inactive, mk.symbol_created, mk.symbol_active
         )
-        columns = watches.columns(mk.symbols)
-        if batch != 1:
-            columns = self._with_cdc("watch", columns)
-        self.w.delimited(batch, "WatchHistory.txt", columns)
+
+        def build(rows: np.ndarray) -> list[pa.Array]:
+            columns = watches.columns(mk.symbols, rows)
+            return columns if batch == 1 else self._with_cdc("watch", columns)
+
+        self.w.delimited_rows(batch, "WatchHistory.txt", len(watches.ts), build)
         self.w.audit(
             batch,
             "WatchHistory",

@@ -231,28 +231,32 @@ def trade_columns(
     ]
 
 
-def completions(
-    trades: Trades, mask: np.ndarray
-) -> tuple[list[pa.Array], list[pa.Array], np.ndarray]:
-    """HoldingHistory and CashTransaction columns of the completion events in ``mask`` (in event
-    order), and their times."""
-    rows = trades.event_trade[mask]
-    ts = trades.event_ts[mask]
+def holding_columns(trades: Trades, events: np.ndarray) -> list[pa.Array]:
+    """HoldingHistory.txt columns (without CDC) of completion ``events``: a buy opens a holding
+    (before 0, after its quantity), a sell closes its buy's holding."""
+    rows = trades.event_trade[events]
     sell = np.isin(trades.kind[rows], (TMS, TLS))
     qty = trades.qty[rows]
-    holdings = [
+    return [
         text.ints(trades.holding[rows]),
         text.ints(rows),
         text.ints(np.where(sell, qty, 0)),
         text.ints(np.where(sell, 0, qty)),
     ]
+
+
+def cash_columns(trades: Trades, events: np.ndarray) -> list[pa.Array]:
+    """CashTransaction.txt columns (without CDC) of completion ``events``: the money the trade
+    moves in or out of its account at completion."""
+    rows = trades.event_trade[events]
+    sell = np.isin(trades.kind[rows], (TMS, TLS))
+    qty = trades.qty[rows]
     value = qty * trades.price[rows]
     fees = trades.charge[rows] + trades.commission[rows]
-    amount = np.where(sell, value - fees, -(value + fees))
-    cash = [
+    return [
         text.ints(trades.account[rows]),
-        text.timestamps(ts),
-        text.money(amount),
+        text.timestamps(trades.event_ts[events]),
+        text.money(np.where(sell, value - fees, -(value + fees))),
         text.concat(
             text.pick(["Purchase of ", "Sale of "], sell.astype(np.int64)),
             text.ints(qty),
@@ -260,4 +264,3 @@ def completions(
             text.ints(rows),
         ),
     ]
-    return holdings, cash, ts

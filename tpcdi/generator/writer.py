@@ -9,16 +9,19 @@ and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from tpcdi.generator.text import join_fields, write_lines
 
 AUDIT_HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue"
+#: Rows turned into text at a time by :meth:`StagingWriter.delimited_rows`.
+CHUNK_ROWS = 500_000
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class StagingWriter:
         self,
         batch: int,
         name: str,
-        lines: pa.Array | Sequence[pa.Array],
+        lines: pa.Array | Iterable[pa.Array],
         *,
         eol: str = "\r\n",
         head: str = "",
@@ -98,7 +101,7 @@ class StagingWriter:
     ) -> int:
         """Write a file of ``lines`` (one array, or several written one after the other), each
         followed by ``eol``, between ``head`` and ``tail``; returns the number of lines."""
-        parts = [lines] if isinstance(lines, pa.Array) else list(lines)
+        parts = [lines] if isinstance(lines, pa.Array) else lines
         count = 0
         with open(self.path(batch, name), "wb") as handle:
             handle.write(head.encode())
@@ -116,6 +119,22 @@ class StagingWriter:
         if not columns or len(columns[0]) == 0:
             return self.lines(batch, name, pa.array([], pa.string()))
         return self.lines(batch, name, join_fields(columns, delimiter))
+
+    def delimited_rows(
+        self,
+        batch: int,
+        name: str,
+        rows: int,
+        build: Callable[[np.ndarray], Sequence[pa.Array]],
+        delimiter: str = "|",
+    ) -> int:
+        """Write a delimited file of ``rows`` rows whose columns ``build`` makes for a range of
+        row numbers; rows are built and written in chunks to bound memory."""
+        parts = (
+            join_fields(build(np.arange(lo, min(lo + CHUNK_ROWS, rows))), delimiter)
+            for lo in range(0, rows, CHUNK_ROWS)
+        )
+        return self.lines(batch, name, parts)
 
     def text(self, batch: int, name: str, content: str, records: int) -> None:
         """Write a file from a string (CRLF line ends) that holds ``records`` records."""
