@@ -94,3 +94,10 @@ def test_locate_an_unpacked_directory_an_archive_and_nothing(tmp_path: Path) -> 
     assert marker.stat().st_mtime_ns == before  # unpacked once, reused
     with pytest.raises(SourceNotFound):
         locate_digen(TpcdiSettings(digen_data=tmp_path / "missing"))
+
+
+def test_no_data_set_at_the_default_location_means_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tpcdi.datasets.default_digen_location", lambda: tmp_path / "absent")
+    assert locate_digen(TpcdiSettings(cache_dir=tmp_path / "cache")) is None
