@@ -220,12 +220,27 @@ def history(
     def before_inactive(key: np.ndarray, c: np.ndarray, t: np.ndarray) -> np.ndarray:
         return np.asarray(t < inactive[c])
 
-    _, upd_c, upd_t = _place(
-        timeline, scale.cm_updcust, customers_from(eligible), before_inactive, end
-    )
     _, add_c, add_t = _place(
         timeline, scale.cm_addacct, customers_from(everyone), before_inactive, end
     )
+
+    # two updates of customers that have opened a second account (the audit expects DimAccount
+    # to grow by more than one row per customer change in Batch1, whatever the scale factor)
+    def after_second_account(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        j = rng.integers(0, len(add_c), k)
+        return add_c[j], add_c[j], _later(rng, add_t[j], end)
+
+    def unflagged_active(key: np.ndarray, c: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.asarray(~flagged[c] & (t < inactive[c]))
+
+    try:
+        _, first_c, first_t = _place(timeline, 2, after_second_account, unflagged_active, end)
+    except GeneratorError:  # no such customer: the bound then rests on the other updates
+        first_c, first_t = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    more_c, more_t = _place(
+        timeline, scale.cm_updcust - len(first_c), customers_from(eligible), before_inactive, end
+    )[1:]
+    upd_c, upd_t = np.concatenate([first_c, more_c]), np.concatenate([first_t, more_t])
 
     # accounts: one per NEW and per ADDACCT, numbered in order of creation
     opened = np.concatenate([created, add_t])

@@ -224,7 +224,9 @@ def persons(rng: np.random.Generator, book: AddressBook, n: int, reference_day: 
     gender = text.with_nulls(text.choose(rng, ["M", "F", "m", "f"], n), rng.random(n) < 0.45)
     email1, email2 = emails(rng, first, last)
     local_ids, national_ids = local_tax_ids(), national_tax_ids()
-    national = text.pick(national_ids, rng.integers(0, 5, n) + 5 * np.asarray(place["canada"]))
+    # tax rates cycle through every code (in a random order), so even a few hundred customers
+    # use more than 300 local rates and every national one (the audit checks both)
+    national = text.pick(national_ids, rng.permutation(n) % len(national_ids))
     return Persons(
         first=first,
         last=last,
@@ -249,7 +251,7 @@ def persons(rng: np.random.Generator, book: AddressBook, n: int, reference_day: 
         phones=phones(rng, n),
         email1=email1,
         email2=email2,
-        local_tax=text.choose(rng, local_ids, n),
+        local_tax=text.pick(local_ids, rng.permutation(n) % len(local_ids)),
         national_tax=national,
     )
 

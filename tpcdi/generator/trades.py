@@ -114,13 +114,18 @@ def build(
     """
     begin = at(TRADE_BEGIN)
     n = round(scale.positions_per_day * (HORIZON - begin) / DAY)
-    buy_at = np.sort(begin + (rng.random(n) * (HORIZON - begin)).astype(np.int64))
+    # one market buy at noon of each incremental day, so every batch has a new and a completed
+    # trade however small the scale factor
+    noon = np.array([at(BATCH_DATES[2]), at(BATCH_DATES[3])]) + DAY // 2
+    buy_at = np.sort(
+        np.concatenate([begin + (rng.random(n) * (HORIZON - begin)).astype(np.int64), noon])
+    )
     account = _pick_open(rng, account_created, account_usable, buy_at)
     symbol = _pick_open(rng, symbol_created, symbol_usable, buy_at)
     keep = (account >= 0) & (symbol >= 0)
     buy_at, account, symbol = buy_at[keep], account[keep], symbol[keep]
     n = len(buy_at)
-    buy_limit = rng.random(n) < 0.6
+    buy_limit = (rng.random(n) < 0.6) & ~np.isin(buy_at, noon)
     buy_events, buy_done = _timeline(rng, buy_at, buy_limit)
     # sells: most completed holdings are sold after 1 day to 1 year
     sold = (buy_done >= 0) & (rng.random(n) < 0.97)
