@@ -14,6 +14,7 @@ Later issues extend the sections; keep each section small and documented field b
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,6 +176,21 @@ class ApiSettings(BaseModel):
     )
 
 
+class TpcdiSettings(BaseModel):
+    """The TPC-DI workload (``TPCDI__*``)."""
+
+    digen_data: Path | None = Field(
+        default=None,
+        description="Real DIGen output for validation and benchmarks: an unpacked staging area "
+        "(Batch1..Batch3), a directory holding a .tar.xz of one, or the archive itself. Unset: "
+        "the repository's ../shared/tpcdi.",
+    )
+    cache_dir: Path = Field(
+        default=Path(tempfile.gettempdir()) / "streamdi-tpcdi",
+        description="Where an archived data set is unpacked, once.",
+    )
+
+
 class StreamdiSettings(BaseSettings):
     """The whole settings tree. Build it with :func:`load_settings`."""
 
@@ -193,6 +209,7 @@ class StreamdiSettings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    tpcdi: TpcdiSettings = Field(default_factory=TpcdiSettings)
 
     @property
     def staging_path(self) -> Path:

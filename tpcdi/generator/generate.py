@@ -1,0 +1,390 @@
+"""``generate``: a whole TPC-DI staging area (Batch1..3 and the answer keys) at any scale factor.
+
+Steps, each on its own random stream derived from the seed (so a change in one table never
+changes another, and the same seed always writes the same bytes):
+
+1. the model: employees, FINWIRE companies and securities, the Batch1 customer history, then
+   for each incremental batch its customer and account records and the prospect list;
+2. trades (which need every account), watches and daily prices;
+3. the files of Batch1, Batch2, Batch3, each with its ``*_audit.csv`` counted from exactly the
+   records written, then the top-level audit files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from tpcdi.generator import finwire, market, reference, text
+from tpcdi.generator.customer_xml import HEAD, TAIL, actions_xml
+from tpcdi.generator.customers import CustomerBase, history
+from tpcdi.generator.incremental import IncrementalRecords, batch_records
+from tpcdi.generator.people import AddressBook, Employees, employees
+from tpcdi.generator.prospects import ProspectList, first_list, matching_active_customers, next_list
+from tpcdi.generator.scale import BATCH_DATES, FIRST_DAY, Scale, at, day
+from tpcdi.generator.trade_files import write_trades
+from tpcdi.generator.trades import Trades, build
+from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
+
+DAY = 86_400
+_STREAMS = (
+    "hr",
+    "finwire",
+    "customers",
+    "prospects",
+    "incremental",
+    "trades",
+    "watches",
+    "market",
+    "addresses",
+)
+
+
+@dataclass
+class GenerationReport:
+    """What was written: records per (batch, file), the seconds it took, the parameters."""
+
+    sf: float
+    seed: int
+    seconds: float
+    records: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    @property
+    def total_records(self) -> int:
+        return sum(self.records.values())
+
+    def batch_records(self, batch: int) -> int:
+        return sum(n for (b, _), n in self.records.items() if b == batch)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "sf": self.sf,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 3),
+            "total_records": self.total_records,
+            "records_per_second": round(self.total_records / max(self.seconds, 1e-9)),
+            "batches": {b: self.batch_records(b) for b in (1, 2, 3)},
+            "files": {f"Batch{b}/{name}": n for (b, name), n in sorted(self.records.items())},
+        }
+
+
+def estimated_records(scale: Scale) -> int:
+    """About how many records a data set at ``scale`` has (for the progress bar)."""
+    return int(1_530_000 * scale.sf) + 112_767
+
+
+def _streams(seed: int) -> dict[str, np.random.Generator]:
+    return {name: np.random.default_rng([seed, k]) for k, name in enumerate(_STREAMS)}
+
+
+def _rows(dataset: str, batch: int, values: dict[str, int]) -> list[AuditRow]:
+    return [AuditRow(dataset, batch, name, value) for name, value in values.items()]
+
+
+class _Generator:
+    def __init__(self, out: Path, scale: Scale, seed: int, progress: Progress) -> None:
+        self.scale = scale
+        self.rng = _streams(seed)
+        self.book = AddressBook(self.rng["addresses"])
+        self.w = StagingWriter(out, progress)
+        self.dsn = {"customer": 1000, "account": 1000}
+
+    # -- model --------------------------------------------------------------------------
+    def model(self) -> None:
+        scale, rng = self.scale, self.rng
+        self.staff: Employees = employees(rng["hr"], scale.employees)
+        self.market = finwire.build(rng["finwire"], scale, self.book)
+        self.base: CustomerBase = history(rng["customers"], scale, self.book, self.staff.broker_ids)
+        self.actions_text = actions_xml(self.base)
+        self.prospects: dict[int, ProspectList] = {
+            1: first_list(rng["prospects"], scale, self.book, self.base)
+        }
+        self.new_prospects = {1: len(self.prospects[1])}
+        self.matching = {
+            1: matching_active_customers(self.prospects[1], self.base, at(BATCH_DATES[2]))
+        }
+        self.incremental: dict[int, IncrementalRecords] = {}
+        for b in (2, 3):
+            first_new = self.base.customers
+            self.incremental[b] = batch_records(
+                rng["incremental"], scale, self.book, self.base, b, self.staff.broker_ids, self.dsn
+            )
+            new_ids = np.arange(first_new, self.base.customers)
+            self.prospects[b], self.new_prospects[b] = next_list(
+                rng["prospects"], scale, self.book, self.base, self.prospects[b - 1], new_ids, b
+            )
+            end = at(BATCH_DATES[b]) + DAY
+            self.matching[b] = matching_active_customers(self.prospects[b], self.base, end)
+        base, mk = self.base, self.market
+        usable = np.minimum(base.account_closed, base.inactive[base.account_owner])
+        symbol_order = np.argsort(mk.symbol_created, kind="stable")
+        self.symbol_order = symbol_order
+        symbol_usable = np.where(mk.symbol_active, np.iinfo(np.int64).max, np.iinfo(np.int64).min)
+        self.trades: Trades = self._trades(usable, symbol_order, symbol_usable)
+        broker_index = np.searchsorted(
+            self.staff.broker_ids, base.account_broker[self.trades.account]
+        )
+        self.exec_names = self.staff.broker_names.take(pa.array(broker_index))
+        self.watch_book = market.WatchBook(rng["watches"], len(mk.symbol_created))
+
+    def _trades(
+        self, usable: np.ndarray, symbol_order: np.ndarray, symbol_usable: np.ndarray
+    ) -> Trades:
+        trades = build(
+            self.rng["trades"],
+            self.scale,
+            self.base.account_created,
+            usable,
+            self.market.symbol_created[symbol_order],
+            symbol_usable[symbol_order],
+        )
+        trades.symbol = symbol_order[trades.symbol]
+        return trades
+
+    # -- files --------------------------------------------------------------------------
+    def reference_files(self) -> None:
+        w = self.w
+        for name, columns in (
+            ("Date.txt", reference.date_columns()),
+            ("Time.txt", reference.time_columns()),
+            ("Industry.txt", reference.industry_columns()),
+            ("StatusType.txt", reference.status_type_columns()),
+            ("TaxRate.txt", reference.tax_rate_columns()),
+            ("TradeType.txt", reference.trade_type_columns()),
+        ):
+            w.delimited(1, name, columns)
+            w.audit(1, name.split(".")[0], [])
+        w.delimited(1, "HR.csv", self.staff.columns, ",")
+        w.audit(1, "HR", _rows("DimBroker", 1, {"HR_BROKERS": len(self.staff.broker_ids)}))
+
+    def batch_date(self, batch: int) -> None:
+        self.w.lines(batch, "BatchDate.txt", pa.array([BATCH_DATES[batch].isoformat()]))
+
+    def customer_mgmt(self) -> None:
+        self.w.lines(1, "CustomerMgmt.xml", self.actions_text, eol="", head=HEAD, tail=TAIL)
+        counts = {a.kind: len(a) for a in self.base.actions}
+        new = next(a for a in self.base.actions if a.kind == "NEW")
+        assert new.people is not None and new.tier is not None
+        batch_day = day(BATCH_DATES[1])
+        hundred = day(BATCH_DATES[1].replace(year=BATCH_DATES[1].year - 100))
+        customer_rows = [a for a in self.base.actions if a.kind in ("NEW", "UPDCUST", "INACT")]
+        keys = np.concatenate(
+            [a.customer.astype(np.int64) * 1_000_000 + a.ts // DAY for a in customer_rows]
+        )
+        rows = _rows(
+            "DimAccount",
+            1,
+            {
+                "CA_ADDACCT": counts["ADDACCT"],
+                "CA_CLOSEACCT": counts["CLOSEACCT"],
+                "CA_UPDACCT": counts["UPDACCT"],
+                "CA_ID_HIST": -1,
+            },
+        ) + _rows(
+            "DimCustomer",
+            1,
+            {
+                "C_NEW": counts["NEW"],
+                "C_UPDCUST": counts["UPDCUST"],
+                "C_ID_HIST": len(keys) - len(np.unique(keys)),
+                "C_INACT": counts["INACT"],
+                "C_DOB_TO": int((new.people.dob < hundred).sum()),
+                "C_DOB_TY": int((new.people.dob > batch_day).sum()),
+                "C_TIER_INV": int(((new.tier < 1) | (new.tier > 3)).sum()),
+            },
+        )
+        self.w.audit(1, "CustomerMgmt", rows)
+
+    def finwire_files(self) -> None:
+        mk = self.market
+        for q in range(finwire.QUARTERS):
+            lo, hi = int(mk.quarter_bounds[q]), int(mk.quarter_bounds[q + 1])
+            name = finwire.quarter_name(q)
+            self.w.lines(1, name, mk.lines.slice(lo, hi - lo))
+            kinds = np.bincount(mk.kinds[lo:hi], minlength=3)
+            self.w.audit(
+                1,
+                name,
+                [
+                    AuditRow("DimSecurity", 1, "FW_SEC", int(kinds[1])),
+                    AuditRow("DimSecurity", 1, "FW_SEC_DUP", -1),
+                    AuditRow("DimCompany", 1, "FW_CMP", int(kinds[0])),
+                    AuditRow("DimCompany", 1, "FW_CMP_DUP", -1),
+                    AuditRow("Financial", 1, "FW_FIN", int(kinds[2])),
+                    AuditRow("Financial", 1, "FW_FIN_DUP", -1),
+                ],
+            )
+
+    def prospect_file(self, batch: int) -> None:
+        plist = self.prospects[batch]
+        self.w.delimited(batch, "Prospect.csv", plist.columns(), ",")
+        self.w.audit(
+            batch,
+            "Prospect",
+            _rows(
+                "Prospect",
+                batch,
+                {
+                    "P_C_MATCHING": self.matching[batch],
+                    "P_RECORDS": len(plist),
+                    "P_NEW": self.new_prospects[batch],
+                },
+            ),
+        )
+
+    def customer_files(self, batch: int) -> None:
+        rec = self.incremental[batch]
+        self.w.delimited(batch, "Customer.txt", rec.customer_columns)
+        self.w.delimited(batch, "Account.txt", rec.account_columns)
+        self.w.audit(
+            batch,
+            "Customer",
+            _rows(
+                "DimCustomer",
+                batch,
+                {
+                    "C_NEW": rec.customers_new,
+                    "C_UPDCUST": rec.customers_updated,
+                    "C_ID_HIST": 0,
+                    "C_INACT": rec.customers_inactivated,
+                    "C_DOB_TO": rec.dob_too_old,
+                    "C_DOB_TY": rec.dob_too_young,
+                    "C_TIER_INV": rec.bad_tier,
+                },
+            ),
+        )
+        self.w.audit(
+            batch,
+            "Account",
+            _rows(
+                "DimAccount",
+                batch,
+                {
+                    "CA_ADDACCT": rec.accounts_new,
+                    "CA_CLOSEACCT": rec.accounts_closed,
+                    "CA_UPDACCT": rec.accounts_updated,
+                    "CA_ID_HIST": -1,
+                },
+            ),
+        )
+
+    def trade_files(self, batch: int) -> None:
+        write_trades(self.w, self.trades, batch, self.market.symbols, self.exec_names, self._dsn)
+
+    def _dsn(self, name: str, n: int) -> np.ndarray:
+        start = self.dsn.setdefault(name, 1000)
+        self.dsn[name] = start + n + 7
+        return np.arange(start, start + n)
+
+    def _with_cdc(self, name: str, columns: list[pa.Array]) -> list[pa.Array]:
+        n = len(columns[0])
+        return [pa.array(["I"] * n, pa.string()), text.ints(self._dsn(name, n)), *columns]
+
+    def watch_files(self, batch: int) -> None:
+        base, mk = self.base, self.market
+        watches = self.watch_book.batch(
+            batch, self.scale, base.created, base.inactive, mk.symbol_created, mk.symbol_active
+        )
+
+        def build(rows: np.ndarray) -> list[pa.Array]:
+            columns = watches.columns(mk.symbols, rows)
+            return columns if batch == 1 else self._with_cdc("watch", columns)
+
+        self.w.delimited_rows(batch, "WatchHistory.txt", len(watches.ts), build)
+        self.w.audit(
+            batch,
+            "WatchHistory",
+            _rows(
+                "FactWatches",
+                batch,
+                {
+                    "WH_ACTIVE": int((~watches.cancel).sum()),
+                    "WH_RECORDS": len(watches.ts),
+                },
+            ),
+        )
+
+    def daily_market_files(self) -> None:
+        mk = self.market
+        walk = market.PriceWalk.start(self.rng["market"], len(mk.symbol_created))
+        symbol_day = mk.symbol_created // DAY
+        for batch, days in market.market_days().items():
+            parts = []
+            for columns in market.daily_market(
+                self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
+            ):
+                parts.append(
+                    text.join_fields(
+                        self._with_cdc("market", columns) if batch != 1 else columns, "|"
+                    )
+                )
+            count = self.w.lines(batch, "DailyMarket.txt", parts)
+            self.w.audit(
+                batch, "DailyMarket", _rows("FactMarketHistory", batch, {"DM_RECORDS": count})
+            )
+
+    def top_level(self, seed: int) -> None:
+        for batch in (1, 2, 3):
+            first = FIRST_DAY if batch == 1 else BATCH_DATES[batch]
+            self.w.audit(
+                None,
+                f"Batch{batch}",
+                [
+                    AuditRow("Batch", batch, "FirstDay", date=first),
+                    AuditRow("Batch", batch, "LastDay", date=BATCH_DATES[batch]),
+                ],
+            )
+        s = self.scale
+        self.w.audit(
+            None,
+            "Generator",
+            [
+                AuditRow("Generator", 1, "SF", dvalue=float(s.sf * 1000)),
+                AuditRow("Generator", 1, "Seed", seed),
+                AuditRow("Generator", 1, "FIRST_BATCH_DATE_START", date=BATCH_DATES[1]),
+                AuditRow("Generator", 1, "NUMBER_OF_INCREMENTAL_BATCHES", dvalue=2.0),
+                AuditRow("Generator", 1, "DateBeginDate", date=FIRST_DAY),
+                AuditRow("Generator", 1, "DateEndDate", date=datetime.date(2021, 1, 1)),
+                AuditRow("Generator", 1, "HREmployees", s.employees),
+                AuditRow("Generator", 1, "CMNewCustomers", s.cm_new),
+                AuditRow("Generator", 1, "FWCompanies", s.companies),
+                AuditRow("Generator", 1, "FWSecurities", s.securities),
+                AuditRow("Generator", 1, "TPositionsPerDay", dvalue=round(s.positions_per_day, 5)),
+                AuditRow("Generator", 1, "WHWatches", s.watches),
+                AuditRow("Generator", 1, "PRecords", s.prospects),
+            ],
+        )
+
+
+def generate(out: Path, sf: float, *, seed: int = 0, progress: bool = False) -> GenerationReport:
+    """Write a TPC-DI staging area for scale factor ``sf`` under ``out`` (created if needed).
+
+    Deterministic: the same ``sf`` and ``seed`` write the same files. Raises
+    :class:`~tpcdi.exceptions.GeneratorError` for a scale factor <= 0.
+    """
+    started = time.perf_counter()
+    scale = Scale(sf)
+    bar = Progress(estimated_records(scale), progress)
+    gen = _Generator(Path(out), scale, seed, bar)
+    try:
+        gen.model()
+        gen.reference_files()
+        gen.customer_mgmt()
+        gen.finwire_files()
+        for batch in (1, 2, 3):
+            gen.batch_date(batch)
+            gen.prospect_file(batch)
+            if batch != 1:
+                gen.customer_files(batch)
+            gen.trade_files(batch)
+            gen.watch_files(batch)
+        gen.daily_market_files()
+        gen.top_level(seed)
+    finally:
+        bar.close()
+    return GenerationReport(sf, seed, time.perf_counter() - started, dict(gen.w.records))

@@ -1,0 +1,196 @@
+"""DailyMarket.txt and WatchHistory.txt.
+
+DailyMarket: for every day of the Batch1 window (the two years up to the day before the batch
+date) and then the day before each incremental batch date, one row per active security that
+exists on that day; prices follow a random walk with low <= close <= high.
+
+WatchHistory: each (customer, symbol) pair is watched at most once and cancelled at most once,
+later; a watch is placed by an active customer on an active security that both exist then. At
+tiny scale factors (below about 0.3) the watches are capped at 30% of all pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from tpcdi.generator import text
+from tpcdi.generator.scale import BATCH_DATES, DM_BEGIN, TRADE_BEGIN, Scale, at, day
+
+DAY = 86_400
+_CHUNK_DAYS = 32
+
+
+def market_days() -> dict[int, np.ndarray]:
+    """The DM_DATE days of each batch."""
+    return {
+        1: np.arange(day(DM_BEGIN), day(BATCH_DATES[1])),
+        2: np.array([day(BATCH_DATES[1])]),
+        3: np.array([day(BATCH_DATES[2])]),
+    }
+
+
+@dataclass
+class PriceWalk:
+    """The running close price (cents) of every security across the generated days."""
+
+    close: np.ndarray
+
+    @classmethod
+    def start(cls, rng: np.random.Generator, symbols: int) -> PriceWalk:
+        return cls(np.exp(rng.uniform(np.log(500), np.log(50_000), symbols)))
+
+
+def daily_market(
+    rng: np.random.Generator,
+    walk: PriceWalk,
+    days: np.ndarray,
+    symbols: pa.Array,
+    symbol_day: np.ndarray,
+    active: np.ndarray,
+) -> Iterator[list[pa.Array]]:
+    """DailyMarket.txt columns (without CDC) for ``days``, in chunks of days; rows by day."""
+    for begin in range(0, len(days), _CHUNK_DAYS):
+        chunk = days[begin : begin + _CHUNK_DAYS]
+        steps = np.exp(rng.normal(0, 0.02, (len(chunk), len(walk.close))))
+        path = np.clip(walk.close * np.cumprod(steps, axis=0), 50, 100_000)
+        walk.close = path[-1]
+        exists = (symbol_day[None, :] <= chunk[:, None]) & active[None, :]
+        d, s = np.nonzero(exists)
+        close = np.round(path[d, s]).astype(np.int64)
+        high = close + (close * rng.uniform(0, 0.08, len(close))).astype(np.int64)
+        low = np.maximum(1, close - (close * rng.uniform(0, 0.08, len(close))).astype(np.int64))
+        yield [
+            text.dates(chunk[d]),
+            symbols.take(pa.array(s)),
+            text.money(close),
+            text.money(high),
+            text.money(low),
+            text.ints(rng.integers(1000, 10**9, len(close))),
+        ]
+
+
+@dataclass
+class Watches:
+    """Watch events: customer, symbol, second, cancel flag; sorted by time."""
+
+    customer: np.ndarray
+    symbol: np.ndarray
+    ts: np.ndarray
+    cancel: np.ndarray
+
+    def columns(self, symbols: pa.Array, rows: np.ndarray | None = None) -> list[pa.Array]:
+        sel = np.arange(len(self.ts)) if rows is None else rows
+        return [
+            text.ints(self.customer[sel]),
+            symbols.take(pa.array(self.symbol[sel])),
+            text.timestamps(self.ts[sel]),
+            text.pick(["ACTV", "CNCL"], self.cancel[sel].astype(np.int64)),
+        ]
+
+
+class WatchBook:
+    """Draws watches so that each (customer, symbol) pair is watched once and cancelled once."""
+
+    def __init__(self, rng: np.random.Generator, symbols: int) -> None:
+        self.rng = rng
+        self.symbols = symbols
+        self.pairs = np.zeros(0, dtype=np.int64)
+        self.open_c = np.zeros(0, dtype=np.int64)
+        self.open_s = np.zeros(0, dtype=np.int64)
+        self.open_t = np.zeros(0, dtype=np.int64)
+
+    def _draw(
+        self,
+        n: int,
+        begin: int,
+        end: int,
+        customer_created: np.ndarray,
+        customer_until: np.ndarray,
+        symbol_created: np.ndarray,
+        symbol_ok: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        got_c, got_s, got_t = [], [], []
+        need = n
+        usable = np.flatnonzero(symbol_ok)
+        usable = usable[np.argsort(symbol_created[usable], kind="stable")]
+        usable_created = symbol_created[usable]
+        for _ in range(100):
+            if need <= 0:
+                break
+            m = need + need // 4 + 16
+            ts = begin + (self.rng.random(m) * (end - begin)).astype(np.int64)
+            c_upto = np.searchsorted(customer_created, ts, side="right")
+            c = (self.rng.random(m) * c_upto).astype(np.int64)
+            s_upto = np.searchsorted(usable_created, ts, side="right")
+            s = usable[np.minimum((self.rng.random(m) * s_upto).astype(np.int64), len(usable) - 1)]
+            ok = (
+                (c_upto > 0)
+                & (s_upto > 0)
+                & (customer_until[np.minimum(c, len(customer_until) - 1)] > ts)
+            )
+            key = c * self.symbols + s
+            first = np.zeros(m, dtype=bool)
+            first[np.unique(key, return_index=True)[1]] = True
+            ok &= first & ~np.isin(key, self.pairs)
+            c, s, ts, key = c[ok][:need], s[ok][:need], ts[ok][:need], key[ok][:need]
+            self.pairs = np.concatenate([self.pairs, key])
+            got_c.append(c)
+            got_s.append(s)
+            got_t.append(ts)
+            need -= len(c)
+        return np.concatenate(got_c), np.concatenate(got_s), np.concatenate(got_t)
+
+    def _cancel(
+        self, chosen: np.ndarray, begin: int, end: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        start = np.maximum(self.open_t[chosen] + 1, begin)
+        ts = start + (self.rng.random(len(chosen)) * np.maximum(end - start, 1)).astype(np.int64)
+        c, s = self.open_c[chosen], self.open_s[chosen]
+        keep = np.ones(len(self.open_t), dtype=bool)
+        keep[chosen] = False
+        self.open_c, self.open_s, self.open_t = (
+            self.open_c[keep],
+            self.open_s[keep],
+            self.open_t[keep],
+        )
+        return c, s, ts
+
+    def batch(
+        self,
+        batch: int,
+        scale: Scale,
+        customer_created: np.ndarray,
+        customer_until: np.ndarray,
+        symbol_created: np.ndarray,
+        symbol_ok: np.ndarray,
+    ) -> Watches:
+        """The watch events of ``batch``."""
+        if batch == 1:
+            begin, end = at(TRADE_BEGIN), at(BATCH_DATES[2])
+            count, cancels = scale.watches, None
+        else:
+            begin, end = at(BATCH_DATES[batch]), at(BATCH_DATES[batch]) + DAY
+            count, cancels = scale.inc_watches, scale.inc_watch_cancels
+        c, s, ts = self._draw(
+            count, begin, end, customer_created, customer_until, symbol_created, symbol_ok
+        )
+        self.open_c = np.concatenate([self.open_c, c])
+        self.open_s = np.concatenate([self.open_s, s])
+        self.open_t = np.concatenate([self.open_t, ts])
+        if cancels is None:
+            chosen = np.flatnonzero(self.rng.random(len(self.open_t)) < scale.watch_cancel_share)
+        else:
+            chosen = self.rng.choice(
+                len(self.open_t), min(cancels, len(self.open_t)), replace=False
+            )
+        cc, cs, ct = self._cancel(np.sort(chosen), begin, end)
+        customer = np.concatenate([c, cc])
+        symbol = np.concatenate([s, cs])
+        stamp = np.concatenate([ts, ct])
+        cancel = np.concatenate([np.zeros(len(c), bool), np.ones(len(cc), bool)])
+        order = np.argsort(stamp, kind="stable")
+        return Watches(customer[order], symbol[order], stamp[order], cancel[order])

@@ -1,0 +1,113 @@
+"""Writes the trade side of each batch (Trade.txt, TradeHistory.txt, HoldingHistory.txt,
+CashTransaction.txt) and their answer keys, counted from the records written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from tpcdi.generator import text
+from tpcdi.generator.trades import (
+    CMPT,
+    CNCL,
+    STATUS,
+    TLB,
+    TLS,
+    TMB,
+    TMS,
+    Trades,
+    cash_columns,
+    holding_columns,
+    is_invalid,
+    trade_columns,
+)  # fmt: skip
+from tpcdi.generator.writer import AuditRow, StagingWriter
+
+Dsn = Callable[[str, int], np.ndarray]
+
+
+def _keys(dataset: str, batch: int, values: dict[str, int]) -> list[AuditRow]:
+    return [AuditRow(dataset, batch, name, value) for name, value in values.items()]
+
+
+def _trade_keys(
+    trades: Trades, batch: int, rows: int, new: int, ids: np.ndarray, status: np.ndarray
+) -> list[AuditRow]:
+    comm, charge = is_invalid(trades, ids[status == CMPT])
+    return _keys("DimTrade", batch, {
+        "T_Records": rows, "T_NEW": new, "T_CanceledTrades": int((status == CNCL).sum()),
+        "T_InvalidCommision": int(comm.sum()), "T_InvalidCharge": int(charge.sum()),
+    })  # fmt: skip
+
+
+def write_trades(
+    w: StagingWriter, trades: Trades, batch: int, symbols: pa.Array, exec_names: pa.Array, dsn: Dsn
+) -> None:
+    """Write the four trade-side files of ``batch`` and their ``*_audit.csv``."""
+    t = trades
+    events = np.flatnonzero(t.event_batch == batch)  # in time order
+
+    def columns(ids: np.ndarray, status: np.ndarray, ts: np.ndarray) -> list[pa.Array]:
+        return trade_columns(t, ids, status, ts, symbols, exec_names.take(pa.array(ids)))
+
+    if batch == 1:
+        # each trade as it stands at the end of Batch1 (its last event there), by T_ID
+        last = np.full(len(t.created), -1, dtype=np.int64)
+        last[t.event_trade[events]] = events
+        ids = np.flatnonzero(last >= 0)
+        status, ts = t.event_status[last[ids]], t.event_ts[last[ids]]
+        w.delimited_rows(1, "Trade.txt", len(ids), lambda i: columns(ids[i], status[i], ts[i]))
+        w.audit(1, "Trade", _trade_keys(t, 1, len(ids), len(ids), ids, status))
+        history = events[np.lexsort((t.event_ts[events], t.event_trade[events]))]
+        w.delimited_rows(1, "TradeHistory.txt", len(history), lambda i: [
+            text.ints(t.event_trade[history[i]]), text.timestamps(t.event_ts[history[i]]),
+            text.pick(STATUS, t.event_status[history[i]]),
+        ])  # fmt: skip
+        kind = t.kind[t.event_trade[history]]
+        w.audit(1, "TradeHistory", _keys("DimTradeHistory", 1, {
+            "TH_Records": len(history), "TH_TLBTrades": int((kind == TLB).sum()),
+            "TH_TLSTrades": int((kind == TLS).sum()), "TH_TMBTrades": int((kind == TMB).sum()),
+            "TH_TMSTrades": int((kind == TMS).sum()),
+            "TH_CanceledLTrades": int((t.event_status[history] == CNCL).sum()),
+        }))  # fmt: skip
+    else:
+        # the day's events as CDC records: I for a trade's first event, U after
+        first = np.zeros(len(t.event_ts), dtype=bool)
+        first[np.unique(t.event_trade, return_index=True)[1]] = True
+        ids, status = t.event_trade[events], t.event_status[events]
+        flags = (~first[events]).astype(np.int64)
+
+        def incremental(i: np.ndarray) -> list[pa.Array]:
+            cdc = [text.pick(["I", "U"], flags[i]), text.ints(dsn("trade", len(i)))]
+            return cdc + columns(ids[i], status[i], t.event_ts[events[i]])
+
+        w.delimited_rows(batch, "Trade.txt", len(events), incremental)
+        new = int((flags == 0).sum())
+        w.audit(batch, "Trade", _trade_keys(t, batch, len(events), new, ids, status))
+
+    done = events[t.event_status[events] == CMPT]
+    holdings = done[np.argsort(t.event_trade[done], kind="stable")] if batch == 1 else done
+
+    def cdc(name: str, n: int) -> list[pa.Array]:
+        return [] if batch == 1 else [pa.array(["I"] * n, pa.string()), text.ints(dsn(name, n))]
+
+    w.delimited_rows(
+        batch,
+        "HoldingHistory.txt",
+        len(holdings),
+        lambda i: cdc("holding", len(i)) + holding_columns(t, holdings[i]),
+    )
+    w.audit(batch, "HoldingHistory", _keys("FactHoldings", batch, {"HH_RECORDS": len(done)}))
+    w.delimited_rows(
+        batch,
+        "CashTransaction.txt",
+        len(done),
+        lambda i: cdc("cash", len(i)) + cash_columns(t, done[i]),
+    )
+    count = len(done)
+    w.audit(batch, "CashTransaction", _keys("DimTradeHistory", batch, {
+        "CT_Records": count, "CT_Trades": count, "CT_AccountsCreations": 0,
+        "CT_UpdatedAccounts": 0,
+    }))  # fmt: skip

@@ -1,0 +1,149 @@
+"""The output side of the generator: the staging-area layout, file writing, answer-key rows and
+the progress bar.
+
+Layout (clause 2.3, as DIGen writes it): ``Batch1/``, ``Batch2/``, ``Batch3/`` with the data files
+and their ``<name>_audit.csv``; ``Batch1_audit.csv``, ``Batch2_audit.csv``, ``Batch3_audit.csv``
+and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tpcdi.generator.text import join_fields, write_lines
+
+AUDIT_HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue"
+#: Rows turned into text at a time by :meth:`StagingWriter.delimited_rows`.
+CHUNK_ROWS = 500_000
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One answer-key row (clause 2.2.2.20)."""
+
+    dataset: str
+    batch: int
+    attribute: str
+    value: int | None = None
+    dvalue: float | None = None
+    date: datetime.date | None = None
+
+    def render(self) -> str:
+        def text(item: object) -> str:
+            return "" if item is None else str(item)
+
+        return ",".join(
+            [
+                self.dataset,
+                str(self.batch),
+                text(self.date),
+                self.attribute,
+                text(self.value),
+                text(self.dvalue),
+            ]
+        )
+
+
+class Progress:
+    """Counts records written; shows a tqdm bar on a terminal when enabled."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.done = 0
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="rec", unit_scale=True, desc="tpcdi generate")
+
+    def advance(self, records: int, label: str = "") -> None:
+        self.done += records
+        if self._bar is not None:
+            if label:
+                self._bar.set_postfix_str(label, refresh=False)
+            self._bar.update(records)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.total = self._bar.n  # the total was an estimate
+            self._bar.refresh()
+            self._bar.close()
+
+
+class StagingWriter:
+    """Writes the files of one data set under ``root`` and remembers how many records each has."""
+
+    def __init__(self, root: Path, progress: Progress) -> None:
+        self.root = root
+        self.progress = progress
+        self.records: dict[tuple[int, str], int] = {}
+        for batch in (1, 2, 3):
+            (root / f"Batch{batch}").mkdir(parents=True, exist_ok=True)
+
+    def path(self, batch: int, name: str) -> Path:
+        return self.root / f"Batch{batch}" / name
+
+    def lines(
+        self,
+        batch: int,
+        name: str,
+        lines: pa.Array | Iterable[pa.Array],
+        *,
+        eol: str = "\r\n",
+        head: str = "",
+        tail: str = "",
+    ) -> int:
+        """Write a file of ``lines`` (one array, or several written one after the other), each
+        followed by ``eol``, between ``head`` and ``tail``; returns the number of lines."""
+        parts = [lines] if isinstance(lines, pa.Array) else lines
+        count = 0
+        with open(self.path(batch, name), "wb") as handle:
+            handle.write(head.encode())
+            for part in parts:
+                count += write_lines(handle, part, eol)
+                self.progress.advance(len(part), name)
+            handle.write(tail.encode())
+        self.records[(batch, name)] = self.records.get((batch, name), 0) + count
+        return count
+
+    def delimited(
+        self, batch: int, name: str, columns: Sequence[pa.Array], delimiter: str = "|"
+    ) -> int:
+        """Write a delimited file from its columns (text arrays; null is an empty field)."""
+        if not columns or len(columns[0]) == 0:
+            return self.lines(batch, name, pa.array([], pa.string()))
+        return self.lines(batch, name, join_fields(columns, delimiter))
+
+    def delimited_rows(
+        self,
+        batch: int,
+        name: str,
+        rows: int,
+        build: Callable[[np.ndarray], Sequence[pa.Array]],
+        delimiter: str = "|",
+    ) -> int:
+        """Write a delimited file of ``rows`` rows whose columns ``build`` makes for a range of
+        row numbers; rows are built and written in chunks to bound memory."""
+        parts = (
+            join_fields(build(np.arange(lo, min(lo + CHUNK_ROWS, rows))), delimiter)
+            for lo in range(0, rows, CHUNK_ROWS)
+        )
+        return self.lines(batch, name, parts)
+
+    def text(self, batch: int, name: str, content: str, records: int) -> None:
+        """Write a file from a string (CRLF line ends) that holds ``records`` records."""
+        self.path(batch, name).write_bytes(content.encode("utf-8"))
+        self.records[(batch, name)] = records
+        self.progress.advance(records, name)
+
+    def audit(self, batch: int | None, name: str, rows: Sequence[AuditRow]) -> None:
+        """Write ``<name>_audit.csv`` in ``Batch<batch>`` (or at the top when batch is None)."""
+        folder = self.root if batch is None else self.root / f"Batch{batch}"
+        body = "".join(row.render() + "\r\n" for row in rows)
+        (folder / f"{name}_audit.csv").write_bytes((AUDIT_HEADER + "\r\n" + body).encode())
