@@ -8,7 +8,7 @@ import importlib
 from streamdi.commands import Commands
 
 #: Modules that add ``streamdi bench`` subcommands.
-BENCH_MODULES: tuple[str, ...] = ("benchmarks.ingest", "benchmarks.tpcdi")
+BENCH_MODULES: tuple[str, ...] = ("benchmarks.engine", "benchmarks.ingest", "benchmarks.tpcdi")
 
 
 def register(commands: Commands) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor
-from etl_dataflows.executors.baselines import LockExecutor, PatExecutor
+from etl_dataflows.executors.baselines import LockExecutor, PatExecutor, TStreamExecutor
 from etl_dataflows.executors.local import LocalExecutor
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.state import StateImage
@@ -18,6 +18,7 @@ _REGISTRY: dict[str, type[BaseExecutor]] = {
     LocalExecutor.name: LocalExecutor,
     LockExecutor.name: LockExecutor,
     PatExecutor.name: PatExecutor,
+    TStreamExecutor.name: TStreamExecutor,
 }
 
 

@@ -22,7 +22,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Strategy = Literal["sequential", "waves", "interpreted", "lock", "pat"]
+Strategy = Literal["sequential", "waves", "interpreted", "lock", "pat", "tstream"]
 
 
 #: Fixed costs measured on our 2-core machines (see the engine benchmark): a wave barrier of the

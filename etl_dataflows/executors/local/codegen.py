@@ -153,6 +153,8 @@ class KernelGenerator:
             if op.table not in self.tables:
                 self.tables.append(op.table)
         self.current: Operation | None = None
+        self.op_mode = False
+        self.probe = "False"
         self._global: set[int] = set()
         self.refs = self._referenced()
 
@@ -438,6 +440,7 @@ class KernelGenerator:
             w.line(f"ran{j} = False")
             w.line(f"fnd{j} = False")
             w.line(f"wr{j} = False")
+            w.line(f"ex{j} = False")
             for column, kind in self.columns(op).items():
                 zero = _zero(kind) if kind in _ZERO else "np.int64(0)"
                 for prefix in ("a", "b", "o"):
@@ -486,6 +489,10 @@ class KernelGenerator:
                 w.line(f"o{j}_{column} = {_zero(kind)}")
                 w.line(f"ov{j}_{column} = False")
 
+    def after_load(self, op: Operation) -> None:
+        """Hook after an operation read its row from the state arrays (op mode: probes see their
+        own transaction's earlier writes, which they do not apply)."""
+
     def requires(self, op: Operation) -> None:
         w = self.out
         for req in op.requires:
@@ -516,16 +523,26 @@ class KernelGenerator:
         with w.block("if st == 0:"):
             slot = f"s{j}[i]"
             w.line(f"wr{j} = True")
-            w.line(f"u{j}_ex = t{t}_ex[{slot}]")
-            w.line(f"u{j}_sk = t{t}_sk[{slot}]")
-            for column, _ in table.columns:
-                w.line(f"u{j}_{column} = t{t}_{column}[{slot}]")
-                w.line(f"u{j}_{column}_v = t{t}_{column}_v[{slot}]")
+            w.line(f"ex{j} = True")
+            if not self.op_mode:
+                w.line(f"u{j}_ex = t{t}_ex[{slot}]")
+                w.line(f"u{j}_sk = t{t}_sk[{slot}]")
+                for column, _ in table.columns:
+                    w.line(f"u{j}_{column} = t{t}_{column}[{slot}]")
+                    w.line(f"u{j}_{column}_v = t{t}_{column}_v[{slot}]")
+            key_name, key_type = table.key[0]
+            if key_type == "int64":
+                w.line(f"a{j}_{key_name} = h{self.key_hoist[j]}[i]")
+                w.line(f"av{j}_{key_name} = True")
             if table.surrogate:
-                with w.block(f"if not t{t}_ex[{slot}]:"):
-                    w.line(f"t{t}_sk[{slot}] = seq[{t}]")
-                    w.line(f"seq[{t}] += 1")
-            w.line(f"t{t}_ex[{slot}] = True")
+                sk = table.surrogate
+                with w.block(f"if fnd{j}:"):
+                    w.line(f"a{j}_{sk} = b{j}_{sk}")
+                with w.block("else:"):
+                    w.line(f"a{j}_{sk} = seq[{t}]")
+                    with w.block(f"if not {self.probe}:"):
+                        w.line(f"seq[{t}] += 1")
+                w.line(f"av{j}_{sk} = True")
             for column, kind in table.columns:
                 if column in new:
                     v, ok = new[column]
@@ -536,9 +553,15 @@ class KernelGenerator:
                     v, ok = (repr(float(value)) if kind == "float64" else repr(value)), "True"
                 else:
                     v, ok = _zero(kind), "False"
-                w.line(f"t{t}_{column}[{slot}] = {v}")
-                w.line(f"t{t}_{column}_v[{slot}] = {ok}")
-            self.load_row(op, "a")
+                w.line(f"a{j}_{column} = {v}")
+                w.line(f"av{j}_{column} = {ok}")
+            with w.block(f"if not {self.probe}:"):
+                w.line(f"t{t}_ex[{slot}] = True")
+                if table.surrogate:
+                    w.line(f"t{t}_sk[{slot}] = a{j}_{table.surrogate}")
+                for column, _ in table.columns:
+                    w.line(f"t{t}_{column}[{slot}] = a{j}_{column}")
+                    w.line(f"t{t}_{column}_v[{slot}] = av{j}_{column}")
 
     def operation(self, op: Operation) -> None:
         w = self.out
@@ -569,6 +592,9 @@ class KernelGenerator:
         w.line(f"fnd{j} = t{t}_ex[s{j}[i]]")
         with w.block(f"if fnd{j}:"):
             self.load_row(op, "b")
+        self.after_load(op)
+        w.line(f"ex{j} = fnd{j}")
+        with w.block(f"if fnd{j}:"):
             self.copy_row(op, "b", "o")
         missing = self.reason(f"{op.label()}: no row for key {{key}}", j)
         if op.kind == "read":
@@ -587,8 +613,11 @@ class KernelGenerator:
                 self.requires(op)
                 with w.block("if st == 0:"):
                     w.line(f"wr{j} = True")
-                    w.line(f"u{j}_ex = True")
-                    w.line(f"t{t}_ex[s{j}[i]] = False")
+                    w.line(f"ex{j} = False")
+                    if not self.op_mode:
+                        w.line(f"u{j}_ex = True")
+                    with w.block(f"if not {self.probe}:"):
+                        w.line(f"t{t}_ex[s{j}[i]] = False")
             return
         if op.kind == "insert":
             exists = self.reason(f"{op.label()}: key {{key}} already exists", j)

@@ -30,6 +30,7 @@ from etl_dataflows.executors.local.codegen import (
     kernel_module,
 )
 from etl_dataflows.executors.local.kernels import load_module, spin_iterations_per_ns
+from etl_dataflows.executors.local.op_level import OpLevelRunner
 from etl_dataflows.expressions import (
     Col,
     Expr,
@@ -102,6 +103,7 @@ class CompiledStep:
         )
         self._scalar: dict[int, Any] = {}
         self._planner = LevelPlanner()
+        self._op_level: OpLevelRunner | None = None
         self._types = {**self.in_schema, **META_TYPES}
         self._whens = {w for w in self.kernel.when_hoist if w is not None}
         self.table_of_op = [self.kernel.tables.index(op.table) for op in step.operations]
@@ -262,6 +264,10 @@ class CompiledStep:
             info["levels"] = int(len(wave_starts) - 1)
             info["plan_ms"] = round((time.perf_counter() - level_started) * 1000, 3)
             run_waves(self.module.run_range, wave_txns, wave_starts, args, workers)
+        elif strategy == "tstream":
+            if self._op_level is None:
+                self._op_level = OpLevelRunner(self)
+            info.update(self._op_level.run(prepared, outputs, args, workers))
         elif strategy in ("lock", "pat"):
             plan_started = time.perf_counter()
             plan = self._lock_plan(prepared, "key" if strategy == "lock" else "partition", workers)

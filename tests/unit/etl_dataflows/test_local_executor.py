@@ -130,15 +130,19 @@ events = st.lists(
 )
 
 
-@settings(max_examples=60)
+@pytest.mark.parametrize("executor", ["local", "lock", "pat", "tstream"])
+@settings(max_examples=40)
 @given(st.lists(events, min_size=1, max_size=3))
-def test_compiled_expressions_match_the_oracle(batches: list[list[dict[str, Any]]]) -> None:
+def test_compiled_expressions_match_the_oracle(
+    executor: str, batches: list[list[dict[str, Any]]]
+) -> None:
     flow = calc_flow()
     made = [make_batch(flow, i + 1, ev=rows) for i, rows in enumerate(batches)]
     oracle = run_in_memory(flow, made)
-    local = run_in_memory(flow, made, executor="local")
-    assert local.results[0].decisions[0]["strategy"] == "sequential"
-    assert_same_results(oracle, local)
+    compiled = run_in_memory(flow, made, executor=executor)
+    expected = "sequential" if executor == "local" else executor
+    assert compiled.results[0].decisions[0]["strategy"] == expected
+    assert_same_results(oracle, compiled)
 
 
 def test_compiled_and_interpreted_steps() -> None:

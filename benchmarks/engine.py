@@ -1,0 +1,302 @@
+"""``streamdi bench engine``: the executors side by side on the same generated input.
+
+For each app (Streaming Ledger, Grep&Sum, Toll Processing, Online Bidding) and each executor, a
+fresh process generates the app's batches from the knobs (deterministic by seed, so every executor
+sees the same input), runs them all, and reports transactions/s and operations/s (over the batches
+after the first, which pays for compiling), per-batch latency p50/p99, the process's peak resident
+memory, and the strategies chosen. Every run's results — outputs, aborts, dead letters, state deltas
+and final state — are hashed; a run whose digest differs from the serial oracle's is marked
+``verified: false``. ``local:<strategy>`` fixes the local executor's strategy (``sequential``,
+``waves``) to compare the adaptive choice with each fixed one.
+
+Writes a table to stdout, and with ``--json PATH`` a JSON document (``results``: one record per
+(app, executor) with ``app``, ``executor``, ``txn_per_s``, ``ops_per_s``, ``p50_batch_ms``,
+``p99_batch_ms``, ``peak_mem_mb``, ``strategy``, ``verified``) plus a Markdown report beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import platform
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from streamdi.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from streamdi.settings import StreamdiSettings
+
+DEFAULT_EXECUTORS = ("local", "serial", "lock", "pat", "tstream")
+
+
+def _column_digest(hasher: Any, column: pa.ChunkedArray | pa.Array) -> None:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    hasher.update(str(array.type).encode())
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    hasher.update(valid.tobytes())
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        hasher.update("\x00".join("" if v is None else v for v in array.to_pylist()).encode())
+    elif pa.types.is_null(array.type):
+        hasher.update(str(len(array)).encode())
+    else:
+        if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
+            array = array.cast(pa.int64())
+        filled = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
+        hasher.update(np.ascontiguousarray(filled.to_numpy(zero_copy_only=False)).tobytes())
+
+
+def table_digest(hasher: Any, table: pa.Table) -> None:
+    """Feed ``table``'s schema and values (independent of chunking) into ``hasher``."""
+    hasher.update(",".join(table.column_names).encode())
+    hasher.update(str(table.num_rows).encode())
+    for column in table.columns:
+        _column_digest(hasher, column)
+
+
+def _make_executor(name: str, flow: Any, state: Any) -> Any:
+    from etl_dataflows.executors import LocalExecutor, create_executor
+
+    if ":" in name:
+        base, strategy = name.split(":", 1)
+        if base != "local":
+            raise ValueError(f"only local takes a fixed strategy, not {base!r}")
+        return LocalExecutor(flow, state, strategy=strategy)  # type: ignore[arg-type]
+    return create_executor(name, flow, state)
+
+
+def _peak_rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_one(app_name: str, executor: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Run one (app, executor) pair; meant to run in its own process."""
+    from etl_dataflows.apps import AppKnobs, app
+
+    chosen = app(app_name)
+    extra = {**chosen.defaults, **knobs.pop("extra", {})}
+    app_knobs = AppKnobs(**knobs, extra=extra)
+    batches = chosen.batches(app_knobs)
+    flow = chosen.dataflow(app_knobs)
+    runner = _make_executor(executor, flow, chosen.initial_state(app_knobs))
+    hasher = hashlib.sha256()
+    latencies: list[float] = []
+    strategies: Counter[str] = Counter()
+    txns = ops = 0
+    measured_seconds = 0.0
+    first_ms = 0.0
+    try:
+        for index, batch in enumerate(batches):
+            started = time.perf_counter()
+            result = runner.run_batch(batch)
+            elapsed = time.perf_counter() - started
+            for decision in result.decisions:
+                strategies[str(decision.get("strategy"))] += 1
+            if index == 0:
+                first_ms = elapsed * 1000
+            else:
+                latencies.append(elapsed * 1000)
+                measured_seconds += elapsed
+                txns += batch.num_events
+                ops += chosen.operations(batch)
+            for name in sorted(result.outputs):
+                table_digest(hasher, result.outputs[name])
+            table_digest(hasher, result.aborts)
+            table_digest(hasher, result.dead_letters)
+            for name in sorted(result.deltas):
+                table_digest(hasher, result.deltas[name].upserts)
+                table_digest(hasher, result.deltas[name].deletes)
+            hasher.update(json.dumps(result.sequences, sort_keys=True).encode())
+        final = runner.state_image()
+        for name in sorted(final.tables):
+            table_digest(hasher, final.tables[name])
+    finally:
+        runner.close()
+    if not latencies:  # a single batch: report it
+        latencies = [first_ms]
+        measured_seconds = first_ms / 1000
+        txns = batches[0].num_events
+        ops = chosen.operations(batches[0])
+    return {
+        "app": app_name,
+        "executor": executor,
+        "transactions": txns,
+        "operations": ops,
+        "txn_per_s": txns / measured_seconds if measured_seconds else 0.0,
+        "ops_per_s": ops / measured_seconds if measured_seconds else 0.0,
+        "p50_batch_ms": float(np.percentile(latencies, 50)),
+        "p99_batch_ms": float(np.percentile(latencies, 99)),
+        "first_batch_ms": first_ms,
+        "peak_mem_mb": _peak_rss_mb(),
+        "strategy": ", ".join(f"{s} x{c}" for s, c in strategies.most_common()) or "-",
+        "digest": hasher.hexdigest(),
+    }
+
+
+def _child(queue: Any, app_name: str, executor: str, knobs: dict[str, Any]) -> None:
+    try:
+        queue.put(run_one(app_name, executor, dict(knobs)))
+    except BaseException as exc:  # report the failure instead of dying silently
+        queue.put({"app": app_name, "executor": executor, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def run_isolated(
+    app_name: str, executor: str, knobs: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """Run one pair in a fresh process (so its peak memory is its own)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(queue, app_name, executor, knobs))
+    process.start()
+    try:
+        result: dict[str, Any] = queue.get(timeout=timeout_s)
+    except Exception:
+        process.kill()
+        result = {
+            "app": app_name,
+            "executor": executor,
+            "error": f"no result within {timeout_s:.0f} s",
+        }
+    process.join(10)
+    return result
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    header = (
+        f"{'app':<4} {'executor':<16} {'txn/s':>13} {'ops/s':>13} {'p50 ms':>9} {'p99 ms':>9} "
+        f"{'peak MB':>8}  {'ok':<3} strategy"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['app']:<4} {r['executor']:<16} FAILED: {r['error']}")
+            continue
+        ok = {True: "yes", False: "NO", None: "-"}[r.get("verified")]
+        lines.append(
+            f"{r['app']:<4} {r['executor']:<16} {r['txn_per_s']:>13,.0f} {r['ops_per_s']:>13,.0f} "
+            f"{r['p50_batch_ms']:>9.2f} {r['p99_batch_ms']:>9.2f} {r['peak_mem_mb']:>8.0f}  "
+            f"{ok:<3} {r['strategy']}"
+        )
+    return "\n".join(lines)
+
+
+def markdown(results: list[dict[str, Any]], knobs: dict[str, Any]) -> str:
+    rows = [
+        "| app | executor | txn/s | ops/s | p50 batch ms | p99 batch ms | peak MB | verified "
+        "| strategy |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            rows.append(f"| {r['app']} | {r['executor']} | failed: {r['error']} | | | | | | |")
+            continue
+        rows.append(
+            f"| {r['app']} | {r['executor']} | {r['txn_per_s']:,.0f} | {r['ops_per_s']:,.0f} | "
+            f"{r['p50_batch_ms']:.2f} | {r['p99_batch_ms']:.2f} | {r['peak_mem_mb']:.0f} | "
+            f"{r.get('verified')} | {r['strategy']} |"
+        )
+    return (
+        "# streamdi engine benchmark\n\n"
+        f"Machine: {platform.machine()}, {multiprocessing.cpu_count()} cores, "
+        f"Python {platform.python_version()}.\n"
+        f"Knobs: `{json.dumps(knobs, sort_keys=True)}`.\n\n"
+        "Throughput counts every batch after the first (which compiles); peak memory is the peak\n"
+        "resident set of the process that ran the pair.\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    apps = [a.strip() for a in args.app.split(",") if a.strip()]
+    executors = [e.strip() for e in args.executor.split(",") if e.strip()]
+    knobs: dict[str, Any] = {
+        "keys": args.keys,
+        "theta": args.theta,
+        "abort_ratio": args.abort_ratio,
+        "batch_size": args.batch_size,
+        "batches": args.batches,
+        "udf_cost_ns": args.udf_cost_ns,
+        "seed": args.seed,
+        "extra": {},
+    }
+    if args.multi_partition_ratio is not None:
+        knobs["multi_partition_ratio"] = args.multi_partition_ratio
+    if args.transfer_ratio is not None:
+        knobs["extra"]["transfer_ratio"] = args.transfer_ratio
+    if args.quick:
+        knobs["batches"] = min(knobs["batches"], 4)
+    results = []
+    for app_name in apps:
+        app_knobs = {**knobs, "extra": dict(knobs["extra"])}
+        if app_name == "tp" and args.keys == 10_000 and args.theta == 0.6:
+            app_knobs.update(keys=100, theta=0.2)  # the papers' road segments
+        oracle: str | None = None
+        rows = []
+        for executor in executors:
+            row = run_isolated(app_name, executor, app_knobs, args.timeout)
+            rows.append(row)
+            if executor == "serial" and "digest" in row:
+                oracle = row["digest"]
+        for row in rows:
+            row["verified"] = (
+                None if oracle is None or "digest" not in row else row["digest"] == oracle
+            )
+            if "error" not in row:
+                row.update(
+                    {k: v for k, v in app_knobs.items() if k != "extra"}, **app_knobs["extra"]
+                )
+        results.extend(rows)
+        print(render(rows), flush=True)
+    if args.json:
+        write_json({"results": results, "knobs": knobs}, args.json)
+        if args.json != "-":
+            Path(args.json).with_suffix(".md").write_text(
+                markdown(results, knobs), encoding="utf-8"
+            )
+    failed = any("error" in r or r.get("verified") is False for r in results)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def register(benches: Commands) -> None:
+    bench = benches.add_parser(
+        "engine",
+        help="the executors side by side on the benchmark apps",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    bench.add_argument(
+        "--app", default="sl,gs,tp,ob", help="apps: sl, gs, tp, ob (comma-separated)"
+    )
+    bench.add_argument(
+        "--executor",
+        default=",".join(DEFAULT_EXECUTORS),
+        help="executors (comma-separated); local:sequential / local:waves fix local's strategy",
+    )
+    bench.add_argument("--keys", type=int, default=10_000, help="records per table")
+    bench.add_argument("--theta", type=float, default=0.6, help="Zipf skew of key access")
+    bench.add_argument("--abort-ratio", type=float, default=0.01, help="share of aborting txns")
+    bench.add_argument("--batch-size", type=int, default=10_240, help="transactions per batch")
+    bench.add_argument(
+        "--batches", type=int, default=10, help="batches per run (the first warms up)"
+    )
+    bench.add_argument("--udf-cost-ns", type=int, default=0, help="busy work per operation (ns)")
+    bench.add_argument("--transfer-ratio", type=float, help="SL: share of transfers (default 0.5)")
+    bench.add_argument("--multi-partition-ratio", type=float, help="share of cross-partition txns")
+    bench.add_argument("--seed", type=int, default=0, help="workload seed")
+    bench.add_argument("--timeout", type=float, default=1800, help="seconds per (app, executor)")
+    bench.add_argument("--quick", action="store_true", help="a short run (4 batches)")
+    bench.add_argument(
+        "--json", metavar="PATH", help="write JSON (and a Markdown report beside it)"
+    )
+    bench.set_defaults(handler=_run)
