@@ -82,8 +82,11 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_one(app_name: str, executor: str, knobs: dict[str, Any]) -> dict[str, Any]:
-    """Run one (app, executor) pair; meant to run in its own process."""
+def run_one(
+    app_name: str, executor: str, knobs: dict[str, Any], pipelined: bool = True
+) -> dict[str, Any]:
+    """Run one (app, executor) pair; meant to run in its own process. ``pipelined``: prepare
+    each next batch on a second thread (:meth:`BaseExecutor.run_stream`)."""
     from etl_dataflows.apps import AppKnobs, app
 
     chosen = app(app_name)
@@ -98,11 +101,12 @@ def run_one(app_name: str, executor: str, knobs: dict[str, Any]) -> dict[str, An
     txns = ops = 0
     measured_seconds = 0.0
     first_ms = 0.0
+    results = runner.run_stream(batches) if pipelined else map(runner.run_batch, batches)
     try:
-        for index, batch in enumerate(batches):
-            started = time.perf_counter()
-            result = runner.run_batch(batch)
+        started = time.perf_counter()
+        for index, (batch, result) in enumerate(zip(batches, results, strict=True)):
             elapsed = time.perf_counter() - started
+            started = time.perf_counter()
             for decision in result.decisions:
                 strategies[str(decision.get("strategy"))] += 1
             if index == 0:
@@ -148,7 +152,9 @@ def run_one(app_name: str, executor: str, knobs: dict[str, Any]) -> dict[str, An
 
 def _child(queue: Any, app_name: str, executor: str, knobs: dict[str, Any]) -> None:
     try:
-        queue.put(run_one(app_name, executor, dict(knobs)))
+        options = dict(knobs)
+        pipelined = bool(options.pop("pipelined", True))
+        queue.put(run_one(app_name, executor, options, pipelined))
     except BaseException as exc:  # report the failure instead of dying silently
         queue.put({"app": app_name, "executor": executor, "error": f"{type(exc).__name__}: {exc}"})
 
@@ -237,6 +243,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         knobs["extra"]["transfer_ratio"] = args.transfer_ratio
     if args.quick:
         knobs["batches"] = min(knobs["batches"], 4)
+    knobs["pipelined"] = not args.no_pipeline
     results = []
     for app_name in apps:
         app_knobs = {**knobs, "extra": dict(knobs["extra"])}
@@ -296,6 +303,9 @@ def register(benches: Commands) -> None:
     bench.add_argument("--seed", type=int, default=0, help="workload seed")
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per (app, executor)")
     bench.add_argument("--quick", action="store_true", help="a short run (4 batches)")
+    bench.add_argument(
+        "--no-pipeline", action="store_true", help="run batch after batch (no prepare-ahead)"
+    )
     bench.add_argument(
         "--json", metavar="PATH", help="write JSON (and a Markdown report beside it)"
     )

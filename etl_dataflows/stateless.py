@@ -44,10 +44,12 @@ from etl_dataflows.vectorized import EventColumns, evaluate
 
 
 class DeadLetters:
-    """Collects dead-letter rows of one batch in arrival order."""
+    """Collects the dead-letter rows of one batch; :meth:`table` lists them step by step in the
+    dataflow's order (``steps``), each step's rows in the order they were added."""
 
-    def __init__(self, sources: Sequence[str]) -> None:
+    def __init__(self, sources: Sequence[str], steps: Sequence[str] = ()) -> None:
         self._sources = sources
+        self._rank = {step: i for i, step in enumerate(steps)}
         self._rows: list[tuple[str, str, int | None, int | None, str, str]] = []
 
     def add(self, step: str, table: pa.Table, index: int, reason: str) -> None:
@@ -72,7 +74,8 @@ class DeadLetters:
         return sum(1 for r in self._rows if r[0] == step)
 
     def table(self) -> pa.Table:
-        columns = list(zip(*self._rows, strict=True)) if self._rows else [()] * 6
+        rows = sorted(self._rows, key=lambda r: self._rank.get(r[0], len(self._rank)))
+        columns = list(zip(*rows, strict=True)) if rows else [()] * 6
         return pa.Table.from_arrays(
             [
                 pa.array(list(c), type=f.type)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,7 +39,9 @@ from etl_dataflows.dataflow import (
     MergeStep,
     SinkStep,
     SourceStep,
+    Step,
     ValidateStep,
+    step_inputs,
 )
 from etl_dataflows.exceptions import BatchInputError
 from etl_dataflows.state import StateImage
@@ -107,9 +111,11 @@ class BaseExecutor(ABC):
 
     @abstractmethod
     def _run_transactions(
-        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
-        """Run one transaction per event in event-time order; see the module docstring."""
+        """Run one transaction per event in event-time order; see the module docstring.
+        ``early`` is what :meth:`_prepare_transactions` returned for this step and batch (or
+        None when the step's input was not ready early)."""
 
     @abstractmethod
     def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
@@ -126,6 +132,47 @@ class BaseExecutor(ABC):
 
     def run_batch(self, batch: EngineBatch) -> BatchResult:
         """Run one batch through the whole dataflow (see the module docstring)."""
+        return self.run_prepared(self.prepare_batch(batch))
+
+    def run_stream(self, batches: Iterable[EngineBatch]) -> Iterator[BatchResult]:
+        """Run batches in order, preparing batch k+1 on a second thread while batch k runs.
+
+        Preparing touches no state (checking and casting the events, the stateless steps that do
+        not depend on a transactional step, and the executor's own per-batch work such as the local
+        executor's column-at-a-time expressions), so the results equal :meth:`run_batch`'s, batch
+        by batch.
+        """
+        iterator = iter(batches)
+        first = next(iterator, None)
+        if first is None:
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamdi-prepare") as pool:
+            future = pool.submit(self.prepare_batch, first)
+            for following in iterator:
+                prepared = future.result()
+                future = pool.submit(self.prepare_batch, following)
+                yield self.run_prepared(prepared)
+            yield self.run_prepared(future.result())
+
+    def _pure_steps(self) -> set[str]:
+        """Steps that depend on no transactional step (they can run before the state is ready)."""
+        if not hasattr(self, "_pure"):
+            pure: set[str] = set()
+            for step in self.flow.steps:
+                if isinstance(step, TransactionStep | SinkStep):
+                    continue
+                if all(upstream in pure for upstream in step_inputs(step)):
+                    pure.add(step.id)
+            self._pure = pure
+        return self._pure
+
+    def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
+        """Per-batch work of a transactional step that needs no state; the default has none."""
+        return None
+
+    def prepare_batch(self, batch: EngineBatch) -> PreparedBatch:
+        """The stateless part of a batch (see :meth:`run_stream`). A step that fails here fails
+        the batch when it runs, with nothing applied."""
         flow = self.flow
         unknown = sorted(set(batch.inputs) - set(flow.sources))
         if unknown:
@@ -133,63 +180,94 @@ class BaseExecutor(ABC):
                 f"batch {batch.batch_id} has events for unknown sources {unknown}; the dataflow "
                 f"{flow.name!r} reads {list(flow.sources)}"
             )
-        dead = DeadLetters(flow.sources)
+        prepared = PreparedBatch(batch, DeadLetters(flow.sources, [s.id for s in flow.steps]))
+        pure = self._pure_steps()
+        try:
+            for step in flow.steps:
+                if step.id in pure:
+                    prepared.produced[step.id] = self._run_stateless(step, prepared)
+                elif isinstance(step, TransactionStep) and step.input in pure:
+                    events = prepared.produced[step.input]
+                    prepared.early[step.id] = self._prepare_transactions(step, events)
+        except BaseException as exc:  # raised when the batch runs, like any step failure
+            prepared.error = exc
+        return prepared
+
+    def _run_stateless(self, step: Step, prepared: PreparedBatch) -> pa.Table:
+        flow, dead, produced = self.flow, prepared.dead, prepared.produced
+        schema = flow.schemas[step.id]
+        st = prepared.stats.setdefault(step.id, StepStats())
+        before_dead = len(dead)
+        if isinstance(step, SourceStep):
+            events = prepared.batch.inputs.get(step.id)
+            if events is None:
+                out = empty_events(schema)
+            else:
+                st.rows_in = events.num_rows
+                out = prepare_source(flow, step.id, events, dead)
+        elif isinstance(step, MergeStep):
+            ins = [produced[i] for i in step.inputs]
+            st.rows_in = sum(t.num_rows for t in ins)
+            out = run_merge(step, ins, schema)
+        else:
+            assert step.input is not None
+            table = produced[step.input]
+            st.rows_in = table.num_rows
+            in_schema = flow.schemas[step.input]
+            if isinstance(step, MapStep):
+                out = run_map(step, table, schema, dead)
+            elif isinstance(step, FilterStep):
+                out = run_filter(step, table, in_schema, dead)
+            elif isinstance(step, ValidateStep):
+                out = run_validate(step, table, in_schema, dead)
+            else:
+                assert isinstance(step, FlatMapStep)
+                out = run_flat_map(step, table, schema, dead)
+        st.rows_out = out.num_rows
+        st.dead_letters = len(dead) - before_dead
+        return out
+
+    def run_prepared(self, prepared: PreparedBatch) -> BatchResult:
+        """Run a prepared batch: the transactional steps and everything downstream of them."""
+        if prepared.error is not None:
+            raise prepared.error
+        flow, batch = self.flow, prepared.batch
+        dead, produced, stats = prepared.dead, prepared.produced, prepared.stats
         aborts: list[pa.Table] = []
-        stats: dict[str, StepStats] = {}
         decisions: list[dict[str, Any]] = []
-        produced: dict[str, pa.Table] = {}
         outputs: dict[str, pa.Table] = {}
         self._begin_batch()
         try:
             for step in flow.steps:
-                schema = flow.schemas[step.id]
-                st = stats.setdefault(step.id, StepStats())
-                before_dead = len(dead)
-                if isinstance(step, SourceStep):
-                    events = batch.inputs.get(step.id)
-                    if events is None:
-                        out = empty_events(schema)
-                    else:
-                        st.rows_in = events.num_rows
-                        out = prepare_source(flow, step.id, events, dead)
-                elif isinstance(step, MergeStep):
-                    ins = [produced[i] for i in step.inputs]
-                    st.rows_in = sum(t.num_rows for t in ins)
-                    out = run_merge(step, ins, schema)
-                elif isinstance(step, SinkStep):
+                if step.id in produced:
+                    continue
+                if isinstance(step, SinkStep):
                     assert step.input is not None
                     out = produced[step.input]
-                    st.rows_in = out.num_rows
-                    outputs[step.id] = out
-                else:
+                    st = stats.setdefault(step.id, StepStats())
+                    st.rows_in = st.rows_out = out.num_rows
+                    outputs[step.id] = produced[step.id] = out
+                elif isinstance(step, TransactionStep):
                     assert step.input is not None
                     table = produced[step.input]
+                    st = stats.setdefault(step.id, StepStats())
                     st.rows_in = table.num_rows
-                    in_schema = flow.schemas[step.input]
-                    if isinstance(step, MapStep):
-                        out = run_map(step, table, schema, dead)
-                    elif isinstance(step, FilterStep):
-                        out = run_filter(step, table, in_schema, dead)
-                    elif isinstance(step, ValidateStep):
-                        out = run_validate(step, table, in_schema, dead)
-                    elif isinstance(step, FlatMapStep):
-                        out = run_flat_map(step, table, schema, dead)
-                    else:
-                        assert isinstance(step, TransactionStep)
-                        outcome = self._run_transactions(step, table, dead)
-                        out = outcome.output
-                        st.committed = outcome.committed
-                        st.aborted = outcome.aborted
-                        aborts.append(
-                            outcome.aborts
-                            if isinstance(outcome.aborts, pa.Table)
-                            else _abort_table(outcome.aborts)
-                        )
-                        if outcome.decision is not None:
-                            decisions.append({"step": step.id, **outcome.decision})
-                st.rows_out = out.num_rows
-                st.dead_letters = len(dead) - before_dead
-                produced[step.id] = out
+                    before_dead = len(dead)
+                    outcome = self._run_transactions(step, table, dead, prepared.early.get(step.id))
+                    st.rows_out = outcome.output.num_rows
+                    st.dead_letters = len(dead) - before_dead
+                    st.committed = outcome.committed
+                    st.aborted = outcome.aborted
+                    aborts.append(
+                        outcome.aborts
+                        if isinstance(outcome.aborts, pa.Table)
+                        else _abort_table(outcome.aborts)
+                    )
+                    if outcome.decision is not None:
+                        decisions.append({"step": step.id, **outcome.decision})
+                    produced[step.id] = outcome.output
+                else:
+                    produced[step.id] = self._run_stateless(step, prepared)
             deltas, sequences = self._end_batch()
         except BaseException:
             self._rollback_batch()
@@ -201,17 +279,28 @@ class BaseExecutor(ABC):
             len(dead),
             sum(t.num_rows for t in aborts),
         )
-
         return BatchResult(
             batch_id=batch.batch_id,
-            outputs=outputs,
+            outputs={name: outputs[name] for name in flow.sinks if name in outputs},
             dead_letters=dead.table(),
             aborts=pa.concat_tables(aborts) if aborts else _abort_table([]),
             deltas=deltas,
             sequences=sequences,
-            stats=stats,
+            stats={s.id: stats[s.id] for s in flow.steps if s.id in stats},
             decisions=decisions,
         )
+
+
+@dataclass
+class PreparedBatch:
+    """A batch whose stateless part has run (see :meth:`BaseExecutor.run_stream`)."""
+
+    batch: EngineBatch
+    dead: DeadLetters
+    produced: dict[str, pa.Table] = field(default_factory=dict)
+    stats: dict[str, StepStats] = field(default_factory=dict)
+    early: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
 
 
 def _abort_table(aborts: list[AbortRecord]) -> pa.Table:

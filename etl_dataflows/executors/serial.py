@@ -239,7 +239,7 @@ class SerialExecutor(BaseExecutor):
         return compiled
 
     def _run_transactions(
-        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
         ops = self._compile(step)
         in_schema = self.flow.schemas[step.input or ""]

@@ -22,23 +22,29 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Strategy = Literal["sequential", "waves", "interpreted", "lock", "pat", "tstream"]
+Strategy = Literal["sequential", "waves", "chain_scan", "interpreted", "lock", "pat", "tstream"]
 
 
-#: Fixed costs measured on our 2-core machines (see the engine benchmark): a wave barrier of the
-#: numba thread pool, and the planning pass per transaction.
+#: Costs measured on our 2-core machines with ``streamdi bench engine`` (recalibrate there): a wave
+#: barrier of the thread pool, the planning pass per transaction, and the chain scan's cost per
+#: transaction before this step has been measured (it is then measured like the others).
 WAVE_BARRIER_NS = 12_000
 PLAN_NS_PER_TXN = 40
+SCAN_PRIOR_NS_PER_TXN = 600.0
+#: A strategy never measured on a step is tried once if predicted within this factor of the best.
+EXPLORE_WITHIN = 1.5
 
 
 @dataclass
 class StepStatistics:
-    """What the decision sees for one step and one batch."""
+    """What the decision sees for one step and one batch (all O(n) or O(1) to obtain)."""
 
     transactions: int
     operations: int
     cost_ns_per_txn: float
     generates_keys: bool
+    scan_applies: bool = False
+    scan_ns_per_txn: float | None = None
     levels: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -63,15 +69,33 @@ def worth_planning(stats: StepStatistics, workers: int) -> bool:
     return best_case < 0.8 * sequential
 
 
-def choose(stats: StepStatistics, workers: int) -> tuple[Strategy, str]:
-    """The strategy for a planned batch (``stats.levels`` known) and why."""
-    if stats.levels is None:
-        return "sequential", "transactions are cheap: planning cannot pay for itself"
+def predictions(stats: StepStatistics, workers: int) -> dict[Strategy, float]:
+    """Predicted nanoseconds of the batch under every strategy that applies."""
     n = stats.transactions
     sequential = n * stats.cost_ns_per_txn
-    width = n / max(stats.levels, 1)
-    parallel = min(workers, max(width, 1.0))
-    waves = sequential / parallel + n * PLAN_NS_PER_TXN + stats.levels * WAVE_BARRIER_NS
-    if waves < 0.9 * sequential:
-        return "waves", f"{stats.levels} waves of {width:.0f} transactions on average beat one pass"
-    return "sequential", f"{stats.levels} waves of {width:.0f} transactions are too narrow to pay"
+    out: dict[Strategy, float] = {"sequential": sequential}
+    if stats.scan_applies:
+        out["chain_scan"] = n * (stats.scan_ns_per_txn or SCAN_PRIOR_NS_PER_TXN)
+    if stats.levels is not None:
+        width = n / max(stats.levels, 1)
+        parallel = min(workers, max(width, 1.0))
+        out["waves"] = sequential / parallel + n * PLAN_NS_PER_TXN + stats.levels * WAVE_BARRIER_NS
+    return out
+
+
+def choose(
+    stats: StepStatistics, workers: int, measured: set[str] | frozenset[str] = frozenset()
+) -> tuple[Strategy, str]:
+    """The cheapest predicted strategy, or one never measured on this step whose prediction is
+    close enough to be worth measuring once; and why."""
+    predicted = predictions(stats, workers)
+    best = min(predicted, key=predicted.__getitem__)
+    for strategy, cost in sorted(predicted.items(), key=lambda item: item[1]):
+        if (
+            strategy != best
+            and strategy not in measured
+            and cost <= EXPLORE_WITHIN * predicted[best]
+        ):
+            return strategy, f"measuring {strategy} once (predicted {cost / 1e6:.2f} ms)"
+    shown = ", ".join(f"{k} {v / 1e6:.2f} ms" for k, v in sorted(predicted.items()))
+    return best, f"cheapest predicted ({shown})"

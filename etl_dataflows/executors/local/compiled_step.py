@@ -24,6 +24,7 @@ from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local.analysis import KERNEL_TYPES
 from etl_dataflows.executors.local.arrays import ArrayTable, _to_arrow, kernel_dtype
+from etl_dataflows.executors.local.chain_scan import ChainScan
 from etl_dataflows.executors.local.codegen import (
     HOISTED_BASE,
     generate_kernel,
@@ -56,6 +57,17 @@ class HoistedValues:
     valid: np.ndarray
     errors: np.ndarray
     messages: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Hoisting:
+    """A batch's events with the hoisted expressions evaluated (no state involved)."""
+
+    events: pa.Table
+    n: int
+    order: np.ndarray
+    hoisted: list[HoistedValues]
+    seconds: float
 
 
 @dataclass
@@ -104,6 +116,7 @@ class CompiledStep:
         self._scalar: dict[int, Any] = {}
         self._planner = LevelPlanner()
         self._op_level: OpLevelRunner | None = None
+        self._scan: ChainScan | None = None
         self._types = {**self.in_schema, **META_TYPES}
         self._whens = {w for w in self.kernel.when_hoist if w is not None}
         self.table_of_op = [self.kernel.tables.index(op.table) for op in step.operations]
@@ -164,6 +177,11 @@ class CompiledStep:
         )
 
     def prepare(self, events: pa.Table) -> Prepared:
+        """Hoist (:meth:`hoist`) then bind (:meth:`bind`)."""
+        return self.bind(self.hoist(events))
+
+    def hoist(self, events: pa.Table) -> Hoisting:
+        """The stateless half of preparing: hoisted values and the timestamp order."""
         started = time.perf_counter()
         n = events.num_rows
         hoisted: list[HoistedValues | None] = [None] * len(self.kernel.hoisted)
@@ -183,7 +201,17 @@ class CompiledStep:
                 hoisted[h.index] = self._hoist(h.index, columns, np.flatnonzero(mask))
 
         ready = [h for h in hoisted if h is not None]
+        ts = columns[TS][0]
+        if n < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+            order = np.arange(n, dtype=np.int64)
+        else:
+            order = np.argsort(ts, kind="stable").astype(np.int64)
+        return Hoisting(events, n, order, ready, time.perf_counter() - started)
 
+    def bind(self, hoisting: Hoisting) -> Prepared:
+        """The stateful half: keys to slots (new keys get slots) and the slots remembered."""
+        started = time.perf_counter()
+        ready = hoisting.hoisted
         # Slots depend on the table and the key only: operations sharing both share the lookup.
         by_key: dict[tuple[str, int], np.ndarray] = {}
         writers: set[tuple[str, int]] = set()
@@ -206,13 +234,8 @@ class CompiledStep:
                 writers.add((op.table, k))
         for table_name, k in sorted(writers):
             self.arrays[table_name].remember(by_key[(table_name, k)])
-        ts = columns[TS][0]
-        if n < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-            order = np.arange(n, dtype=np.int64)
-        else:
-            order = np.argsort(ts, kind="stable").astype(np.int64)
-
-        return Prepared(events, n, order, ready, slots, time.perf_counter() - started)
+        seconds = hoisting.seconds + time.perf_counter() - started
+        return Prepared(hoisting.events, hoisting.n, hoisting.order, ready, slots, seconds)
 
     # -- 2. execute -----------------------------------------------------------------------------
 
@@ -264,6 +287,15 @@ class CompiledStep:
             info["levels"] = int(len(wave_starts) - 1)
             info["plan_ms"] = round((time.perf_counter() - level_started) * 1000, 3)
             run_waves(self.module.run_range, wave_txns, wave_starts, args, workers)
+        elif strategy == "chain_scan":
+            if self._scan is None:
+                self._scan = ChainScan(self)
+            scanned = self._scan.run(prepared, outputs) if self._scan.applies(prepared) else None
+            if scanned is None:
+                info["fell_back"] = "sequential"
+                self.module.run_range(prepared.order, 0, n, *args)
+            else:
+                info.update(scanned)
         elif strategy == "tstream":
             if self._op_level is None:
                 self._op_level = OpLevelRunner(self)
@@ -283,6 +315,12 @@ class CompiledStep:
         for t, table in enumerate(self.tables):
             table.sequence = int(self._sequences[t])
         return outputs, info
+
+    def scan_applies(self, prepared: Prepared) -> bool:
+        """Whether the chain scan can take this batch (O(n))."""
+        if self._scan is None:
+            self._scan = ChainScan(self)
+        return self._scan.applies(prepared)
 
     def levels(self, prepared: Prepared) -> np.ndarray:
         """Transaction levels of the batch (see :mod:`etl_dataflows.planning.levels`), computed

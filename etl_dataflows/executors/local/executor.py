@@ -11,6 +11,7 @@ not take. Either way the batch result equals the serial executor's.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -81,8 +82,9 @@ class LocalExecutor(BaseExecutor):
         )
         self.serial = SerialExecutor(self.flow, rest)
         self._steps: dict[str, CompiledStep] = {}
-        self._cost: dict[str, float] = {}
-        self._warm: set[str] = set()
+        self._cost: dict[str, dict[str, float]] = {}
+        self._warm: set[tuple[str, str]] = set()
+        self._compile_lock = threading.Lock()
 
     def state_image(self) -> StateImage:
         image = self.serial.state_image()
@@ -115,6 +117,10 @@ class LocalExecutor(BaseExecutor):
         return deltas, sequences
 
     def _compiled(self, step: TransactionStep) -> CompiledStep:
+        with self._compile_lock:  # the preparing thread may ask for it too
+            return self._compiled_locked(step)
+
+    def _compiled_locked(self, step: TransactionStep) -> CompiledStep:
         compiled = self._steps.get(step.id)
         if compiled is None:
             self._warm.discard(step.id)
@@ -124,8 +130,13 @@ class LocalExecutor(BaseExecutor):
             logger.info("compiled step=%s seconds=%.2f", step.id, time.perf_counter() - started)
         return compiled
 
+    def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
+        if not self.analysis[step.id].compiled:
+            return None
+        return self._compiled(step).hoist(events)
+
     def _run_transactions(
-        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
         if not self.analysis[step.id].compiled:
             started = time.perf_counter()
@@ -138,27 +149,33 @@ class LocalExecutor(BaseExecutor):
             }
             return outcome
         compiled = self._compiled(step)
-        prepared = compiled.prepare(events)
+        prepared = compiled.bind(early if early is not None else compiled.hoist(events))
         n = prepared.n
+        costs = self._cost.setdefault(step.id, {})
         stats = StepStatistics(
             transactions=n,
             operations=n * len(step.operations),
-            cost_ns_per_txn=self._cost.get(step.id, 50.0 + compiled.cost_ns),
+            cost_ns_per_txn=costs.get("sequential", 50.0 + compiled.cost_ns),
             generates_keys=compiled.generates_keys,
+            scan_applies=compiled.scan_applies(prepared),
+            scan_ns_per_txn=costs.get("chain_scan"),
         )
         strategy, why = self._decide(stats, compiled, prepared)
         outputs, info = compiled.execute(prepared, strategy, self._workers)
 
         finish_started = time.perf_counter()
         outcome = compiled.finish(prepared, outputs, dead)
-        if n and step.id not in self._warm:
-            self._warm.add(step.id)  # the first run includes compiling; it says nothing of cost
+        used = "sequential" if info.get("fell_back") else strategy
+        if n and (step.id, used) not in self._warm:
+            # The first run of a strategy includes compiling it: it says nothing of cost.
+            self._warm.add((step.id, used))
         elif n:
             measured = info["execute_ms"] * 1e6 / n
-            if strategy == "waves":
+            if used == "waves":  # as the sequential cost per transaction it implies
+                used = "sequential"
                 measured *= min(self._workers, max(1.0, n / max(info.get("levels", 1), 1)))
-            previous = self._cost.get(step.id, measured)
-            self._cost[step.id] = (1 - _EWMA) * previous + _EWMA * measured
+            previous = costs.get(used, measured)
+            costs[used] = (1 - _EWMA) * previous + _EWMA * measured
         outcome.decision = {
             "strategy": strategy,
             "why": why,
@@ -174,8 +191,8 @@ class LocalExecutor(BaseExecutor):
     ) -> tuple[Strategy, str]:
         if self._forced is not None:
             return self._forced, "fixed by configuration"
-        if not worth_planning(stats, self._workers):
-            return "sequential", "transactions are cheap or few: planning cannot pay for itself"
-        levels = compiled.levels(prepared)
-        stats.levels = int(levels.max()) if len(levels) else 0
-        return choose(stats, self._workers)
+        if worth_planning(stats, self._workers):
+            levels = compiled.levels(prepared)
+            stats.levels = int(levels.max()) if len(levels) else 0
+        measured = set(self._cost.get(compiled.step.id, {}))
+        return choose(stats, self._workers, measured)

@@ -21,7 +21,7 @@ class ArrivalOrderExecutor(SerialExecutor):
     name: ClassVar[str] = "test-arrival-order"
 
     def _run_transactions(
-        self, step: TransactionStep, events: pa.Table, dead: DeadLetters
+        self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: object = None
     ) -> TransactionOutcome:
         ts = pa.array(range(events.num_rows), type=pa.int64())
         return super()._run_transactions(
