@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -111,6 +112,9 @@ class StagingStore:
         self.path = Path(path)
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
         self.read_only = read_only
+        # Serializes this process's writers of the file (the committer, the migration's
+        # acknowledgements and releases); readers use cursors and need no lock.
+        self.write_lock = threading.RLock()
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         config: dict[str, str | bool | int | float | list[str]] = (
@@ -292,6 +296,7 @@ class StagingStore:
             if hook is not None:
                 hook(name)
 
+        self.write_lock.acquire()
         try:
             # 3.
             con.execute("BEGIN TRANSACTION")
@@ -342,6 +347,7 @@ class StagingStore:
         finally:
             for name in registered:
                 con.unregister(name)
+            self.write_lock.release()
         # 9.
         self._watermark = last.batch_id
         self._next_dead_letter = next_id
