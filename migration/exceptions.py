@@ -1,8 +1,9 @@
 """Errors of the migration layer.
 
 Driver errors (psycopg2, duckdb, SQLAlchemy) are mapped to these at the boundary with
-``raise ... from exc``. A target that cannot be reached is transient (staging keeps buffering and the
-migration retries); a target whose contents contradict staging is terminal (someone must decide).
+``raise ... from exc``. A target that cannot be reached is transient (staging keeps buffering and
+the migration retries); a target whose contents contradict staging is terminal (someone must
+decide).
 """
 
 from __future__ import annotations

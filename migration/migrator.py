@@ -176,7 +176,9 @@ class Migrator:
         :class:`~migration.exceptions.TargetMismatch` propagates.
         """
         with self._lock:
-            return self._migrate(list(names) if names is not None else list(self.targets), via, merge)
+            return self._migrate(
+                list(names) if names is not None else list(self.targets), via, merge
+            )
 
     def _migrate(self, names: list[str], via: Via, merge: MergeMode) -> MigrationReport:
         started = time.perf_counter()
@@ -279,6 +281,26 @@ class Migrator:
             return False
         waited_ms = (time.monotonic() - self._last_merge.get(name, 0.0)) * 1000
         return unmerged >= self.settings.merge_rows or waited_ms >= self.settings.merge_ms
+
+    def merges_due(self, names: Iterable[str]) -> list[str]:
+        """Targets (opened already) whose unmerged rows waited ``merge_ms``."""
+        return [
+            n
+            for n in names
+            if self.targets[n]._opened
+            and self._unmerged.get(n, 0) > 0
+            and self._merge_due(n, "auto")
+        ]
+
+    def target_busy(self, name: str) -> bool:
+        """Whether another client is querying target ``name`` (raises
+        :class:`~migration.exceptions.TargetUnavailable` when it cannot be reached)."""
+        with self._lock:
+            return self._open(name).busy()
+
+    def pending_batches(self, name: str) -> int:
+        """Staged batches target ``name`` has not acknowledged."""
+        return max(0, self.staged.watermark() - self.staged.acks().get(name, 0))
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
         """Merge now, on every reachable target of ``names`` (default: all)."""

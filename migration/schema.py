@@ -23,7 +23,7 @@ every key itself, and duckdb-engine would otherwise emit SERIAL types DuckDB lac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
@@ -36,9 +36,9 @@ LEDGER_SCHEMA = "streamdi_migration"
 Kind = Literal["state", "output"]
 
 
-def sql_type(kind: ColumnType | None) -> sa.types.TypeEngine[object]:
+def sql_type(kind: ColumnType | None) -> sa.types.TypeEngine[Any]:
     """The SQLAlchemy type storing an engine column type (unknown types as text)."""
-    types: dict[ColumnType, sa.types.TypeEngine[object]] = {
+    types: dict[ColumnType, sa.types.TypeEngine[Any]] = {
         "int64": sa.BigInteger(),
         "float64": sa.Double(),
         "bool": sa.Boolean(),

@@ -51,8 +51,9 @@ class StagedChanges:
 
     @property
     def rows(self) -> int:
-        return sum(t.num_rows for t in self.tables.values()) + sum(
-            t.num_rows for t in self.outputs.values()
+        return int(
+            sum(t.num_rows for t in self.tables.values())
+            + sum(t.num_rows for t in self.outputs.values())
         )
 
     def rows_per_batch(self) -> dict[int, int]:
@@ -118,7 +119,9 @@ class StagedDeltas:
             }
             outputs = {
                 sink: arrow_of(
-                    cursor.sql(f"SELECT * FROM {qualified(OUTPUTS, sink)} {where} ORDER BY batch_id")
+                    cursor.sql(
+                        f"SELECT * FROM {qualified(OUTPUTS, sink)} {where} ORDER BY batch_id"
+                    )
                 )
                 for sink in flow.sinks
             }
@@ -156,7 +159,8 @@ class StagedDeltas:
                 cursor.execute(
                     f"INSERT INTO {qualified(SYSTEM, 'migration_acks')} VALUES (?, ?, ?) "
                     "ON CONFLICT (target) DO UPDATE SET "
-                    "batch_id = greatest(batch_id, excluded.batch_id), acked_at = excluded.acked_at",
+                    "batch_id = greatest(batch_id, excluded.batch_id), "
+                    "acked_at = excluded.acked_at",
                     [target, int(batch_id), now],
                 )
             finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -93,15 +93,12 @@ class DuckDBTarget(BaseTarget):
     def _rollback(self) -> None:
         try:
             if self._con is not None:
-                try:
+                # nothing open when a failed COMMIT already rolled back
+                with suppress(duckdb.Error):
                     self._con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass  # nothing open (already rolled back by a failed COMMIT)
         finally:
-            try:
+            with suppress(RuntimeError):  # not held: the failure came before BEGIN
                 self._lock.release()
-            except RuntimeError:
-                pass  # not held: the failure came before BEGIN
 
     def _execute(self, sql: str, params: list[Any] | None = None) -> int:
         rows = self.connection.execute(sql, params or []).fetchall()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg2
@@ -89,7 +89,9 @@ class PostgresTarget(BaseTarget):
         layout = self.layout
         with engine.begin() as conn:
             # one DDL writer at a time per database (CREATE ... IF NOT EXISTS races otherwise)
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": LEDGER_SCHEMA})
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": LEDGER_SCHEMA}
+            )
             for schema in layout.schemas:
                 conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}"))
             layout.metadata.create_all(conn, checkfirst=True)
@@ -99,10 +101,8 @@ class PostgresTarget(BaseTarget):
 
     def close(self) -> None:
         if self._con is not None:
-            try:
+            with suppress(psycopg2.Error):
                 self._con.close()
-            except psycopg2.Error:
-                pass
         self._con = None
         if self._engine is not None:
             self._engine.dispose()
@@ -116,9 +116,14 @@ class PostgresTarget(BaseTarget):
         except (psycopg2.Error, sa.exc.SQLAlchemyError, OSError) as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             broken = isinstance(
-                exc, psycopg2.OperationalError | psycopg2.InterfaceError | OSError
-            ) or isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-            if broken or self._con is None or getattr(self._con, "closed", 0):
+                exc,
+                psycopg2.OperationalError
+                | psycopg2.InterfaceError
+                | OSError
+                | sa.exc.OperationalError
+                | sa.exc.InterfaceError,
+            )
+            if broken or self._con is None or bool(getattr(self._con, "closed", False)):
                 self.close()
             raise TargetUnavailable(self.name, detail) from exc
 
