@@ -8,7 +8,7 @@ import importlib
 from streamdi.commands import Commands
 
 #: Modules that add ``streamdi bench`` subcommands.
-BENCH_MODULES: tuple[str, ...] = ("benchmarks.ingest", "benchmarks.tpcdi")
+BENCH_MODULES: tuple[str, ...] = ("benchmarks.ingest", "benchmarks.tpcdi", "benchmarks.migration")
 
 
 def register(commands: Commands) -> None:

@@ -87,11 +87,11 @@ class WarehouseLayout:
             self.tables[name] = WarehouseTable(
                 name, "state", tuple(image), tuple(row_id), history=table.kind == "history"
             )
-            self.full[name] = sa.Table(
+            self.full[name] = _table(
                 name,
                 self.metadata,
                 *[
-                    sa.Column(
+                    _column(
                         c,
                         sql_type(t),
                         primary_key=c in row_id,
@@ -102,52 +102,52 @@ class WarehouseLayout:
                 ],
                 schema=self.schema,
             )
-            self.delta[name] = sa.Table(
+            self.delta[name] = _table(
                 name,
                 self.metadata,
-                sa.Column("batch_id", sa.BigInteger(), nullable=False),
-                sa.Column("op", sa.Text(), nullable=False),
-                *[sa.Column(c, sql_type(t)) for c, t in image.items()],
+                _column("batch_id", sa.BigInteger(), nullable=False),
+                _column("op", sa.Text(), nullable=False),
+                *[_column(c, sql_type(t)) for c, t in image.items()],
                 schema=self.delta_schema,
             )
         for sink in flow.sinks:
             columns = output_columns(flow, sink)
             self.tables[sink] = WarehouseTable(sink, "output", ("batch_id", *columns), ())
             for target, schema in ((self.full, self.schema), (self.delta, self.delta_schema)):
-                target[sink] = sa.Table(
+                target[sink] = _table(
                     sink,
                     self.metadata,
-                    sa.Column("batch_id", sa.BigInteger(), nullable=False),
-                    *[sa.Column(c, sql_type(t)) for c, t in columns.items()],
+                    _column("batch_id", sa.BigInteger(), nullable=False),
+                    *[_column(c, sql_type(t)) for c, t in columns.items()],
                     schema=schema,
                 )
-        self.ledger = sa.Table(
+        self.ledger = _table(
             "ledger",
             self.metadata,
-            sa.Column("stream", sa.Text(), primary_key=True),
-            sa.Column("batch_id", sa.BigInteger(), primary_key=True, autoincrement=False),
-            sa.Column("rows", sa.BigInteger(), nullable=False),
-            sa.Column("via", sa.Text(), nullable=False),
-            sa.Column("loaded_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            _column("stream", sa.Text(), primary_key=True),
+            _column("batch_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+            _column("rows", sa.BigInteger(), nullable=False),
+            _column("via", sa.Text(), nullable=False),
+            _column("loaded_at", sa.TIMESTAMP(timezone=False), nullable=False),
             schema=LEDGER_SCHEMA,
         )
-        self.merges = sa.Table(
+        self.merges = _table(
             "merges",
             self.metadata,
-            sa.Column("stream", sa.Text(), primary_key=True),
-            sa.Column("merge_id", sa.BigInteger(), primary_key=True, autoincrement=False),
-            sa.Column("through_batch", sa.BigInteger(), nullable=False),
-            sa.Column("rows", sa.BigInteger(), nullable=False),
-            sa.Column("merged_at", sa.TIMESTAMP(timezone=False), nullable=False),
-            sa.Column("ms", sa.Double(), nullable=False),
+            _column("stream", sa.Text(), primary_key=True),
+            _column("merge_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+            _column("through_batch", sa.BigInteger(), nullable=False),
+            _column("rows", sa.BigInteger(), nullable=False),
+            _column("merged_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            _column("ms", sa.Double(), nullable=False),
             schema=LEDGER_SCHEMA,
         )
-        self.streams = sa.Table(
+        self.streams = _table(
             "streams",
             self.metadata,
-            sa.Column("stream", sa.Text(), primary_key=True),
-            sa.Column("schema_name", sa.Text(), nullable=False),
-            sa.Column("fingerprint", sa.Text(), nullable=False),
+            _column("stream", sa.Text(), primary_key=True),
+            _column("schema_name", sa.Text(), nullable=False),
+            _column("fingerprint", sa.Text(), nullable=False),
             schema=LEDGER_SCHEMA,
         )
 
@@ -194,6 +194,15 @@ class WarehouseLayout:
             f"(SELECT 1 FROM {self.delta_name(name)} d WHERE {match}) "
             f"UNION ALL SELECT {cols} FROM ({newest}) n WHERE _rn = 1 AND op = 'upsert'"
         )
+
+
+def _column(name: str, *args: Any, **kwargs: Any) -> sa.Column[Any]:
+    # every name quoted: a column named like a keyword of one dialect (DuckDB's AT, ...) still works
+    return sa.Column(name, *args, quote=True, **kwargs)
+
+
+def _table(name: str, metadata: sa.MetaData, *args: Any, **kwargs: Any) -> sa.Table:
+    return sa.Table(name, metadata, *args, quote=True, quote_schema=True, **kwargs)
 
 
 def _identifier(name: str) -> str:

@@ -75,8 +75,10 @@ class StagedChanges:
 class StagedDeltas:
     """See the module docstring."""
 
-    def __init__(self, store: StagingStore) -> None:
+    def __init__(self, store: StagingStore, *, vacuum_rows: int = 1_000_000) -> None:
         self.store = store
+        self.vacuum_rows = vacuum_rows
+        self._released_rows = 0
 
     @property
     def flow_name(self) -> str:
@@ -112,9 +114,7 @@ class StagedDeltas:
             cursor.execute("BEGIN TRANSACTION")
             where = f"WHERE batch_id > {int(after)} AND batch_id <= {int(upto)}"
             tables = {
-                name: arrow_of(
-                    cursor.sql(f"SELECT * FROM {qualified(DELTA, name)} {where} ORDER BY batch_id")
-                )
+                name: arrow_of(cursor.sql(f"SELECT * FROM {qualified(DELTA, name)} {where}"))
                 for name in flow.tables
             }
             outputs = {
@@ -202,8 +202,9 @@ class StagedDeltas:
         3. Under the store's write lock, BEGIN.
         4. Delete delta-log rows and output rows with ``batch_id <= X``.
         5. Set ``released_through = X`` in ``streamdi.meta``.
-        6. COMMIT, then try a CHECKPOINT so DuckDB can reuse the freed blocks (skipped while a
-           reader holds a transaction; DuckDB checkpoints by itself later).
+        6. COMMIT; once ``vacuum_rows`` rows were released, CHECKPOINT so DuckDB reuses the freed
+           blocks (skipped while a reader holds a transaction; DuckDB also checkpoints by itself
+           when its WAL grows).
 
         A crash before 6 leaves everything staged (the release simply happens again). Returns the
         released watermark.
@@ -240,10 +241,13 @@ class StagedDeltas:
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
-                try:
-                    cursor.execute("CHECKPOINT")
-                except duckdb.Error as exc:
-                    logger.debug("checkpoint after release skipped: %s", exc)
+                self._released_rows += deleted
+                if self._released_rows >= self.vacuum_rows:
+                    try:
+                        cursor.execute("CHECKPOINT")
+                        self._released_rows = 0
+                    except duckdb.Error as exc:
+                        logger.debug("checkpoint after release skipped: %s", exc)
             finally:
                 cursor.close()
         logger.info("released staged deltas through=%s rows=%s", through, deleted)

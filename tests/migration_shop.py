@@ -122,7 +122,9 @@ def shop_events(batch_id: int, n: int, seed: int = 7) -> list[dict[str, Any]]:
 
 def shop_batch(batch_id: int, n: int, seed: int = 7) -> EngineBatch:
     flow = shop_dataflow().build()
-    return EngineBatch(batch_id, {"events": events_table(flow, "events", shop_events(batch_id, n, seed))})
+    return EngineBatch(
+        batch_id, {"events": events_table(flow, "events", shop_events(batch_id, n, seed))}
+    )
 
 
 def stage_shop(path: Path, batches: range, events: int = 200, seed: int = 7) -> StagingStore:
