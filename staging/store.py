@@ -264,7 +264,9 @@ class StagingStore:
         Any error before step 8 rolls the transaction back and raises
         :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is visible and
         the caller may run them again. ``hook(step)`` is called before steps 4 to 8 (fault
-        injection in the crash tests).
+        injection in the crash tests). Steps 3 to 8 hold :attr:`write_lock`, which the migration's
+        acknowledgements and releases (:mod:`staging.handoff`) also take, so their small
+        transactions never interleave with a commit.
         """
         if not commits:
             return
