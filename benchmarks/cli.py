@@ -8,7 +8,12 @@ import importlib
 from streamdi.commands import Commands
 
 #: Modules that add ``streamdi bench`` subcommands.
-BENCH_MODULES: tuple[str, ...] = ("benchmarks.engine", "benchmarks.ingest", "benchmarks.tpcdi")
+BENCH_MODULES: tuple[str, ...] = (
+    "benchmarks.engine",
+    "benchmarks.ingest",
+    "benchmarks.migration",
+    "benchmarks.tpcdi",
+)
 
 
 def register(commands: Commands) -> None:

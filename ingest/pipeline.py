@@ -16,9 +16,11 @@ The run, in order:
    events), punctuated, idle or older than ``ENGINE__BATCH_TIMEOUT_MS``, take it with the next
    batch id, run it, and queue its commit (outputs, deltas, dead letters, offsets, progress).
 5. The committer commits queued batches in order, one staging transaction per group, then tells
-   Kafka the committed offsets for monitoring.
+   Kafka the committed offsets for monitoring, and the migration worker (``MIGRATION__TARGETS``)
+   what it staged; the worker pushes to the warehouses in this process (see
+   :mod:`migration.worker`).
 6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand, drain the queue,
-   commit, close.
+   commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
 
 After a crash anywhere, restarting repeats from step 1: batches that were executed but not
 committed run again from the same records and the same state, so nothing is lost or applied twice.
@@ -46,6 +48,7 @@ from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, CollectorReport, ResumePoint
 from ingest.consumer import RecordConsumer
 from ingest.runspec import RunSpec
+from migration.worker import MigrationWorker, committed_rows, start_migration_worker
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings
 
@@ -118,6 +121,7 @@ class Pipeline:
         self._committed_batches = 0
         self._committed_offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
+        self._migration: MigrationWorker | None = None
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -184,6 +188,7 @@ class Pipeline:
         # 3.
         collector_threads = self._start_collectors(stop, progress) if options.collect else []
         # 5.
+        self._migration = start_migration_worker(store, settings)
         committer = threading.Thread(
             target=self._commit_loop, args=(store, stop), name="staging-committer", daemon=True
         )
@@ -229,6 +234,8 @@ class Pipeline:
                 now = time.monotonic()
                 if self._error is not None:
                     raise self._error
+                if self._migration is not None and self._migration.error is not None:
+                    raise self._migration.error
                 if now - last_monitor >= 2.0:
                     with self._lock:
                         consumer.commit_for_monitoring(self._committed_offsets)
@@ -248,6 +255,8 @@ class Pipeline:
             # 6.
             self._queue.put(None)
             committer.join()
+            if self._migration is not None:
+                self._migration.stop(push=None if self._error is None else False)
             consumer.close()
             stop.set()
             for thread in collector_threads:
@@ -369,6 +378,8 @@ class Pipeline:
                 return
             if targeted and crash is not None and crash[0] == "committed":
                 _kill_self()
+            if self._migration is not None:
+                self._migration.notify(len(group), committed_rows(g.commit for g in group))
             now = time.monotonic()
             with self._lock:
                 for g in group:

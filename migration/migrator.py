@@ -1,0 +1,345 @@
+"""The migrator: moves staged deltas into every configured warehouse exactly once.
+
+One :class:`Migrator` serves one staging store and its targets; push (the pipeline, after K
+batches, T ms or N rows) and pull (on request, or when a target is idle) both call
+:meth:`Migrator.migrate`, so they move the same deltas under the same ledgers and can be mixed
+freely. A round, in order:
+
+1. Take the staging watermark ``W``; batches committed later wait for the next round.
+2. For each target: open it (a target that cannot be reached is skipped and retried in a later
+   round: staging keeps buffering) and read its watermark ``w`` from its own ledger, the truth
+   about what it holds. A target ahead of staging, or behind what staging already released, is a
+   :class:`~migration.exceptions.TargetMismatch`.
+3. Until every reachable target is at ``W``: take the targets with the lowest ``w``, read the
+   staged changes of batches ``(w, min(w + max_batches_per_load, W)]`` once, and load them into
+   each of those targets (one target transaction with the rows and the ledger rows,
+   :meth:`~migration.targets.base.BaseTarget.load`); after each target's commit, acknowledge the
+   batch in staging.
+4. Merge a target's delta tables into its full tables when it holds ``merge_rows`` unmerged rows
+   or ``merge_ms`` passed since its last merge (or when asked).
+5. Release from staging what every configured target acknowledged (after the retention).
+
+Crash between a target's commit and the staging acknowledgement: the next round reads ``w`` from
+the target's ledger and starts after it, so nothing is loaded twice; a crash before the commit
+leaves the batches staged and unacknowledged, so they are loaded again. Staging releases a batch
+only after every target's acknowledgement, so a batch one target holds and another does not is
+still staged for the second, and goes there exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from migration.exceptions import TargetMismatch, TargetUnavailable
+from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget, MergeResult
+from staging.handoff import StagedDeltas
+from streamdi.settings import MigrationSettings, StreamdiSettings
+
+logger = logging.getLogger(__name__)
+
+Via = Literal["push", "pull"]
+MergeMode = Literal["auto", "force", "never"]
+#: ``hook(phase, target)``: fault injection (crash tests); see :data:`migration.targets.base.Hook`.
+MigrationHook = Callable[[str, str], None]
+
+
+@dataclass
+class TargetRound:
+    """What one round did for one target."""
+
+    target: str
+    start: int = 0
+    watermark: int = 0
+    batches: int = 0
+    rows: int = 0
+    loads: int = 0
+    load_ms: float = 0.0
+    merge: MergeResult | None = None
+    error: str | None = None
+
+
+@dataclass
+class MigrationReport:
+    """One round of :meth:`Migrator.migrate`."""
+
+    via: Via
+    staged_watermark: int
+    targets: dict[str, TargetRound] = field(default_factory=dict)
+    released_through: int = 0
+    read_ms: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.targets.values())
+
+    @property
+    def failed(self) -> list[str]:
+        return [t for t, r in self.targets.items() if r.error is not None]
+
+
+def build_targets(
+    settings: StreamdiSettings, layout: WarehouseLayout, names: Iterable[str] | None = None
+) -> dict[str, BaseTarget]:
+    """The configured targets (``MIGRATION__TARGETS``, or ``names``), not yet opened.
+
+    PostgreSQL without ``POSTGRES__DSN`` is the embedded server, started here.
+    """
+    from migration.targets.duckdb_file import DuckDBTarget
+    from migration.targets.postgres import PostgresTarget
+
+    chosen = list(names) if names is not None else list(settings.migration.target_names)
+    targets: dict[str, BaseTarget] = {}
+    for name in chosen:
+        if name == "duckdb":
+            targets[name] = DuckDBTarget(layout, settings.warehouse_path)
+        elif name == "postgres":
+            pg = settings.postgres
+            if pg.dsn is not None:
+                dsn = pg.dsn.get_secret_value()
+            else:
+                from migration.embedded import embedded_postgres_dsn
+
+                dsn = embedded_postgres_dsn(settings.postgres_data_dir)
+            args: dict[str, str] = {}
+            if pg.sslmode:
+                args["sslmode"] = pg.sslmode
+            if pg.sslrootcert:
+                args["sslrootcert"] = str(pg.sslrootcert)
+            targets[name] = PostgresTarget(layout, dsn, args)
+        else:
+            raise ValueError(f"unknown migration target {name!r}")
+    return targets
+
+
+class Migrator:
+    """See the module docstring. ``release_targets`` are the targets every release waits for
+    (all configured targets; default: the keys of ``targets``)."""
+
+    def __init__(
+        self,
+        staged: StagedDeltas,
+        targets: dict[str, BaseTarget],
+        settings: MigrationSettings,
+        *,
+        release_targets: Sequence[str] | None = None,
+        hook: MigrationHook | None = None,
+    ) -> None:
+        self.staged = staged
+        self.targets = targets
+        self.settings = settings
+        self.release_targets = list(release_targets if release_targets is not None else targets)
+        self.hook = hook
+        self._lock = threading.Lock()
+        self._last_merge: dict[str, float] = {}
+        self._unmerged: dict[str, int] = {}
+
+    def close(self) -> None:
+        for target in self.targets.values():
+            target.close()
+
+    def _target_hook(self, name: str) -> Callable[[str], None] | None:
+        hook = self.hook
+        if hook is None:
+            return None
+
+        def call(phase: str) -> None:
+            hook(phase, name)
+
+        return call
+
+    def _open(self, name: str) -> BaseTarget:
+        target = self.targets[name]
+        first = not target._opened
+        target.open()
+        if first:
+            self._unmerged[name] = target.delta_rows()
+            self._last_merge.setdefault(name, time.monotonic())
+        return target
+
+    def migrate(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        via: Via = "push",
+        merge: MergeMode = "auto",
+    ) -> MigrationReport:
+        """One round over ``names`` (default: every target); see the module docstring.
+
+        Unreachable targets are reported in the round's ``targets[name].error`` and skipped;
+        :class:`~migration.exceptions.TargetMismatch` propagates.
+        """
+        with self._lock:
+            return self._migrate(
+                list(names) if names is not None else list(self.targets), via, merge
+            )
+
+    def _migrate(self, names: list[str], via: Via, merge: MergeMode) -> MigrationReport:
+        started = time.perf_counter()
+        staged = self.staged
+        # 1.
+        top = staged.watermark()
+        report = MigrationReport(via, top)
+        released = staged.released_through()
+        # 2.
+        progress: dict[str, int] = {}
+        for name in names:
+            result = report.targets.setdefault(name, TargetRound(name))
+            try:
+                w = self._open(name).watermark()
+            except TargetUnavailable as exc:
+                result.error = str(exc)
+                logger.warning("migration target unavailable target=%s: %s", name, exc)
+                continue
+            if w > top:
+                raise TargetMismatch(
+                    name,
+                    f"it holds batches up to {w} of {staged.flow_name!r} but staging has only "
+                    f"committed {top}: the staging file was replaced; migrate into a new schema "
+                    "(MIGRATION__SCHEMA_NAME) or database",
+                )
+            if w < released:
+                raise TargetMismatch(
+                    name,
+                    f"it holds batches up to {w} but staging released batches up to {released} "
+                    "(every other target had them); load it from a copy of another target",
+                )
+            result.start = result.watermark = progress[name] = w
+            staged.acknowledge(name, w)  # heals an acknowledgement lost in a crash
+        # 3.
+        step = self.settings.max_batches_per_load
+        while True:
+            behind = {t: w for t, w in progress.items() if w < top}
+            if not behind:
+                break
+            low = min(behind.values())
+            group = [t for t, w in behind.items() if w == low]
+            t0 = time.perf_counter()
+            changes = staged.read(low, min(low + step, top))
+            report.read_ms += (time.perf_counter() - t0) * 1000
+            for name in group:
+                result = report.targets[name]
+                t1 = time.perf_counter()
+                try:
+                    w = self.targets[name].load(changes, via, self._target_hook(name))
+                except TargetUnavailable as exc:
+                    result.error = str(exc)
+                    logger.warning("migration load failed target=%s: %s", name, exc)
+                    del progress[name]
+                    continue
+                result.load_ms += (time.perf_counter() - t1) * 1000
+                if w == changes.upto:
+                    result.batches += changes.upto - changes.after
+                    result.rows += changes.rows
+                    result.loads += 1
+                    self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
+                staged.acknowledge(name, w)
+                if self.hook is not None:
+                    self.hook("acked", name)
+                progress[name] = result.watermark = w
+        # 4.
+        for name in names:
+            result = report.targets[name]
+            if result.error is None and self._merge_due(name, merge):
+                try:
+                    result.merge = self.targets[name].merge(self._target_hook(name))
+                except TargetUnavailable as exc:
+                    result.error = str(exc)
+                    logger.warning("migration merge failed target=%s: %s", name, exc)
+                    continue
+                self._unmerged[name] = 0
+                self._last_merge[name] = time.monotonic()
+        # 5.
+        report.released_through = staged.release(self.release_targets, self.settings.retention_s)
+        report.seconds = time.perf_counter() - started
+        for name, result in report.targets.items():
+            if result.loads or result.merge:
+                logger.info(
+                    "migrated via=%s target=%s batches=%s..%s rows=%s merge_rows=%s",
+                    via,
+                    name,
+                    result.start + 1,
+                    result.watermark,
+                    result.rows,
+                    result.merge.rows if result.merge else 0,
+                )
+        return report
+
+    def _merge_due(self, name: str, merge: MergeMode) -> bool:
+        if merge == "never":
+            return False
+        if merge == "force":
+            return True
+        unmerged = self._unmerged.get(name, 0)
+        if unmerged <= 0:
+            return False
+        waited_ms = (time.monotonic() - self._last_merge.get(name, 0.0)) * 1000
+        return unmerged >= self.settings.merge_rows or waited_ms >= self.settings.merge_ms
+
+    def merges_due(self, names: Iterable[str]) -> list[str]:
+        """Targets (opened already) whose unmerged rows waited ``merge_ms``."""
+        return [
+            n
+            for n in names
+            if self.targets[n]._opened
+            and self._unmerged.get(n, 0) > 0
+            and self._merge_due(n, "auto")
+        ]
+
+    def target_busy(self, name: str) -> bool:
+        """Whether another client is querying target ``name`` (raises
+        :class:`~migration.exceptions.TargetUnavailable` when it cannot be reached)."""
+        with self._lock:
+            return self._open(name).busy()
+
+    def pending_batches(self, name: str) -> int:
+        """Staged batches target ``name`` has not acknowledged."""
+        return max(0, self.staged.watermark() - self.staged.acks().get(name, 0))
+
+    def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
+        """Merge now, on every reachable target of ``names`` (default: all)."""
+        with self._lock:
+            out: dict[str, MergeResult | None] = {}
+            for name in list(names) if names is not None else list(self.targets):
+                out[name] = self._open(name).merge(self._target_hook(name))
+                self._unmerged[name] = 0
+                self._last_merge[name] = time.monotonic()
+            return out
+
+    def status(self) -> dict[str, Any]:
+        """Staging's watermark and release point, and per target what it holds."""
+        staged = self.staged
+        acks = staged.acks()
+        top = staged.watermark()
+        out: dict[str, Any] = {
+            "stream": staged.flow_name,
+            "staged_watermark": top,
+            "released_through": staged.released_through(),
+            "targets": {},
+        }
+        for name, target in self.targets.items():
+            entry: dict[str, Any] = {"acknowledged": acks.get(name, 0)}
+            try:
+                with self._lock:
+                    self._open(name)
+                    w = target.watermark()
+                    merged, merged_at = target.merged_through()
+                    entry.update(
+                        reachable=True,
+                        watermark=w,
+                        pending_batches=max(0, top - w),
+                        merged_through=merged,
+                        merged_at=None if merged_at is None else str(merged_at),
+                        unmerged_rows=target.delta_rows(),
+                        busy=target.busy(),
+                    )
+            except TargetUnavailable as exc:
+                entry.update(reachable=False, error=str(exc))
+            out["targets"][name] = entry
+        return out

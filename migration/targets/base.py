@@ -1,0 +1,369 @@
+"""What every warehouse target does: the load and merge protocols, in SQL both dialects share.
+
+A target keeps, for each dataflow, full tables (indexed by row id), index-free delta tables and a
+ledger (see :mod:`migration.schema`). Subclasses supply the connection, one bulk path and a stream
+lock; :class:`BaseTarget` runs the protocols:
+
+:meth:`BaseTarget.load` moves staged changes into the delta tables, exactly once:
+
+1. BEGIN; take the stream's lock (no other migrator of this stream runs a load or merge now).
+2. Read the target's watermark ``w`` from its ledger. If ``w`` is not the ``after`` the changes
+   were read for, ROLLBACK and return ``w`` (someone else loaded; the caller reads again).
+3. Bulk-load each table's rows into its delta table (COPY for PostgreSQL, Arrow for DuckDB).
+4. Bulk-insert one ledger row per batch of the range, with its row count and how it came
+   (``push``/``pull``). The ledger's primary key (stream, batch_id) rejects a batch loaded twice.
+5. COMMIT: the rows and the ledger rows become durable together, or not at all.
+
+A crash before 5 rolls everything back (the batches are still staged and are sent again); a crash
+after 5 leaves the ledger saying so, and the next load starts after it.
+
+:meth:`BaseTarget.merge` folds the delta tables into the full tables:
+
+1. BEGIN; take the stream's lock.
+2. Per state table, from the newest delta of each row id (highest ``batch_id``): delete the full
+   rows whose newest delta is a delete; upsert (``INSERT ... ON CONFLICT (row id) DO UPDATE``) the
+   rows whose newest delta is an upsert. For a history table the row id is the surrogate key, so
+   this closes the replaced current version (its end date and flag arrive as an upsert of the old
+   surrogate key) and inserts the new version: SCD type 2; a same-day change is an upsert of the
+   same surrogate key.
+3. Per sink: append the delta rows to the full table.
+4. Empty the delta tables.
+5. Insert a ``merges`` row (through which batch, how many rows, how long).
+6. COMMIT. A crash before it leaves the deltas unmerged; the merge simply runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from migration.exceptions import TargetMismatch
+from migration.schema import WarehouseLayout
+from staging.handoff import StagedChanges
+from staging.layout import q
+
+logger = logging.getLogger(__name__)
+
+#: ``hook(phase)`` is called at fault-injection points: ``copy`` (a bulk load in progress),
+#: ``loaded`` (rows loaded, transaction open), ``committed`` (after a load's COMMIT), ``merge``
+#: (a merge's first statement done, transaction open), ``merged`` (after a merge's COMMIT).
+Hook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """One merge: the batches it covered (through ``through``), rows folded in, its duration."""
+
+    merge_id: int
+    through: int
+    rows: int
+    ms: float
+
+
+class BaseTarget(ABC):
+    """One warehouse (``name`` is ``postgres`` or ``duckdb``) for one dataflow's layout."""
+
+    name: str = "target"
+
+    def __init__(self, layout: WarehouseLayout) -> None:
+        self.layout = layout
+        self._opened = False
+
+    # -- what a subclass provides ------------------------------------------------------------------
+
+    @abstractmethod
+    def _connect(self) -> None:
+        """Connect and create the layout if missing (DDL from the metadata)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def _begin(self) -> None:
+        """BEGIN and take the stream's lock."""
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _rollback(self) -> None: ...
+
+    @abstractmethod
+    def _execute(self, sql: str, params: list[Any] | None = None) -> int:
+        """Run a statement inside the open transaction; the affected row count."""
+
+    @abstractmethod
+    def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a query (in its own short transaction when none is open)."""
+
+    @abstractmethod
+    def _bulk_insert(self, qualified: str, rows: pa.Table, hook: Hook | None) -> None:
+        """Append ``rows`` (columns named as the table's) to ``qualified`` in the open
+        transaction through the target's bulk path; never row by row."""
+
+    @abstractmethod
+    def busy(self) -> bool:
+        """Whether another client is running a query on the target right now."""
+
+    @abstractmethod
+    def _guard(self) -> AbstractContextManager[None]:
+        """A context manager mapping driver errors to
+        :class:`~migration.exceptions.TargetUnavailable` (and closing a broken connection)."""
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect, create the layout if missing and check the stream's fingerprint; idempotent.
+
+        Raises :class:`~migration.exceptions.TargetUnavailable` when the target cannot be reached
+        and :class:`~migration.exceptions.TargetMismatch` when it holds another layout.
+        """
+        if self._opened:
+            return
+        with self._guard():
+            self._connect()
+            layout = self.layout
+            rows = self.fetch(
+                f"SELECT schema_name, fingerprint FROM {layout.streams_name} WHERE stream = ?",
+                [layout.stream],
+            )
+            if not rows:
+                self._begin()
+                self._bulk_insert(
+                    layout.streams_name,
+                    pa.table(
+                        {
+                            "stream": [layout.stream],
+                            "schema_name": [layout.schema],
+                            "fingerprint": [layout.fingerprint],
+                        }
+                    ),
+                    None,
+                )
+                self._commit()
+            elif tuple(rows[0]) != (layout.schema, layout.fingerprint):
+                self.close()
+                raise TargetMismatch(
+                    self.name,
+                    f"dataflow {layout.stream!r} was migrated here with another layout "
+                    f"(schema {rows[0][0]!r}, fingerprint {rows[0][1]}); use a new "
+                    "MIGRATION__SCHEMA_NAME or database",
+                )
+        self._opened = True
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def watermark(self) -> int:
+        """The last batch the target's ledger holds for the stream (0 before the first)."""
+        with self._guard():
+            rows = self.fetch(
+                f"SELECT coalesce(max(batch_id), 0) FROM {self.layout.ledger_name} "
+                "WHERE stream = ?",
+                [self.layout.stream],
+            )
+        return int(rows[0][0])
+
+    def merged_through(self) -> tuple[int, datetime | None]:
+        """The last batch merged into the full tables, and when."""
+        with self._guard():
+            rows = self.fetch(
+                f"SELECT through_batch, merged_at FROM {self.layout.merges_name} WHERE stream = ? "
+                "ORDER BY merge_id DESC LIMIT 1",
+                [self.layout.stream],
+            )
+        return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+
+    def delta_rows(self) -> int:
+        """Rows waiting in the delta tables."""
+        parts = " UNION ALL ".join(
+            f"SELECT count(*) AS n FROM {self.layout.delta_name(n)}" for n in self.layout.tables
+        )
+        if not parts:
+            return 0
+        with self._guard():
+            return int(self.fetch(f"SELECT coalesce(sum(n), 0) FROM ({parts}) c")[0][0])
+
+    # -- the load protocol -------------------------------------------------------------------------
+
+    def load(self, changes: StagedChanges, via: str, hook: Hook | None = None) -> int:
+        """Load ``changes`` (batches ``(after, upto]``) per the module docstring; returns the
+        target's watermark afterwards (``changes.upto`` unless someone else loaded first)."""
+        layout = self.layout
+        with self._guard():
+            # 1.
+            self._begin()
+            try:
+                # 2.
+                current = int(
+                    self.fetch(
+                        f"SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} "
+                        "WHERE stream = ?",
+                        [layout.stream],
+                    )[0][0]
+                )
+                if current != changes.after:
+                    self._rollback()
+                    logger.info(
+                        "target moved target=%s expected=%s found=%s",
+                        self.name,
+                        changes.after,
+                        current,
+                    )
+                    return current
+                # 3.
+                first = True
+                for name, rows in [*changes.tables.items(), *changes.outputs.items()]:
+                    if rows.num_rows == 0:
+                        continue
+                    self._bulk_insert(layout.delta_name(name), rows, hook if first else None)
+                    if first and hook is not None:
+                        hook("loaded")
+                    first = False
+                # 4.
+                counts = changes.rows_per_batch()
+                now = datetime.now(UTC).replace(tzinfo=None)
+                ids = sorted(counts)
+                ledger = pa.table(
+                    {
+                        "stream": pa.array([layout.stream] * len(ids), pa.string()),
+                        "batch_id": pa.array(ids, pa.int64()),
+                        "rows": pa.array([counts[i] for i in ids], pa.int64()),
+                        "via": pa.array([via] * len(ids), pa.string()),
+                        "loaded_at": pa.array([now] * len(ids), pa.timestamp("us")),
+                    }
+                )
+                self._bulk_insert(layout.ledger_name, ledger, None)
+                # 5.
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
+        if hook is not None:
+            hook("committed")
+        return changes.upto
+
+    # -- the merge protocol ------------------------------------------------------------------------
+
+    def merge(self, hook: Hook | None = None) -> MergeResult | None:
+        """Merge the delta tables into the full tables per the module docstring; ``None`` when
+        there was nothing to merge."""
+        layout = self.layout
+        started = time.perf_counter()
+        with self._guard():
+            # 1.
+            self._begin()
+            try:
+                through = int(
+                    self.fetch(
+                        f"SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} "
+                        "WHERE stream = ?",
+                        [layout.stream],
+                    )[0][0]
+                )
+                last = self.fetch(
+                    f"SELECT coalesce(max(merge_id), 0), coalesce(max(through_batch), 0) "
+                    f"FROM {layout.merges_name} WHERE stream = ?",
+                    [layout.stream],
+                )[0]
+                if int(last[1]) >= through:
+                    self._rollback()
+                    return None
+                rows = 0
+                first = True
+                for table in layout.tables.values():
+                    # 2. / 3.
+                    rows += self._merge_table(table.name)
+                    if first and hook is not None:
+                        hook("merge")
+                    first = False
+                # 4.
+                self._empty_deltas()
+                # 5.
+                ms = (time.perf_counter() - started) * 1000
+                merge_id = int(last[0]) + 1
+                self._bulk_insert(
+                    layout.merges_name,
+                    pa.table(
+                        {
+                            "stream": pa.array([layout.stream], pa.string()),
+                            "merge_id": pa.array([merge_id], pa.int64()),
+                            "through_batch": pa.array([through], pa.int64()),
+                            "rows": pa.array([rows], pa.int64()),
+                            "merged_at": pa.array(
+                                [datetime.now(UTC).replace(tzinfo=None)], pa.timestamp("us")
+                            ),
+                            "ms": pa.array([ms], pa.float64()),
+                        }
+                    ),
+                    None,
+                )
+                # 6.
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
+        if hook is not None:
+            hook("merged")
+        return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
+
+    def _merge_table(self, name: str) -> int:
+        layout = self.layout
+        table = layout.tables[name]
+        full, delta = layout.full_name(name), layout.delta_name(name)
+        cols = ", ".join(q(c) for c in table.columns)
+        if table.kind == "output":
+            return self._execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {delta}")
+        ids = [q(c) for c in table.row_id]
+        newest = (
+            f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(ids)} "
+            f"ORDER BY batch_id DESC) AS _rn FROM {delta}) n WHERE _rn = 1"
+        )
+        match = " AND ".join(f"f.{c} = d.{c}" for c in ids)
+        deleted = self._execute(
+            f"DELETE FROM {full} AS f USING ({newest} AND op = 'delete') d WHERE {match}"
+        )
+        values = [q(c) for c in table.columns if c not in table.row_id]
+        action = (
+            "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in values)
+            if values
+            else "DO NOTHING"
+        )
+        upserted = self._execute(
+            f"INSERT INTO {full} ({cols}) SELECT {cols} FROM ({newest} AND op = 'upsert') u "
+            f"ON CONFLICT ({', '.join(ids)}) {action}"
+        )
+        return deleted + upserted
+
+    def _empty_deltas(self) -> None:
+        for name in self.layout.tables:
+            self._execute(f"DELETE FROM {self.layout.delta_name(name)}")
+
+    # -- reading back (status, tests, the query service) -------------------------------------------
+
+    def table_rows(self, name: str, *, current: bool = False) -> list[tuple[Any, ...]]:
+        """Every row of ``name``'s full table (``current``: overlaid with unmerged deltas),
+        sorted by all columns."""
+        layout = self.layout
+        source = f"({layout.current_sql(name)}) c" if current else layout.full_name(name)
+        cols = ", ".join(q(c) for c in layout.tables[name].columns)
+        order = ", ".join(str(i + 1) for i in range(len(layout.tables[name].columns)))
+        with self._guard():
+            return self.fetch(f"SELECT {cols} FROM {source} ORDER BY {order}")
+
+    def ledger_rows(self) -> list[tuple[int, int, str]]:
+        """``(batch_id, rows, via)`` of every ledger row of the stream, in batch order."""
+        with self._guard():
+            rows = self.fetch(
+                f"SELECT batch_id, rows, via FROM {self.layout.ledger_name} WHERE stream = ? "
+                "ORDER BY batch_id",
+                [self.layout.stream],
+            )
+        return [(int(b), int(n), str(v)) for b, n, v in rows]

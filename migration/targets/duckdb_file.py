@@ -1,0 +1,136 @@
+"""A DuckDB warehouse file as a migration target: rows moved as Arrow tables.
+
+SQLAlchemy (the duckdb-engine dialect) emits the DDL from the layout's metadata and is then
+released; the rows travel through a plain DuckDB connection: each Arrow table is registered as a
+view and appended with one ``INSERT ... SELECT`` (DuckDB reads Arrow without copying it row by
+row). The file has one writing process, so the stream lock is a lock of this process.
+
+Idle detection: DuckDB has no view of other clients, so a warehouse file counts as busy only while
+:meth:`DuckDBTarget.mark_busy` says so (the query service marks its reads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from migration.exceptions import TargetUnavailable
+from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget, Hook
+from staging.layout import q
+
+
+class DuckDBTarget(BaseTarget):
+    """See the module docstring."""
+
+    name = "duckdb"
+
+    def __init__(self, layout: WarehouseLayout, path: Path | str) -> None:
+        super().__init__(layout)
+        self.path = Path(path)
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.RLock()
+        self._busy_until = 0.0
+        self._view = 0
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(f"duckdb:///{self.path}", poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                for schema in self.layout.schemas:
+                    conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}"))
+                self.layout.metadata.create_all(conn, checkfirst=True)
+        finally:
+            engine.dispose()
+        self._con = duckdb.connect(str(self.path))
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+        self._con = None
+        self._opened = False
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except (duckdb.Error, sa.exc.SQLAlchemyError, OSError) as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if isinstance(exc, duckdb.IOException | OSError | sa.exc.OperationalError):
+                self.close()
+            raise TargetUnavailable(self.name, detail) from exc
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise TargetUnavailable(self.name, "not connected")
+        return self._con
+
+    def _begin(self) -> None:
+        self._lock.acquire()
+        try:
+            self.connection.execute("BEGIN TRANSACTION")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _commit(self) -> None:
+        try:
+            self.connection.execute("COMMIT")
+        finally:
+            self._lock.release()
+
+    def _rollback(self) -> None:
+        try:
+            if self._con is not None:
+                # nothing open when a failed COMMIT already rolled back
+                with suppress(duckdb.Error):
+                    self._con.execute("ROLLBACK")
+        finally:
+            with suppress(RuntimeError):  # not held: the failure came before BEGIN
+                self._lock.release()
+
+    def _execute(self, sql: str, params: list[Any] | None = None) -> int:
+        rows = self.connection.execute(sql, params or []).fetchall()
+        return int(rows[0][0]) if rows and rows[0] and isinstance(rows[0][0], int) else 0
+
+    def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        cursor = self.connection
+        return [tuple(r) for r in cursor.execute(sql, params or []).fetchall()]
+
+    def _bulk_insert(self, qualified: str, rows: pa.Table, hook: Hook | None) -> None:
+        cols = ", ".join(q(c) for c in rows.column_names)
+        # with a hook, half the rows go in first and the hook runs mid-load (crash tests)
+        parts = (
+            [rows.slice(0, rows.num_rows // 2), rows.slice(rows.num_rows // 2)]
+            if hook is not None and rows.num_rows > 1
+            else [rows]
+        )
+        con = self.connection
+        for i, part in enumerate(parts):
+            if i == 1 and hook is not None:
+                hook("copy")
+            self._view += 1
+            view = f"_bulk_{self._view}"
+            con.register(view, part)
+            try:
+                con.execute(f"INSERT INTO {qualified} ({cols}) SELECT {cols} FROM {view}")
+            finally:
+                con.unregister(view)
+
+    def mark_busy(self, seconds: float) -> None:
+        """Count the warehouse as busy (a reader is working) for the next ``seconds``."""
+        self._busy_until = max(self._busy_until, time.monotonic() + seconds)
+
+    def busy(self) -> bool:
+        return time.monotonic() < self._busy_until

@@ -1,0 +1,254 @@
+"""The staging side of migration: staged deltas by batch range, acknowledgements, release.
+
+:class:`StagedDeltas` is how the migration layer reads and releases what staging holds; it works
+on an open :class:`~staging.store.StagingStore` (the pipeline's, or one the ``streamdi migrate``
+command opened) so it never opens the file a second time:
+
+* :meth:`StagedDeltas.read` returns the changes of batches ``(after, upto]``: per state table the
+  delta-log rows (``batch_id``, ``op``, image columns), per sink the output rows. Committed batches
+  never change, so a range read needs no coordination with the committer.
+* :meth:`StagedDeltas.acknowledge` records, per warehouse target, the last batch the target has
+  committed (``streamdi.migration_acks``). An acknowledgement only moves forward.
+* :meth:`StagedDeltas.release` deletes the delta-log and output rows of batches every configured
+  target has acknowledged and that are older than the retention, in one transaction, and records
+  ``released_through`` in ``streamdi.meta``. A release never goes past the lowest acknowledgement,
+  so a row leaves staging only once every target holds it.
+
+Writes take the store's ``write_lock`` so they never interleave with a batch commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from staging.layout import DELTA, OUTPUTS, SYSTEM, qualified
+from staging.store import StagingStore, arrow_of
+
+logger = logging.getLogger(__name__)
+
+RELEASED_THROUGH = "released_through"
+
+
+@dataclass(frozen=True)
+class StagedChanges:
+    """The staged changes of batches ``(after, upto]``.
+
+    ``tables`` maps each state table to its delta-log rows and ``outputs`` each sink to its output
+    rows, every row with its ``batch_id``; ``rows`` counts them all.
+    """
+
+    after: int
+    upto: int
+    tables: dict[str, pa.Table]
+    outputs: dict[str, pa.Table]
+
+    @property
+    def rows(self) -> int:
+        return int(
+            sum(t.num_rows for t in self.tables.values())
+            + sum(t.num_rows for t in self.outputs.values())
+        )
+
+    def rows_per_batch(self) -> dict[int, int]:
+        """Rows per batch id for every batch of the range (0 for batches without changes)."""
+        counts = dict.fromkeys(range(self.after + 1, self.upto + 1), 0)
+        for table in [*self.tables.values(), *self.outputs.values()]:
+            if table.num_rows == 0:
+                continue
+            grouped = table.group_by("batch_id").aggregate([("batch_id", "count")])
+            for batch_id, n in zip(
+                grouped.column("batch_id").to_pylist(),
+                grouped.column("batch_id_count").to_pylist(),
+                strict=True,
+            ):
+                counts[int(batch_id)] = counts.get(int(batch_id), 0) + int(n)
+        return counts
+
+
+class StagedDeltas:
+    """See the module docstring."""
+
+    def __init__(self, store: StagingStore, *, vacuum_rows: int = 1_000_000) -> None:
+        self.store = store
+        self.vacuum_rows = vacuum_rows
+        self._released_rows = 0
+
+    @property
+    def flow_name(self) -> str:
+        return self.store.flow.name
+
+    def watermark(self) -> int:
+        """The last committed batch."""
+        return self.store.watermark
+
+    def _rows(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        cursor = self.store.cursor()
+        try:
+            return [tuple(r) for r in cursor.execute(sql, params or []).fetchall()]
+        finally:
+            cursor.close()
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(self, after: int, upto: int) -> StagedChanges:
+        """The delta-log and output rows of batches ``(after, upto]``, read in one transaction.
+
+        Raises ``ValueError`` when part of the range was already released (those rows are gone).
+        """
+        released = self.released_through()
+        if after < released and upto > after:
+            raise ValueError(
+                f"batches {after + 1}..{released} were released from staging; they cannot be "
+                "read again"
+            )
+        flow = self.store.flow
+        cursor = self.store.cursor()
+        try:
+            cursor.execute("BEGIN TRANSACTION")
+            where = f"WHERE batch_id > {int(after)} AND batch_id <= {int(upto)}"
+            tables = {
+                name: arrow_of(cursor.sql(f"SELECT * FROM {qualified(DELTA, name)} {where}"))
+                for name in flow.tables
+            }
+            outputs = {
+                sink: arrow_of(
+                    cursor.sql(
+                        f"SELECT * FROM {qualified(OUTPUTS, sink)} {where} ORDER BY batch_id"
+                    )
+                )
+                for sink in flow.sinks
+            }
+            cursor.execute("ROLLBACK")
+        finally:
+            cursor.close()
+        return StagedChanges(after, upto, tables, outputs)
+
+    def pending_rows(self, after: int) -> int:
+        """Rows staged in batches after ``after`` (delta log and outputs)."""
+        flow = self.store.flow
+        parts = [f"SELECT count(*) AS n FROM {qualified(DELTA, n)}" for n in flow.tables]
+        parts += [f"SELECT count(*) AS n FROM {qualified(OUTPUTS, s)}" for s in flow.sinks]
+        if not parts:
+            return 0
+        sql = " UNION ALL ".join(p + f" WHERE batch_id > {int(after)}" for p in parts)
+        return int(self._rows(f"SELECT coalesce(sum(n), 0) FROM ({sql})")[0][0])
+
+    # -- acknowledgements --------------------------------------------------------------------------
+
+    def acks(self) -> dict[str, int]:
+        """The last acknowledged batch per target."""
+        try:
+            rows = self._rows(f"SELECT target, batch_id FROM {qualified(SYSTEM, 'migration_acks')}")
+        except duckdb.CatalogException:  # a file opened read-only before the table existed
+            return {}
+        return {str(t): int(b) for t, b in rows}
+
+    def acknowledge(self, target: str, batch_id: int) -> None:
+        """Record that ``target`` has committed every batch up to ``batch_id`` (never backwards)."""
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with self.store.write_lock:
+            cursor = self.store.cursor()
+            try:
+                cursor.execute(
+                    f"INSERT INTO {qualified(SYSTEM, 'migration_acks')} VALUES (?, ?, ?) "
+                    "ON CONFLICT (target) DO UPDATE SET "
+                    "batch_id = greatest(batch_id, excluded.batch_id), "
+                    "acked_at = excluded.acked_at",
+                    [target, int(batch_id), now],
+                )
+            finally:
+                cursor.close()
+
+    # -- release -----------------------------------------------------------------------------------
+
+    def released_through(self) -> int:
+        rows = self._rows(
+            f"SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = ?", [RELEASED_THROUGH]
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def releasable(self, targets: Iterable[str], retention_s: float) -> int:
+        """The highest batch that may be released: acknowledged by every one of ``targets`` and
+        committed more than ``retention_s`` ago (0 when no target is given)."""
+        names = list(targets)
+        if not names:
+            return self.released_through()
+        acks = self.acks()
+        lowest = min(acks.get(t, 0) for t in names)
+        if retention_s <= 0 or lowest == 0:
+            return lowest
+        cutoff = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=retention_s)
+        rows = self._rows(
+            f"SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')} "
+            "WHERE batch_id <= ? AND committed_at <= ?",
+            [lowest, cutoff],
+        )
+        return int(rows[0][0])
+
+    def release(self, targets: Iterable[str], retention_s: float) -> int:
+        """Delete the staged deltas and outputs every target acknowledged (past the retention).
+
+        The protocol, in this order:
+
+        1. Compute ``X`` = :meth:`releasable` (never above the lowest acknowledgement).
+        2. If ``X`` is not above ``released_through``, stop.
+        3. Under the store's write lock, BEGIN.
+        4. Delete delta-log rows and output rows with ``batch_id <= X``.
+        5. Set ``released_through = X`` in ``streamdi.meta``.
+        6. COMMIT; once ``vacuum_rows`` rows were released, CHECKPOINT so DuckDB reuses the freed
+           blocks (skipped while a reader holds a transaction; DuckDB also checkpoints by itself
+           when its WAL grows).
+
+        A crash before 6 leaves everything staged (the release simply happens again). Returns the
+        released watermark.
+        """
+        # 1.
+        through = self.releasable(targets, retention_s)
+        released = self.released_through()
+        # 2.
+        if through <= released:
+            return released
+        flow = self.store.flow
+        deleted = 0
+        with self.store.write_lock:
+            cursor = self.store.cursor()
+            try:
+                # 3.
+                cursor.execute("BEGIN TRANSACTION")
+                try:
+                    # 4.
+                    for name in [qualified(DELTA, n) for n in flow.tables] + [
+                        qualified(OUTPUTS, s) for s in flow.sinks
+                    ]:
+                        rows = cursor.execute(
+                            f"DELETE FROM {name} WHERE batch_id <= ?", [through]
+                        ).fetchall()
+                        deleted += int(rows[0][0]) if rows else 0
+                    # 5.
+                    cursor.execute(
+                        f"INSERT OR REPLACE INTO {qualified(SYSTEM, 'meta')} VALUES (?, ?)",
+                        [RELEASED_THROUGH, str(through)],
+                    )
+                    # 6.
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                self._released_rows += deleted
+                if self._released_rows >= self.vacuum_rows:
+                    try:
+                        cursor.execute("CHECKPOINT")
+                        self._released_rows = 0
+                    except duckdb.Error as exc:
+                        logger.debug("checkpoint after release skipped: %s", exc)
+            finally:
+                cursor.close()
+        logger.info("released staged deltas through=%s rows=%s", through, deleted)
+        return through

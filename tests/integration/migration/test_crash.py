@@ -1,0 +1,186 @@
+"""Exactly once into both warehouses across real crashes: ``streamdi migrate push`` is killed with
+SIGKILL in the middle of a COPY / Arrow load, after a target's commit but before staging's
+acknowledgement, and in the middle of a merge; it is run again, and every target must end with
+exactly the rows of a migration without crashes, each batch once in its ledger, and staging must
+release only what every target acknowledged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etl_dataflows.dataflow import CompiledDataflow
+from migration.migrator import Migrator, build_targets
+from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget
+from staging.handoff import StagedDeltas
+from staging.store import StagingStore
+from streamdi.settings import load_settings
+from tests.integration.migration.conftest import (
+    PostgresServer,
+    copy_staging,
+    migrate_env,
+    run_migrate,
+)
+from tests.migration_shop import shop_dataflow, stage_shop
+
+pytestmark = pytest.mark.postgres
+
+SPEC = "tests.migration_shop:shop_dataflow"
+BATCHES = 12
+PER_LOAD = 4
+RELATIONS = ("customers", "accounts", "prices", "activity")
+
+
+@dataclass
+class Staged:
+    path: Path
+    reference: dict[str, list[tuple[Any, ...]]]
+
+
+def _targets(
+    flow: CompiledDataflow, dsn: str, warehouse: Path, names: str
+) -> dict[str, BaseTarget]:
+    settings = load_settings(
+        postgres={"dsn": dsn}, migration={"targets": names, "duckdb_path": str(warehouse)}
+    )
+    return build_targets(settings, WarehouseLayout(flow))
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory, postgres: PostgresServer) -> Staged:
+    """A staging file of 12 shop batches, and what a migration without crashes makes of it."""
+    root = tmp_path_factory.mktemp("crash")
+    source = root / "staging.duckdb"
+    stage_shop(source, range(1, BATCHES + 1), events=150).close()
+    work = copy_staging(source, root / "reference.duckdb")
+    flow = shop_dataflow().build()
+    store = StagingStore(work, flow)
+    settings = load_settings(
+        postgres={"dsn": postgres.database()},
+        migration={"targets": "duckdb,postgres", "duckdb_path": str(root / "reference-wh.duckdb")},
+    )
+    migrator = Migrator(
+        StagedDeltas(store), build_targets(settings, WarehouseLayout(flow)), settings.migration
+    )
+    migrator.migrate(merge="force")
+    pg, duck = migrator.targets["postgres"], migrator.targets["duckdb"]
+    reference = {name: pg.table_rows(name) for name in RELATIONS}
+    assert reference == {name: duck.table_rows(name) for name in RELATIONS}
+    assert all(reference[name] for name in RELATIONS)
+    migrator.close()
+    store.close()
+    return Staged(source, reference)
+
+
+def _acks(staging: Path) -> tuple[dict[str, int], int]:
+    store = StagingStore(staging, shop_dataflow())
+    try:
+        staged = StagedDeltas(store)
+        return staged.acks(), staged.released_through()
+    finally:
+        store.close()
+
+
+def _check_final(targets: dict[str, BaseTarget], staging: Path, reference: dict[str, Any]) -> None:
+    for target in targets.values():
+        target.open()
+        assert [b for b, _, _ in target.ledger_rows()] == list(range(1, BATCHES + 1))
+        assert target.delta_rows() == 0
+        for name in RELATIONS:
+            assert target.table_rows(name) == reference[name], f"{target.name}.{name}"
+        target.close()
+    acks, released = _acks(staging)
+    assert acks == dict.fromkeys(targets, BATCHES)
+    assert released == BATCHES
+
+
+CASES = [
+    # (target, --crash-at, what the crashed run left behind: target ledger, staging ack)
+    ("postgres", "copy:postgres:2", PER_LOAD, PER_LOAD),
+    ("duckdb", "copy:duckdb:2", PER_LOAD, PER_LOAD),
+    ("postgres", "committed:postgres:2", 2 * PER_LOAD, PER_LOAD),
+    ("duckdb", "committed:duckdb:2", 2 * PER_LOAD, PER_LOAD),
+    ("postgres", "merge:postgres:1", BATCHES, BATCHES),
+    ("duckdb", "merge:duckdb:1", BATCHES, BATCHES),
+]
+
+
+@pytest.mark.parametrize(("target", "crash", "ledger_after", "ack_after"), CASES)
+def test_killed_migration_resumes_exactly_once(
+    tmp_path: Path,
+    postgres: PostgresServer,
+    staged: Staged,
+    target: str,
+    crash: str,
+    ledger_after: int,
+    ack_after: int,
+) -> None:
+    staging = copy_staging(staged.path, tmp_path / "staging.duckdb")
+    dsn, warehouse = postgres.database(), tmp_path / "wh.duckdb"
+    env = migrate_env(
+        tmp_path,
+        staging,
+        dsn,
+        warehouse,
+        MIGRATION__TARGETS=target,
+        MIGRATION__MAX_BATCHES_PER_LOAD=str(PER_LOAD),
+    )
+    merge = "--merge" if crash.startswith("merge") else "--no-merge"
+    crashed = run_migrate(["migrate", "push", SPEC, merge, "--crash-at", crash], env)
+    assert crashed.returncode == -9, crashed.stderr
+    targets = _targets(shop_dataflow().build(), dsn, warehouse, target)
+    t = targets[target]
+    t.open()
+    assert t.watermark() == ledger_after  # the crash hit where it was meant to
+    if crash.startswith("merge"):
+        assert t.merged_through()[0] == 0 and t.delta_rows() > 0  # the merge rolled back
+    t.close()
+    acks, released = _acks(staging)
+    assert acks.get(target, 0) == ack_after
+    assert released == 0  # a round releases at its end, which the crash never reached
+
+    again = run_migrate(["migrate", "push", SPEC, "--merge"], env)
+    assert again.returncode == 0, again.stderr
+    _check_final(targets, staging, staged.reference)
+
+
+def test_a_batch_one_target_holds_goes_to_the_other_exactly_once(
+    tmp_path: Path, postgres: PostgresServer, staged: Staged
+) -> None:
+    staging = copy_staging(staged.path, tmp_path / "staging.duckdb")
+    dsn, warehouse = postgres.database(), tmp_path / "wh.duckdb"
+    env = migrate_env(
+        tmp_path,
+        staging,
+        dsn,
+        warehouse,
+        MIGRATION__TARGETS="duckdb,postgres",
+        MIGRATION__MAX_BATCHES_PER_LOAD=str(PER_LOAD),
+    )
+    # duckdb loads batches 1..4 first and acknowledges them; postgres dies in its COPY of them
+    crashed = run_migrate(
+        ["migrate", "push", SPEC, "--no-merge", "--crash-at", "copy:postgres:1"], env
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    acks, released = _acks(staging)
+    assert acks.get("duckdb") == PER_LOAD and acks.get("postgres", 0) == 0
+    assert released == 0  # postgres has not got them: staging keeps them
+    # then postgres commits 5..8 and dies before staging hears of it
+    crashed = run_migrate(
+        ["migrate", "push", SPEC, "--no-merge", "--crash-at", "committed:postgres:2"], env
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    acks, released = _acks(staging)
+    assert acks == {"duckdb": 2 * PER_LOAD, "postgres": PER_LOAD} and released == 0
+
+    again = run_migrate(["migrate", "pull", SPEC], env)
+    assert again.returncode == 0, again.stderr
+    _check_final(
+        _targets(shop_dataflow().build(), dsn, warehouse, "duckdb,postgres"),
+        staging,
+        staged.reference,
+    )

@@ -1,0 +1,125 @@
+"""Both targets at once on a real PostgreSQL and a DuckDB file: push and pull mixed end equal to
+staging (two-space reads before a merge, full tables after), every batch in each ledger once; a
+PostgreSQL that is stopped for a while makes staging buffer, and it catches up when it returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from migration.migrator import Migrator, build_targets
+from migration.schema import WarehouseLayout
+from staging.handoff import StagedDeltas
+from staging.store import StagingStore
+from streamdi.settings import StreamdiSettings, load_settings
+from tests.integration.migration.conftest import PostgresServer
+from tests.migration_shop import stage_shop
+from tests.unit.migration.test_duckdb_target import assert_target_equals_staging
+
+pytestmark = pytest.mark.postgres
+
+
+def _settings(tmp: Path, dsn: str, **migration: Any) -> StreamdiSettings:
+    return load_settings(
+        streamdi={"state_dir": str(tmp)},
+        postgres={"dsn": dsn},
+        migration={"targets": "duckdb,postgres", "max_batches_per_load": 4, **migration},
+    )
+
+
+def _migrator(store: StagingStore, settings: StreamdiSettings) -> Migrator:
+    layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+    return Migrator(StagedDeltas(store), build_targets(settings, layout), settings.migration)
+
+
+def _outputs(store: StagingStore) -> dict[str, pa.Table]:
+    return {s: store.query(f'SELECT * FROM outputs."{s}"') for s in store.flow.sinks}
+
+
+def _more(
+    store: StagingStore, path: Path, batches: range, outputs: dict[str, pa.Table]
+) -> StagingStore:
+    store.close()
+    store = stage_shop(path, batches, events=150)
+    for sink in store.flow.sinks:
+        new = store.query(f'SELECT * FROM outputs."{sink}" WHERE batch_id >= {batches.start}')
+        outputs[sink] = pa.concat_tables([outputs[sink], new])
+    return store
+
+
+def test_push_and_pull_mixed_into_both_targets(tmp_path: Path, postgres: PostgresServer) -> None:
+    settings = _settings(tmp_path, postgres.database())
+    path = tmp_path / "staging.duckdb"
+    store = stage_shop(path, range(1, 7), events=150)
+    outputs = _outputs(store)
+    migrator = _migrator(store, settings)
+    report = migrator.migrate(via="push", merge="never")
+    assert {n: r.watermark for n, r in report.targets.items()} == {"duckdb": 6, "postgres": 6}
+    migrator.close()
+
+    store = _more(store, path, range(7, 13), outputs)
+    migrator = _migrator(store, settings)
+    migrator.migrate(["postgres"], via="pull", merge="force")  # postgres pulls; duckdb lags
+    assert StagedDeltas(store).released_through() == 6  # duckdb has not acknowledged 7..12
+    migrator.close()
+
+    store = _more(store, path, range(13, 16), outputs)
+    migrator = _migrator(store, settings)
+    report = migrator.migrate(via="push", merge="never")
+    assert report.targets["duckdb"].start == 6 and report.targets["postgres"].start == 12
+    assert report.released_through == 15
+    state = store.load_state().tables
+    for target in migrator.targets.values():
+        assert_target_equals_staging(target, state, outputs, current=True)
+    migrator.merge()
+    pg, duck = migrator.targets["postgres"], migrator.targets["duckdb"]
+    for target in (pg, duck):
+        assert target.delta_rows() == 0
+        assert_target_equals_staging(target, state, outputs, current=False)
+        assert [b for b, _, _ in target.ledger_rows()] == list(range(1, 16))
+    assert [v for _, _, v in pg.ledger_rows()][6:12] == ["pull"] * 6
+    assert [v for _, _, v in duck.ledger_rows()][6:12] == ["push"] * 6
+    # both warehouses hold the very same rows
+    for name in ("customers", "accounts", "prices", "activity"):
+        assert pg.table_rows(name) == duck.table_rows(name)
+    migrator.close()
+    store.close()
+
+
+def test_a_stopped_target_buffers_in_staging_and_catches_up(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    settings = _settings(tmp_path, postgres.database())
+    path = tmp_path / "staging.duckdb"
+    store = stage_shop(path, range(1, 5), events=150)
+    outputs = _outputs(store)
+    migrator = _migrator(store, settings)
+    migrator.migrate()
+    postgres.stop()
+    try:
+        for first in (5, 9):
+            migrator.close()
+            store = _more(store, path, range(first, first + 4), outputs)
+            migrator = _migrator(store, settings)
+            report = migrator.migrate()
+            assert report.failed == ["postgres"]
+            assert report.targets["duckdb"].watermark == first + 3
+            # staging keeps everything postgres has not acknowledged
+            assert report.released_through == 4
+            assert StagedDeltas(store).pending_rows(4) > 0
+        assert "unavailable" in str(migrator.status()["targets"]["postgres"].get("error"))
+    finally:
+        postgres.start()
+    report = migrator.migrate(merge="force")
+    assert report.failed == []
+    assert report.targets["postgres"].start == 4 and report.targets["postgres"].watermark == 12
+    assert report.released_through == 12
+    state = store.load_state().tables
+    for target in migrator.targets.values():
+        assert_target_equals_staging(target, state, outputs, current=False)
+        assert [b for b, _, _ in target.ledger_rows()] == list(range(1, 13))
+    migrator.close()
+    store.close()

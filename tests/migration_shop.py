@@ -1,0 +1,159 @@
+"""A small dataflow with every kind of state for the migration tests, and a deterministic staging
+file of it.
+
+``shop``: ``customers`` is a history table (SCD type 2 by day, same-day changes in place),
+``accounts`` a keyed table with a surrogate key, inserts, updates and deletes, ``prices`` an
+event-time window whose old entries expire (deletes), and the sink ``activity`` one row per
+committed transaction. Columns cover every engine type (int64, float64, bool, string, timestamp,
+date), and strings include empty ones, quotes, commas and newlines (the COPY path must keep them).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows import Dataflow, col, create_executor, date_of, lit, old
+from etl_dataflows.batch import EngineBatch
+from etl_dataflows.testing.harness import events_table
+from staging import BatchCommit, StagingStore, StreamProgress
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+
+DAY = 86_400_000_000
+NAMES = ["Ann", "", 'Bo "the" Bear', "Cy, Jr.", "line\nbreak", "Zoë"]
+SYMBOLS = ["AAA", "BBB", "CCC", "DDD"]
+
+
+def shop_dataflow() -> Dataflow:
+    flow = Dataflow("shop")
+    customers = flow.history_table(
+        "customers",
+        key={"cid": "int64"},
+        columns={"name": "string", "tier": "int64"},
+        surrogate="sk_customer",
+    )
+    accounts = flow.table(
+        "accounts",
+        key={"aid": "int64"},
+        columns={"cid": "int64", "balance": "float64", "active": "bool", "opened": "date"},
+        surrogate="sk_account",
+        defaults={"balance": 0.0},
+    )
+    prices = flow.window_table(
+        "prices",
+        key={"symbol": "string"},
+        columns={"price": "float64"},
+        span=3 * DAY,
+        aggregates={"high": ("max", "price")},
+    )
+    flow.source(
+        "events",
+        schema={
+            "kind": "string",
+            "cid": "int64",
+            "aid": "int64",
+            "name": "string",
+            "tier": "int64",
+            "amount": "float64",
+            "symbol": "string",
+            "price": "float64",
+            "at": "timestamp",
+        },
+    )
+    kind = col("kind")
+    t = flow.transact("apply", input="events")
+    t.write(customers, "cid", {"name": col("name"), "tier": col("tier")}, when=kind == "customer")
+    t.insert(
+        accounts,
+        "aid",
+        {
+            "cid": col("cid"),
+            "balance": col("amount"),
+            "active": lit(True),
+            "opened": date_of(col("at")),
+        },
+        if_exists="skip",
+        when=kind == "open",
+    )
+    t.update(
+        accounts,
+        "aid",
+        set={"balance": old("balance") + col("amount")},
+        if_missing="skip",
+        when=kind == "deposit",
+    )
+    t.delete(accounts, "aid", if_missing="skip", when=kind == "close")
+    w = t.window(prices, "symbol", {"price": col("price")}, when=kind == "price")
+    t.emit(kind=kind, cid=col("cid"), aid=col("aid"), amount=col("amount"), high=w["high"])
+    flow.sink("activity", input="apply")
+    return flow
+
+
+def shop_events(batch_id: int, n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """``n`` events of batch ``batch_id`` (half a day per batch), deterministic per seed."""
+    rng = np.random.default_rng(seed * 100_003 + batch_id)
+    kinds = rng.choice(
+        ["customer", "open", "deposit", "close", "price"], size=n, p=[0.2, 0.2, 0.3, 0.05, 0.25]
+    )
+    base = batch_id * DAY // 2
+    rows = []
+    for i, kind in enumerate(kinds):
+        ts = base + i * 1_000_000
+        rows.append(
+            {
+                "kind": str(kind),
+                "cid": int(rng.integers(0, 40)),
+                "aid": int(rng.integers(0, 80)),
+                "name": NAMES[int(rng.integers(0, len(NAMES)))],
+                "tier": int(rng.integers(1, 4)),
+                "amount": float(np.round(rng.random() * 100, 2)),
+                "symbol": SYMBOLS[int(rng.integers(0, len(SYMBOLS)))],
+                "price": float(np.round(rng.random() * 50 + 1, 3)),
+                "at": ts,
+                "_ts": ts,
+            }
+        )
+    return rows
+
+
+def shop_batch(batch_id: int, n: int, seed: int = 7) -> EngineBatch:
+    flow = shop_dataflow().build()
+    return EngineBatch(
+        batch_id, {"events": events_table(flow, "events", shop_events(batch_id, n, seed))}
+    )
+
+
+def stage_shop(path: Path, batches: range, events: int = 200, seed: int = 7) -> StagingStore:
+    """Run ``batches`` of the shop through the serial executor into staging at ``path`` (state
+    resumed from the file) and return the open store."""
+    flow = shop_dataflow().build()
+    store = StagingStore(path, flow)
+    executor = create_executor("serial", flow, store.load_state())
+    for batch_id in batches:
+        result = executor.run_batch(shop_batch(batch_id, events, seed))
+        store.commit(
+            [
+                BatchCommit(
+                    batch_id=batch_id,
+                    result=result,
+                    dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+                    offsets={("shop.events", 0): batch_id},
+                    streams={"events": StreamProgress(batch_id, None, batch_id * events, -1)},
+                    events=events,
+                    records=1,
+                    arrived_at=time.time(),
+                    executed_ms=1.0,
+                )
+            ]
+        )
+    executor.close()
+    return store
+
+
+def staged_state(store: StagingStore) -> dict[str, pa.Table]:
+    """Every state table of the store, as staged."""
+    return store.load_state().tables

@@ -1,0 +1,213 @@
+"""Migration into a DuckDB warehouse file (no service needed): the warehouse ends equal to staging,
+before a merge (full + delta, the two-space read) and after it; a batch is never loaded twice; a
+merge that fails midway leaves the deltas to merge again; SCD type 2 versions arrive closed and
+opened; the pipeline-side worker pushes on its thresholds and pulls when the target is idle."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from migration.migrator import Migrator, build_targets
+from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget
+from migration.worker import MigrationWorker
+from staging.handoff import StagedDeltas
+from staging.store import StagingStore
+from streamdi.settings import StreamdiSettings, load_settings
+from tests.migration_shop import stage_shop
+
+
+def _settings(tmp: Path, **migration: Any) -> StreamdiSettings:
+    return load_settings(
+        streamdi={"state_dir": str(tmp)},
+        migration={"targets": "duckdb", "max_batches_per_load": 3, **migration},
+    )
+
+
+def _migrator(store: StagingStore, settings: StreamdiSettings) -> Migrator:
+    layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+    return Migrator(StagedDeltas(store), build_targets(settings, layout), settings.migration)
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return sorted(zip(*columns, strict=True), key=repr)
+
+
+def assert_target_equals_staging(
+    target: BaseTarget, state: dict[str, pa.Table], outputs: dict[str, pa.Table], *, current: bool
+) -> None:
+    for name, table in state.items():
+        got = sorted(target.table_rows(name, current=current), key=repr)
+        assert got == _rows(table), f"{target.name}.{name} differs from staging"
+    for sink, rows in outputs.items():
+        got = sorted(target.table_rows(sink, current=current), key=repr)
+        assert got == _rows(rows), f"{target.name}.{sink} differs from staging"
+
+
+def _outputs(store: StagingStore) -> dict[str, pa.Table]:
+    return {s: store.query(f'SELECT * FROM outputs."{s}"') for s in store.flow.sinks}
+
+
+def test_warehouse_equals_staging_before_and_after_merges(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 9), events=150)
+    outputs = _outputs(store)  # captured before the release deletes them from staging
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+
+    first = migrator.migrate(via="push", merge="never")
+    assert first.targets["duckdb"].watermark == 8 and first.targets["duckdb"].loads == 3
+    assert target.delta_rows() == first.rows > 0
+    # two-space read: full tables (empty) overlaid with the deltas is the staged state
+    assert_target_equals_staging(target, store.load_state().tables, outputs, current=True)
+    assert first.released_through == 8  # the only target acknowledged everything
+    assert store.query('SELECT count(*) AS n FROM delta_log."accounts"').column("n")[0].as_py() == 0
+
+    # more batches; half merged, half in the delta tables
+    store.close()
+    migrator.close()
+    store = stage_shop(tmp_path / "staging.duckdb", range(9, 15), events=150)
+    outputs = {s: pa.concat_tables([outputs[s], t]) for s, t in _outputs(store).items()}
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    migrator.migrate(via="pull", merge="force")
+    store.close()
+    migrator.close()
+    store = stage_shop(tmp_path / "staging.duckdb", range(15, 18), events=150)
+    outputs = {s: pa.concat_tables([outputs[s], t]) for s, t in _outputs(store).items()}
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    migrator.migrate(via="push", merge="never")
+    state = store.load_state().tables
+    assert_target_equals_staging(target, state, outputs, current=True)
+    migrator.merge()
+    assert target.delta_rows() == 0
+    assert_target_equals_staging(target, state, outputs, current=False)
+    ledger = target.ledger_rows()
+    assert [b for b, _, _ in ledger] == list(range(1, 18))
+    assert {v for _, _, v in ledger} == {"push", "pull"}
+    migrator.close()
+    store.close()
+
+
+def test_a_batch_is_never_loaded_twice(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, max_batches_per_load=10)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 5), events=100)
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    target.open()
+    changes = StagedDeltas(store).read(0, 4)
+    assert target.load(changes, "push") == 4
+    rows = target.delta_rows()
+    # the same changes again (a crash after the commit, before the acknowledgement): refused
+    assert target.load(changes, "push") == 4
+    assert target.delta_rows() == rows
+    # the migrator reads the target's ledger, not the stale acknowledgement
+    report = migrator.migrate(merge="never")
+    assert report.targets["duckdb"].batches == 0 and target.delta_rows() == rows
+    assert [b for b, _, _ in target.ledger_rows()] == [1, 2, 3, 4]
+    migrator.close()
+    store.close()
+
+
+def test_a_failed_merge_leaves_the_deltas_to_merge_again(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 6), events=120)
+    outputs = _outputs(store)
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    migrator.migrate(merge="never")
+    unmerged = target.delta_rows()
+
+    def fail(phase: str) -> None:
+        if phase == "merge":
+            raise RuntimeError("injected failure in the middle of a merge")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        target.merge(fail)
+    assert target.delta_rows() == unmerged
+    assert target.merged_through()[0] == 0
+    assert all(not target.table_rows(n) for n in ("customers", "accounts", "activity"))
+    result = target.merge()
+    assert result is not None and result.through == 5
+    assert target.merge() is None  # nothing left
+    assert_target_equals_staging(target, store.load_state().tables, outputs, current=False)
+    migrator.close()
+    store.close()
+
+
+def test_scd2_versions_are_closed_and_opened_by_surrogate_key(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 3), events=200)
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    migrator.migrate(merge="force")
+    store.close()
+    migrator.close()
+    store = stage_shop(tmp_path / "staging.duckdb", range(3, 7), events=200)
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    migrator.migrate(merge="force")
+    con = target.connection  # type: ignore[attr-defined]
+    current = con.execute(
+        "SELECT cid, count(*) FILTER (WHERE is_current), count(*) FROM shop.customers GROUP BY cid"
+    ).fetchall()
+    assert current and all(n_current == 1 for _, n_current, _ in current)
+    assert any(n > 1 for _, _, n in current)  # closed versions were kept
+    # every closed version ends where the next version of its customer begins
+    broken_chain = con.execute(
+        "SELECT count(*) FROM shop.customers c WHERE NOT is_current AND NOT EXISTS "
+        "(SELECT 1 FROM shop.customers n WHERE n.cid = c.cid AND n.effective_date = c.end_date "
+        "AND n.sk_customer > c.sk_customer)"
+    ).fetchone()
+    assert broken_chain == (0,)
+    staged = store.load_state().tables["customers"]
+    assert len(target.table_rows("customers")) == staged.num_rows
+    migrator.close()
+    store.close()
+
+
+def test_worker_pushes_after_k_batches_and_pulls_when_idle(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, push_batches=2, push_rows=None, push_ms=None)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 4), events=50)
+    worker = MigrationWorker(_migrator(store, settings), settings.migration)
+    worker.start()
+    worker.notify(1, 10)
+    time.sleep(0.3)
+    assert worker.rounds == 0  # one batch: below K
+    worker.notify(2, 20)
+    deadline = time.monotonic() + 10
+    while worker.rounds == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.rounds == 1
+    worker.stop(push=False)
+    assert worker.error is None
+    assert StagedDeltas(store).acks() == {"duckdb": 3}
+    store.close()
+
+    pull = _settings(tmp_path, push="", pull_idle_ms=100)
+    store = stage_shop(tmp_path / "staging.duckdb", range(4, 6), events=50)
+    worker = MigrationWorker(_migrator(store, pull), pull.migration)
+    assert worker.push_targets == [] and worker.pull_targets == ["duckdb"]
+    worker.migrator.targets["duckdb"].open()
+    worker.migrator.targets["duckdb"].mark_busy(0.5)  # type: ignore[attr-defined]
+    started = time.monotonic()
+    worker.start()
+    while StagedDeltas(store).acks().get("duckdb") != 5 and time.monotonic() - started < 10:
+        time.sleep(0.02)
+    waited = time.monotonic() - started
+    worker.stop()
+    assert StagedDeltas(store).acks()["duckdb"] == 5
+    assert waited >= 0.5  # it waited for the busy span plus the idle time
+    target = worker.migrator.targets["duckdb"]
+    target.open()
+    assert [v for _, _, v in target.ledger_rows()][-2:] == ["pull", "pull"]
+    assert target.delta_rows() == 0  # a pull merges at once
+    target.close()
+    store.close()
