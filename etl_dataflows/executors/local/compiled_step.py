@@ -212,26 +212,39 @@ class CompiledStep:
         """The stateful half: keys to slots (new keys get slots) and the slots remembered."""
         started = time.perf_counter()
         ready = hoisting.hoisted
-        # Slots depend on the table and the key only: operations sharing both share the lookup.
+        # Slots depend on the table and the key only: operations sharing both share the lookup,
+        # done only for the rows where one of them runs (no slot for a key nobody touches).
+        n = hoisting.n
+        needed: dict[tuple[str, int], np.ndarray] = {}
+        for op in self.step.operations:
+            group = (op.table, self.kernel.key_hoist[op.index])
+            when = self.kernel.when_hoist[op.index]
+            if when is None:
+                active = np.ones(n, dtype=np.bool_)
+            else:
+                w = ready[when]
+                active = w.valid & w.values.astype(np.bool_) & ~w.errors
+            needed[group] = needed[group] | active if group in needed else active
         by_key: dict[tuple[str, int], np.ndarray] = {}
+        for (table_name, k), active in needed.items():
+            key = ready[k]
+            usable = key.valid & ~key.errors & active
+            table = self.arrays[table_name]
+            if not usable.any():
+                by_key[(table_name, k)] = np.full(n, -1, dtype=np.int64)
+            elif table.key_type == "string":
+                masked = [v if ok else None for v, ok in zip(key.values, usable, strict=True)]
+                keys = pa.array(masked, type=pa.string())
+                by_key[(table_name, k)] = table.slots(keys, usable)
+            else:
+                by_key[(table_name, k)] = table.slots(key.values, usable)
         writers: set[tuple[str, int]] = set()
         slots = []
         for op in self.step.operations:
-            k = self.kernel.key_hoist[op.index]
-            found = by_key.get((op.table, k))
-            if found is None:
-                key = ready[k]
-                usable = key.valid & ~key.errors
-                table = self.arrays[op.table]
-                if table.key_type == "string":
-                    keys = pa.array(key.values.tolist(), type=pa.string())
-                    found = table.slots(keys, usable)
-                else:
-                    found = table.slots(key.values, usable)
-                by_key[(op.table, k)] = found
-            slots.append(found)
+            group = (op.table, self.kernel.key_hoist[op.index])
+            slots.append(by_key[group])
             if op.kind != "read":
-                writers.add((op.table, k))
+                writers.add(group)
         for table_name, k in sorted(writers):
             self.arrays[table_name].remember(by_key[(table_name, k)])
         seconds = hoisting.seconds + time.perf_counter() - started
@@ -435,6 +448,12 @@ class CompiledStep:
     ) -> pa.Table:
         events = prepared.events
         take = pa.array(rows, type=pa.int64())
+        everything = len(rows) == events.num_rows and bool(np.all(rows == np.arange(len(rows))))
+
+        def pick(name: str) -> pa.Array:
+            column = events.column(name)
+            return (column if everything else column.take(take)).combine_chunks()
+
         kernel_kinds = dict(self.kernel.kernel_outputs)
         arrays = []
         for name, kind in self.out_schema.items():
@@ -443,9 +462,7 @@ class CompiledStep:
                 hv = prepared.hoisted[k]
                 expr = self.kernel.hoisted[k].expr
                 if isinstance(expr, Col) and kind is not None and expr.name in events.column_names:
-                    arrays.append(
-                        events.column(expr.name).take(take).combine_chunks().cast(arrow_type(kind))
-                    )
+                    arrays.append(pick(expr.name).cast(arrow_type(kind)))
                 elif kind is not None and hv.values.dtype == object:
                     arrays.append(
                         pa.array(hv.values[rows], type=arrow_type(kind), mask=~hv.valid[rows])
@@ -453,7 +470,6 @@ class CompiledStep:
                 elif kind is None:
                     picked = [hv.values[i] if hv.valid[i] else None for i in rows.tolist()]
                     arrays.append(arrow_array([_plain(v) for v in picked], None))
-
                 else:
                     arrays.append(_to_arrow(hv.values[rows], hv.valid[rows], kind))
             elif name in kernel_kinds:
@@ -466,10 +482,10 @@ class CompiledStep:
                 value = getattr(expr, "value", None)
                 arrays.append(arrow_array([value] * len(rows), kind))
             else:
-                column = events.column(name).take(take).combine_chunks()
+                column = pick(name)
                 arrays.append(column.cast(arrow_type(kind)) if kind else column)
         for name in META_COLUMNS:
-            arrays.append(events.column(name).take(take).combine_chunks())
+            arrays.append(pick(name))
         names = [*self.out_schema, *META_COLUMNS]
         return pa.Table.from_arrays(arrays, names=names) if names else pa.table({})
 
