@@ -107,12 +107,11 @@ class CompiledStep:
         ]
         self.generates_keys = any(self.draws_keys)
 
-        self.cost_ns = sum(
-            _cost_of(node)
+        self.op_cost_ns = [
+            sum(_cost_of(node) for expr in op.expressions() for node in walk(expr))
             for op in step.operations
-            for expr in op.expressions()
-            for node in walk(expr)
-        )
+        ]
+        self.cost_ns = sum(self.op_cost_ns)
         self._scalar: dict[int, Any] = {}
         self._planner = LevelPlanner()
         self._op_level: OpLevelRunner | None = None
@@ -313,9 +312,14 @@ class CompiledStep:
             if self._op_level is None:
                 self._op_level = OpLevelRunner(self)
             info.update(self._op_level.run(prepared, outputs, args, workers))
-        elif strategy in ("lock", "pat"):
+        elif strategy in ("lock", "pat", "chains"):
+            # chains: the transaction-level precedence graph run without barriers — each
+            # transaction waits for its predecessors on its own keys only (turns planned by
+            # sorting); lock and pat are the baselines (see executors.baselines).
             plan_started = time.perf_counter()
-            plan = self._lock_plan(prepared, "key" if strategy == "lock" else "partition", workers)
+            plan = self._lock_plan(prepared, "partition" if strategy == "pat" else "key", workers)
+            if prepared.levels is not None and len(prepared.levels):
+                info["levels"] = int(prepared.levels.max())
             info["locks"] = len(plan.resources)
             info["plan_ms"] = round((time.perf_counter() - plan_started) * 1000, 3)
             run_locked(
@@ -328,6 +332,23 @@ class CompiledStep:
         for t, table in enumerate(self.tables):
             table.sequence = int(self._sequences[t])
         return outputs, info
+
+    def declared_cost_ns(self, prepared: Prepared) -> float:
+        """Average declared user-function cost per transaction of this batch: each operation's
+        ``cost()`` nanoseconds times the share of transactions where it runs."""
+        if not self.cost_ns or not prepared.n:
+            return 0.0
+        total = 0.0
+        for op in self.step.operations:
+            if not self.op_cost_ns[op.index]:
+                continue
+            when = self.kernel.when_hoist[op.index]
+            runs = prepared.n
+            if when is not None:
+                w = prepared.hoisted[when]
+                runs = int(np.count_nonzero(w.valid & w.values.astype(np.bool_)))
+            total += self.op_cost_ns[op.index] * runs
+        return total / prepared.n
 
     def scan_applies(self, prepared: Prepared) -> bool:
         """Whether the chain scan can take this batch (O(n))."""

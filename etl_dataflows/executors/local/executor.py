@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.batch import TableDelta
@@ -25,6 +26,7 @@ from etl_dataflows.executors.local.arrays import ArrayTable
 from etl_dataflows.executors.local.compiled_step import CompiledStep
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.scheduling.decision import (
+    StepCosts,
     StepStatistics,
     Strategy,
     choose,
@@ -37,9 +39,6 @@ from etl_dataflows.tables import Table
 from etl_dataflows.transaction import TransactionStep
 
 logger = logging.getLogger(__name__)
-
-#: Weight of the newest batch in the per-step cost estimate.
-_EWMA = 0.3
 
 
 class LocalExecutor(BaseExecutor):
@@ -82,7 +81,7 @@ class LocalExecutor(BaseExecutor):
         )
         self.serial = SerialExecutor(self.flow, rest)
         self._steps: dict[str, CompiledStep] = {}
-        self._cost: dict[str, dict[str, float]] = {}
+        self._cost: dict[str, StepCosts] = {}
         self._warm: set[tuple[str, str]] = set()
         self._compile_lock = threading.Lock()
 
@@ -151,14 +150,15 @@ class LocalExecutor(BaseExecutor):
         compiled = self._compiled(step)
         prepared = compiled.bind(early if early is not None else compiled.hoist(events))
         n = prepared.n
-        costs = self._cost.setdefault(step.id, {})
+        costs = self._cost.setdefault(step.id, StepCosts())
+        declared = compiled.declared_cost_ns(prepared)
         stats = StepStatistics(
             transactions=n,
             operations=n * len(step.operations),
-            cost_ns_per_txn=costs.get("sequential", 50.0 + compiled.cost_ns),
+            cost_ns_per_txn=costs.sequential_ns(declared),
             generates_keys=compiled.generates_keys,
             scan_applies=compiled.scan_applies(prepared),
-            scan_ns_per_txn=costs.get("chain_scan"),
+            scan_ns_per_txn=costs.scan_ns,
         )
         strategy, why = self._decide(stats, compiled, prepared)
         outputs, info = compiled.execute(prepared, strategy, self._workers)
@@ -166,16 +166,12 @@ class LocalExecutor(BaseExecutor):
         finish_started = time.perf_counter()
         outcome = compiled.finish(prepared, outputs, dead)
         used = "sequential" if info.get("fell_back") else strategy
-        if n and (step.id, used) not in self._warm:
+        if (step.id, used) not in self._warm:
             # The first run of a strategy includes compiling it: it says nothing of cost.
             self._warm.add((step.id, used))
-        elif n:
-            measured = info["execute_ms"] * 1e6 / n
-            if used == "waves":  # as the sequential cost per transaction it implies
-                used = "sequential"
-                measured *= min(self._workers, max(1.0, n / max(info.get("levels", 1), 1)))
-            previous = costs.get(used, measured)
-            costs[used] = (1 - _EWMA) * previous + _EWMA * measured
+            costs.tried.add(used)
+        else:
+            costs.observe(used, stats, declared, info["execute_ms"] / 1000, self._workers)
         outcome.decision = {
             "strategy": strategy,
             "why": why,
@@ -194,5 +190,6 @@ class LocalExecutor(BaseExecutor):
         if worth_planning(stats, self._workers):
             levels = compiled.levels(prepared)
             stats.levels = int(levels.max()) if len(levels) else 0
-        measured = set(self._cost.get(compiled.step.id, {}))
-        return choose(stats, self._workers, measured)
+            widths = np.bincount(levels)[1:] if len(levels) else np.zeros(0, dtype=np.int64)
+            stats.wave_rounds = int(np.sum(-(-widths // self._workers)))
+        return choose(stats, self._workers, self._cost[compiled.step.id].tried)

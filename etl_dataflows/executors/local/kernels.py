@@ -23,6 +23,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from etl_dataflows.executors.local.atomics import atomic_load
+
 _LOADED: dict[str, ModuleType] = {}
 _LOCK = threading.Lock()
 _SPIN: list[float] = []
@@ -43,8 +45,23 @@ def cache_dir() -> Path:
         return fallback
 
 
+def _support_version() -> str:
+    """A digest of the compiled code generated modules call into: numba's cache only checks a
+    module's own file, so a change there must change the generated modules' names."""
+    if not _SUPPORT:
+        here = Path(__file__).resolve().parent
+        text = "".join((here / name).read_text(encoding="utf-8") for name in _SUPPORT_FILES)
+        _SUPPORT.append(hashlib.sha1(text.encode("utf-8")).hexdigest()[:12])
+    return _SUPPORT[0]
+
+
+_SUPPORT: list[str] = []
+_SUPPORT_FILES = ("kernels.py", "atomics.py")
+
+
 def load_module(source: str) -> ModuleType:
     """Import (writing it first if needed) the generated module with this source."""
+    source = f"# support {_support_version()}\\n{source}"
     digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:20]
     with _LOCK:
         module = _LOADED.get(digest)
@@ -67,12 +84,13 @@ def load_module(source: str) -> ModuleType:
 
 @numba.njit(nogil=True, cache=True)
 def spin_loop(iterations: int, sink: np.ndarray) -> None:
-    """Busy work for ``iterations`` rounds (the compiled side of ``cost()``)."""
+    """Busy work for ``iterations`` rounds (the compiled side of ``cost()``). Every round reads
+    ``sink`` atomically, so the compiler can neither fold nor vectorize the loop wherever it is
+    inlined: the calibration holds inside the kernels too."""
     x = np.int64(1)
     for _ in range(iterations):
-        x = (x * np.int64(6364136223846793005) + np.int64(1442695040888963407)) & np.int64(
-            0xFFFFFFFF
-        )
+        step: Any = atomic_load(sink, 0)  # type: ignore[call-arg]
+        x = (x * np.int64(6364136223846793005) + step) & np.int64(0xFFFFFFFF)
     sink[0] += x
 
 

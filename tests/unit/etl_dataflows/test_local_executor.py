@@ -320,11 +320,17 @@ def test_string_keys_are_compiled() -> None:
         seed=st.integers(0, 2**31),
     )
 )
-def test_forced_waves_match_the_oracle(spec: WorkloadSpec) -> None:
-    """Waves run conflict-free transactions side by side, surrogate keys drawn in timestamp order."""
+def test_forced_parallel_strategies_match_the_oracle(spec: WorkloadSpec) -> None:
+    """Waves and chains run conflict-free transactions side by side, surrogate keys drawn in
+    timestamp order."""
     workload = ledger_workload(spec)
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
-    runner = LocalExecutor(workload.flow, workload.state, strategy="waves", workers=2)
+    for strategy in ("waves", "chains"):
+        check_forced(workload, oracle, strategy)  # type: ignore[arg-type]
+
+
+def check_forced(workload: Any, oracle: Any, strategy: Any) -> None:
+    runner = LocalExecutor(workload.flow, workload.state, strategy=strategy, workers=2)
     for batch, expected in zip(workload.batches, oracle.results, strict=True):
         got = runner.run_batch(batch)
         assert got.aborts.equals(expected.aborts)
