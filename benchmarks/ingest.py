@@ -198,9 +198,9 @@ def _resume_seconds(work: Path, keys: int, executor: str) -> dict[str, Any]:
 
 def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict[str, Any]:
     sizes = (
-        {"ledger": (30_000, 5_000), "passthrough": (200_000, 20_000)}
+        {"ledger": (100_000, 5_000), "passthrough": (200_000, 20_000)}
         if quick
-        else {"ledger": (200_000, 30_000), "passthrough": (1_000_000, 100_000)}
+        else {"ledger": (1_000_000, 30_000), "passthrough": (1_000_000, 100_000)}
     )
     with (
         tempfile.TemporaryDirectory(prefix="streamdi-bench-") as tmp,
