@@ -435,6 +435,7 @@ class KernelGenerator:
             table = self.flow.tables[name]
             if isinstance(table, Table) and table.surrogate:
                 w.line(f"seq0_{t} = seq[{t}]")
+                w.line(f"drew{t} = False")
         for op in self.step.operations:
             j = op.index
             w.line(f"ran{j} = False")
@@ -542,6 +543,8 @@ class KernelGenerator:
                     w.line(f"a{j}_{sk} = seq[{t}]")
                     with w.block(f"if not {self.probe}:"):
                         w.line(f"seq[{t}] += 1")
+                        if not self.op_mode:
+                            w.line(f"drew{t} = True")
                 w.line(f"av{j}_{sk} = True")
             for column, kind in table.columns:
                 if column in new:
@@ -708,7 +711,10 @@ class KernelGenerator:
             for t, name in enumerate(self.tables):
                 table = self.flow.tables[name]
                 if isinstance(table, Table) and table.surrogate:
-                    w.line(f"seq[{t}] = seq0_{t}")
+                    # Only a transaction that drew a key restores the sequence: the others may
+                    # run beside one that holds the sequence (waves, chains).
+                    with w.block(f"if drew{t}:"):
+                        w.line(f"seq[{t}] = seq0_{t}")
         w.line("st_out[i] = st")
         w.line("rs_out[i] = rs")
         w.line("ev_out[i] = ev")
