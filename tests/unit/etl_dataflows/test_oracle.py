@@ -99,3 +99,29 @@ def test_executor_matches_the_serial_oracle(executor: str, spec: WorkloadSpec) -
         workload.flow, workload.batches, executor=executor, state=workload.state
     )
     assert_same_results(oracle, candidate)
+
+
+@pytest.fixture(scope="module")
+def large_batch() -> tuple[object, object]:
+    workload = ledger_workload(
+        WorkloadSpec(
+            keys=5_000,
+            batch_size=100_000,
+            batches=1,
+            insert_delete_ratio=0.05,
+            error_ratio=0.01,
+            seed=17,
+        )
+    )
+    return workload, run_in_memory(workload.flow, workload.batches, state=workload.state)
+
+
+@pytest.mark.parametrize("executor", FAST_EXECUTORS)
+def test_executor_matches_the_oracle_on_a_100000_transaction_batch(
+    executor: str, large_batch: tuple[object, object]
+) -> None:
+    workload, oracle = large_batch
+    candidate = run_in_memory(
+        workload.flow, workload.batches, executor=executor, state=workload.state
+    )  # type: ignore[attr-defined]
+    assert_same_results(oracle, candidate)  # type: ignore[arg-type]
