@@ -188,6 +188,7 @@ class Migrator:
         report = MigrationReport(via, top)
         released = staged.released_through()
         # 2.
+        acks = staged.acks()
         progress: dict[str, int] = {}
         for name in names:
             result = report.targets.setdefault(name, TargetRound(name))
@@ -211,7 +212,8 @@ class Migrator:
                     "(every other target had them); load it from a copy of another target",
                 )
             result.start = result.watermark = progress[name] = w
-            staged.acknowledge(name, w)  # heals an acknowledgement lost in a crash
+            if acks.get(name, 0) < w:
+                staged.acknowledge(name, w)  # heals an acknowledgement lost in a crash
         # 3.
         step = self.settings.max_batches_per_load
         while True:

@@ -312,7 +312,11 @@ class BaseTarget(ABC):
                 raise
         if hook is not None:
             hook("merged")
+        self._after_merge()
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
+
+    def _after_merge(self) -> None:  # noqa: B027 - optional hook
+        """Housekeeping after a committed merge (the DuckDB target checkpoints here)."""
 
     def _merge_table(self, name: str) -> int:
         layout = self.layout

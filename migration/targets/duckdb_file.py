@@ -53,6 +53,9 @@ class DuckDBTarget(BaseTarget):
         finally:
             engine.dispose()
         self._con = duckdb.connect(str(self.path))
+        # Loads append to index-free delta tables; checkpointing belongs to the merges (which
+        # rewrite the full tables anyway), not to whichever load crosses DuckDB's 16 MB default.
+        self._con.execute("SET checkpoint_threshold = '256MB'")
 
     def close(self) -> None:
         if self._con is not None:
@@ -127,6 +130,12 @@ class DuckDBTarget(BaseTarget):
                 con.execute(f"INSERT INTO {qualified} ({cols}) SELECT {cols} FROM {view}")
             finally:
                 con.unregister(view)
+
+    def _after_merge(self) -> None:
+        """Checkpoint after a merge (loads leave it to the merges, see ``_connect``); skipped
+        while another transaction is open."""
+        with self._lock, suppress(duckdb.Error):
+            self.connection.execute("CHECKPOINT")
 
     def mark_busy(self, seconds: float) -> None:
         """Count the warehouse as busy (a reader is working) for the next ``seconds``."""
