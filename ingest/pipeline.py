@@ -131,7 +131,10 @@ class Pipeline:
         started = time.monotonic()
         # 1.
         store = StagingStore(
-            settings.staging_path, self.spec.flow, memory_limit=settings.staging.memory_limit
+            settings.staging_path,
+            self.spec.flow,
+            memory_limit=settings.staging.memory_limit,
+            recent_cache_bytes=settings.staging.recent_cache_mb * 2**20,
         )
         try:
             return self._run(store, stop, started)

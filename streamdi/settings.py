@@ -203,6 +203,12 @@ class MigrationSettings(BaseModel):
         description="Keep released deltas (acknowledged by every target) in staging this many "
         "seconds after their batch committed, then delete them.",
     )
+    release_ms: int = Field(
+        default=1_000,
+        ge=0,
+        description="Release acknowledged deltas from staging at most this often (0: after "
+        "every migration round).",
+    )
     retry_ms: int = Field(
         default=2_000, ge=1, description="Wait before retrying an unreachable target."
     )
@@ -252,6 +258,12 @@ class StagingSettings(BaseModel):
         description="DuckDB file of the staging store. Unset: <state_dir>/staging.duckdb.",
     )
     memory_limit: str = Field(default="2GB", description="DuckDB memory_limit for staging.")
+    recent_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        description="Keep the last commits' deltas in memory (up to this many MiB) so migration "
+        "reads them without the file; 0 = always read the file.",
+    )
 
 
 class EngineSettings(BaseModel):
