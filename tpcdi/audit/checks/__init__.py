@@ -67,7 +67,13 @@ class AuditResult:
             "fail": self.fail,
             "seconds": round(self.seconds, 3),
             "checks": [
-                {"name": c.name, "ok": c.ok, "detail": c.detail, "clause": c.clause}
+                {
+                    "name": c.name,
+                    "ok": c.ok,
+                    "detail": c.detail,
+                    "clause": c.clause,
+                    "seconds": round(c.seconds, 4),
+                }
                 for c in self.checks
             ],
         }
@@ -76,16 +82,17 @@ class AuditResult:
 def run_check(ctx: AuditContext, check: Check) -> CheckResult:
     """One check; its own failure to run is a FAIL with the reason, never an exception (except
     a warehouse that went away)."""
+    started = time.perf_counter()
     try:
         with ctx.conn.attempt():
             ok, detail = check.run(ctx)
     except WarehouseUnavailable:
         raise
     except MissingInput as exc:
-        return CheckResult(check.name, False, str(exc), check.clause)
+        ok, detail = False, str(exc)
     except WarehouseError as exc:
-        return CheckResult(check.name, False, f"query failed: {exc}", check.clause)
-    return CheckResult(check.name, ok, detail, check.clause)
+        ok, detail = False, f"query failed: {exc}"
+    return CheckResult(check.name, ok, detail, check.clause, time.perf_counter() - started)
 
 
 def run_audit(conn: WarehouseConnection, checks: tuple[Check, ...] = ALL_CHECKS) -> AuditResult:

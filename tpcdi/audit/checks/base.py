@@ -32,6 +32,7 @@ class CheckResult:
     ok: bool
     detail: str
     clause: str = ""
+    seconds: float = 0.0
 
 
 def _date(text: str) -> datetime.date:
