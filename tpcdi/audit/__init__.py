@@ -12,6 +12,24 @@ the automated audit, the TPC_DI_RPS metric and the run report.
 * :mod:`tpcdi.audit.report` — the run report: text, JSON, PNG chart.
 """
 
+from tpcdi.audit.checks import AuditResult, CheckResult, format_audit, run_audit
 from tpcdi.audit.connection import WarehouseConnection
+from tpcdi.audit.ddl import ensure_audit_tables
+from tpcdi.audit.keys import load_audit_files
+from tpcdi.audit.pcr import write_pcr
+from tpcdi.audit.validation import ValidationRow, write_batch_validation
+from tpcdi.audit.visibility import write_visibility
 
-__all__ = ["WarehouseConnection"]
+__all__ = [
+    "AuditResult",
+    "CheckResult",
+    "ValidationRow",
+    "WarehouseConnection",
+    "ensure_audit_tables",
+    "format_audit",
+    "load_audit_files",
+    "run_audit",
+    "write_batch_validation",
+    "write_pcr",
+    "write_visibility",
+]

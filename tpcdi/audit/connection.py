@@ -81,6 +81,8 @@ class WarehouseConnection:
         self.schema = schema
         self._owned = owned
         self._savepoints = 0
+        self._pool_proxy: Any = None
+        self._current_catalog: str | None = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -119,8 +121,6 @@ class WarehouseConnection:
             return wrapped
         return cls(dsn_or_conn, "postgres", schema, owned=False)
 
-    _pool_proxy: Any = None
-
     # -- names and dialect ------------------------------------------------------------------------
 
     def table(self, name: str) -> str:
@@ -133,8 +133,6 @@ class WarehouseConnection:
         if self.dialect == "duckdb" and len(parts) == 1:
             parts = [self._catalog(), *parts]
         return ".".join(_quote_ident(part) for part in parts) + "." + name
-
-    _current_catalog: str | None = None
 
     def _catalog(self) -> str:
         if self._current_catalog is None:
