@@ -12,13 +12,42 @@ the automated audit, the TPC_DI_RPS metric and the run report.
 * :mod:`tpcdi.audit.report` — the run report: text, JSON, PNG chart.
 """
 
-from tpcdi.audit.checks import AuditResult, CheckResult, format_audit, run_audit
-from tpcdi.audit.connection import WarehouseConnection
-from tpcdi.audit.ddl import ensure_audit_tables
-from tpcdi.audit.keys import load_audit_files
-from tpcdi.audit.pcr import write_pcr
-from tpcdi.audit.validation import ValidationRow, write_batch_validation
-from tpcdi.audit.visibility import write_visibility
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpcdi.audit.checks import AuditResult, CheckResult, format_audit, run_audit
+    from tpcdi.audit.connection import WarehouseConnection
+    from tpcdi.audit.ddl import ensure_audit_tables
+    from tpcdi.audit.keys import load_audit_files
+    from tpcdi.audit.pcr import write_pcr
+    from tpcdi.audit.validation import ValidationRow, write_batch_validation
+    from tpcdi.audit.visibility import write_visibility
+
+#: Imported on first use, so ``streamdi --help`` (which imports :mod:`tpcdi.audit.cli`) does not
+#: load pyarrow and the checks.
+_EXPORTS = {
+    "AuditResult": "tpcdi.audit.checks",
+    "CheckResult": "tpcdi.audit.checks",
+    "format_audit": "tpcdi.audit.checks",
+    "run_audit": "tpcdi.audit.checks",
+    "WarehouseConnection": "tpcdi.audit.connection",
+    "ensure_audit_tables": "tpcdi.audit.ddl",
+    "load_audit_files": "tpcdi.audit.keys",
+    "write_pcr": "tpcdi.audit.pcr",
+    "ValidationRow": "tpcdi.audit.validation",
+    "write_batch_validation": "tpcdi.audit.validation",
+    "write_visibility": "tpcdi.audit.visibility",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'tpcdi.audit' has no attribute {name!r}")
+
 
 __all__ = [
     "AuditResult",
