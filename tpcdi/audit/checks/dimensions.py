@@ -20,7 +20,8 @@ DimCustomer (4.5.4, 4.6.4)
 * inactive customers: the batch's Validation count = C_INACT summed over batches 1..b;
 * tier alerts per batch = C_TIER_INV (4.5.4.4, 4.6.4.4); DOB alerts per batch = C_DOB_TO +
   C_DOB_TY (4.5.4.5, 4.6.4.5);
-* Status Active/Inactive; Gender M/F/U (4.5.4.3: other values become U);
+* Status Active/Inactive; Gender M/F/U (4.5.4.3: other values become U); TaxID copied in
+  DIGen's C_TAX_ID shape;
 * phone numbers in one of the three shapes of 4.5.4.3 ('+c (a) l[e]', '(a) l[e]', 'l[e]');
   e-mail addresses look like addresses;
 * tax rates: (LocalTaxRateDesc, LocalTaxRate) and the national pair are a TaxRate row (4.5.4.3);
@@ -269,6 +270,12 @@ CHECKS: tuple[Check, ...] = (
         "4.5.4.3, 4.6.4.3",
         "SELECT count(*) FROM {dimcustomer} WHERE gender IS NULL OR gender NOT IN ('M', 'F', 'U')",
         "versions with a Gender other than M, F, U",
+    ),
+    violations(
+        "DimCustomer TaxID",
+        "2.2.2.4, 2.2.2.5",
+        "SELECT count(*) FROM {dimcustomer} WHERE taxid NOT LIKE '___-__-____'",
+        "versions whose TaxID is not shaped like DIGen's C_TAX_ID (nnn-nn-nnnn)",
     ),
     phone_check(),
     violations(

@@ -3,7 +3,9 @@
 Financial (4.5.14)
 * row count = FW_FIN (historical load Validation count); SK_CompanyID a DimCompany row;
   FI_QTR in 1..4 (3.2.14); FI_QTR_START_DATE the first day of FI_YEAR's quarter FI_QTR;
-  FI_YEAR within Batch 1's window; one row per company and quarter (4.5.14.1 note).
+  FI_YEAR within Batch 1's window; one row per company and quarter (4.5.14.1 note); EPS, diluted
+  EPS and margin consistent with earnings, shares and revenue (to 0.4: the fields were copied to
+  the right columns).
 
 Prospect (4.5.15, 4.6.14)
 * row count — after batch b, the Validation count = P_NEW of batches 1..b (a new AgencyID inserts
@@ -206,6 +208,15 @@ CHECKS: tuple[Check, ...] = (
         "rows whose FI_QTR_START_DATE is not the first day of their quarter",
     ),
     Check("Financial FI_YEAR", "4.5.14", _financial_years),
+    violations(
+        "Financial EPS",
+        "4.5.14.2",
+        "SELECT count(*) FROM {financial} WHERE "
+        "abs(round(fi_net_earn / nullif(fi_out_basic, 0), 2) - fi_basic_eps) > 0.4 "
+        "OR abs(round(fi_net_earn / nullif(fi_out_dilut, 0), 2) - fi_dilut_eps) > 0.4 "
+        "OR abs(round(fi_net_earn / nullif(fi_revenue, 0), 2) - fi_margin) > 0.4",
+        "rows whose EPS, diluted EPS or margin disagree with earnings (by more than 0.4)",
+    ),
     violations(
         "Financial one row per company quarter",
         "4.5.14.1",

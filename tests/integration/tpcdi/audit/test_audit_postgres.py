@@ -38,6 +38,7 @@ DIALECT_SENSITIVE = {
     "customer_local_tax_rate_wrong",
     "sp_rating_alert_for_a_rated_company",
     "quarter_start_date_wrong",
+    "eps_and_diluted_eps_swapped_with_margin",
     "two_cash_rows_for_an_account_day",
 }
 assert DIALECT_SENSITIVE <= {d.id for d in DEFECTS}

@@ -479,6 +479,18 @@ DEFECTS: tuple[Defect, ...] = (
         ("Financial FI_QTR_START_DATE", "1 rows"),
     ),
     _d(
+        "tax_id_not_shaped_like_digen_s",
+        edit(3, "dimcustomer", {"sk_customerid": 5}, taxid="12345678"),
+        {"DimCustomer TaxID"},
+        ("DimCustomer TaxID", "1 versions whose TaxID"),
+    ),
+    _d(
+        "eps_and_diluted_eps_swapped_with_margin",
+        edit(1, "financial", {"fi_qtr": 1}, fi_basic_eps=0.1, fi_margin=1.0),
+        {"Financial EPS"},
+        ("Financial EPS", "1 rows whose EPS"),
+    ),
+    _d(
         "broker_effective_after_first_day",
         edit(1, "dimbroker", {"sk_brokerid": 2}, effectivedate=D(2016, 2, 1)),
         {"DimBroker EffectiveDate"},
