@@ -13,6 +13,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.ingest",
     "benchmarks.migration",
     "benchmarks.tpcdi",
+    "benchmarks.audit",
 )
 
 

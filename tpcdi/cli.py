@@ -4,6 +4,7 @@
   keys (DIGen's layout) with a progress bar, and prints what it wrote.
 * ``streamdi tpcdi check DIR`` reads every file, then reports rejected lines, answer keys that
   differ from a recount of the files, and breaks of the data rules; exit code 1 if any.
+* ``streamdi tpcdi audit`` runs the automated audit against a warehouse (:mod:`tpcdi.audit.cli`).
 """
 
 from __future__ import annotations
@@ -89,3 +90,6 @@ def register(commands: Commands) -> None:
     check.add_argument("directory", help="the staging area (holding Batch1..Batch3)")
     check.add_argument("--show", type=int, default=10, help="examples to print per kind")
     check.set_defaults(handler=_check)
+    from tpcdi.audit.cli import register_audit
+
+    register_audit(sub)
