@@ -256,16 +256,17 @@ class UnionPlanner:
                 watermark=pin,
                 merged_through=merged,
             )
+        top = pin if pin is not None else max(staged, held)
+        bounds = _Bounds(upto, min(top, staged), top)
         released = snap.released_through()
-        if released > upto:
+        if released > upto and bounds.staged_upto > upto:
             # only without any warehouse: staging released what a former target acknowledged
             raise UnknownTarget(
                 f"staging released batches up to {released} into a warehouse; name a target "
                 "(MIGRATION__TARGETS) to read them",
                 code="no_target",
             )
-        top = pin if pin is not None else max(staged, held)
-        return _Bounds(upto, min(top, staged), top)
+        return bounds
 
     def _staged_rows(self, snap: StagingSnapshot, query: CheckedQuery, b: _Bounds) -> int:
         return sum(
