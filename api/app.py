@@ -31,15 +31,14 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import pyarrow as pa
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.exceptions import ApiError, QueryRejected, Unauthorized
+from api.exceptions import ApiError, QueryRejected
 from api.models import (
     AnswerPage,
     ErrorBody,
@@ -81,19 +80,36 @@ def _error(status: int, code: str, reason: str, **detail: Any) -> JSONResponse:
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
+def _authorized(request: Request, token: str) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    """Tell the OpenAPI description that every route wants a bearer token."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "API__TOKEN"}
+            }
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
     """The app serving ``service``; see the module docstring."""
     token = settings.api.token.get_secret_value() if settings.api.token is not None else None
-    bearer = HTTPBearer(auto_error=False, description="API__TOKEN")
-
-    def authorize(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> None:
-        if token is None:
-            return
-        given = credentials.credentials if credentials is not None else ""
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            raise Unauthorized("a valid bearer token is required (Authorization: Bearer ...)")
 
     app = FastAPI(
         title="streamdi query service",
@@ -102,8 +118,9 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         "in the PostgreSQL and DuckDB warehouses, at a batch watermark, with their freshness; "
         "tables, batches, migration control, dead letters, an HTTP push source, health and "
         "metrics.",
-        dependencies=[Depends(authorize)] if token is not None else [],
     )
+    if token is not None:
+        _declare_bearer(app)
     app.state.service = service
 
     @app.exception_handler(ApiError)
@@ -139,6 +156,12 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         started = time.perf_counter()
+        if token is not None and not _authorized(request, token):
+            response: Response = _error(
+                401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)"
+            )
+            service.metrics.requests.labels(request.method, "unauthorized", "401").inc()
+            return response
         response = await call_next(request)
         route = getattr(request.scope.get("route"), "path", "unmatched")
         service.metrics.requests.labels(request.method, route, str(response.status_code)).inc()

@@ -159,8 +159,3 @@ class TargetUnreachable(ApiError, TransientError):
 class NotReady(ApiError, TransientError):
     status = 503
     code: ErrorCode = "not_ready"
-
-
-class Unauthorized(ApiError, TerminalError):
-    status = 401
-    code: ErrorCode = "unauthorized"

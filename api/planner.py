@@ -3,9 +3,10 @@
 Every query that ran as ``island`` or ``migrate`` leaves an observation on its target: the rows
 the warehouse held for the tables it read (``warehouse_rows``), the staged change rows above the
 warehouse's watermark (``staged_rows``) and how long it took. Per (target, plan) a
-:class:`PlanModel` fits ``seconds ~ c0 + c1 * warehouse_rows + c2 * staged_rows`` to its recent
-observations (newer ones weigh more) by ridge regression pulled towards a prior, so a cost the
-observations say nothing about (no spread in staged rows yet) stays at the prior instead of
+:class:`PlanModel` fits ``seconds ~ c0 + c1 * (warehouse_rows + staged_rows) + c2 * staged_rows``
+(the rows a query reads, and the rows that are still staged) to its recent observations (newer
+ones weigh more) by ridge regression pulled towards a prior, so a cost the observations say
+nothing about (all of them at one size, or no staged rows yet) stays at the prior instead of
 collapsing to zero.
 
 :meth:`PlanModel.choose` picks the plan with the lower estimate once both plans of a target have
@@ -27,9 +28,9 @@ ChosenPlan = Literal["island", "migrate"]
 
 #: Rows per unit of a feature (keeps the regression well scaled).
 _SCALE = 100_000.0
-#: Prior seconds: (intercept, per 100k warehouse rows, per 100k staged rows).
+#: Prior seconds: (intercept, per 100k rows read, per 100k of them still staged).
 _PRIORS: dict[str, tuple[float, float, float]] = {
-    "island": (0.01, 0.3, 0.3),
+    "island": (0.01, 0.3, 0.0),
     "migrate": (0.01, 0.25, 1.0),
 }
 
@@ -50,6 +51,10 @@ class PlanDecision:
     staged_fraction: float
     estimates: dict[str, float | None]
     rule: Literal["timings", "crossover"]
+
+
+def _features(warehouse_rows: int, staged_rows: int) -> np.ndarray:
+    return np.array([1.0, (warehouse_rows + staged_rows) / _SCALE, staged_rows / _SCALE])
 
 
 class PlanModel:
@@ -91,12 +96,12 @@ class PlanModel:
         if len(history) < self.min_observations:
             return None
         coefficients = self._fit(plan, history)
-        x = np.array([1.0, warehouse_rows / _SCALE, staged_rows / _SCALE])
+        x = _features(warehouse_rows, staged_rows)
         return float(max(0.0, float(x @ coefficients)))
 
     def _fit(self, plan: str, history: list[Observation]) -> np.ndarray:
         n = len(history)
-        x = np.array([[1.0, o.warehouse_rows / _SCALE, o.staged_rows / _SCALE] for o in history])
+        x = np.array([_features(o.warehouse_rows, o.staged_rows) for o in history])
         y = np.array([o.seconds for o in history])
         weights = self.decay ** np.arange(n - 1, -1, -1, dtype=float)
         prior = np.array(_PRIORS[plan])
@@ -104,9 +109,8 @@ class PlanModel:
         xtw = x.T * weights
         lhs = xtw @ x + self.ridge * np.eye(3)
         rhs = xtw @ y + self.ridge * prior
-        coefficients = np.asarray(np.linalg.solve(lhs, rhs), dtype=float)
-        clipped: np.ndarray = np.maximum(coefficients, 0.0)
-        return clipped
+        coefficients: np.ndarray = np.asarray(np.linalg.solve(lhs, rhs), dtype=float)
+        return coefficients
 
     def choose(self, target: str, warehouse_rows: int, staged_rows: int) -> PlanDecision:
         total = warehouse_rows + staged_rows
