@@ -72,12 +72,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(status: int, code: str, reason: str, **detail: Any) -> JSONResponse:
+def _error(
+    http_status: int, code: str, reason: str, detail: dict[str, Any] | None = None
+) -> JSONResponse:
     error: dict[str, Any] = {"code": code, "reason": reason}
     if detail:
         error["detail"] = detail
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": error}, status_code=status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if http_status == 401 else None
+    return JSONResponse({"error": error}, status_code=http_status, headers=headers)
 
 
 def _authorized(request: Request, token: str) -> bool:
@@ -304,7 +306,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         alive, body = service.health()
         if alive:
             return JSONResponse(body)
-        return _error(503, "not_ready", f"the pipeline failed: {body['error']}", **body)
+        return _error(503, "not_ready", f"the pipeline failed: {body['error']}", body)
 
     @app.get("/ready", tags=["service"], responses={503: {"model": ErrorBody}})
     def ready() -> JSONResponse:
@@ -312,7 +314,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         ok, body = service.ready()
         if ok:
             return JSONResponse(body)
-        return _error(503, "not_ready", "; ".join(body["reasons"]), **body)
+        return _error(503, "not_ready", "; ".join(body["reasons"]), body)
 
     @app.get(
         "/metrics",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import sys
 import threading
 import time
@@ -160,6 +161,15 @@ def serve(
             target=_watch, args=(server, runner, host, port), name="serve-watch", daemon=True
         )
         watcher.start()
+        # uvicorn hands a signal it caught back to the handler it found when it stops: ours
+        # only notes it, so the shutdown below runs instead of the default handler's exit
+        stopping = threading.Event()
+
+        def note(signum: int, frame: Any) -> None:
+            stopping.set()
+
+        signal.signal(signal.SIGTERM, note)
+        signal.signal(signal.SIGINT, note)
         try:
             server.run()
         finally:

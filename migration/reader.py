@@ -368,6 +368,11 @@ class PostgresReader(WarehouseReader):
                 try:
                     if not broken and not con.closed:
                         con.rollback()
+                        # nothing a query set for the session outlives its snapshot
+                        con.autocommit = True
+                        with con.cursor() as reset:
+                            reset.execute("DISCARD ALL")
+                        con.autocommit = False
                 except psycopg2.Error:
                     broken = True
                 if broken or con.closed:
