@@ -296,10 +296,28 @@ class UnionPlanner:
             warehouse_rows = self._warehouse_rows(wh, request.query) or 0
             decision = self.model.choose(target, warehouse_rows, staged_rows)
             if decision.plan == "island":
-                result = self._island_in(request, target, snap, wh, bounds, started)
+                result = self._island_in(request, target, snap, wh, bounds, started, staged_rows)
                 result.requested_plan = "auto"
                 result.decision = decision
                 return result
+            if staged_rows == 0 and wh is not None:
+                # nothing to push for these tables: the warehouse answers, valid at W as well
+                t0 = time.perf_counter()
+                table, truncated = self._run_in(wh, request.query, bounds.upto)
+                return UnionResult(
+                    table=table,
+                    truncated=truncated,
+                    plan="migrate",
+                    requested_plan="auto",
+                    target=target,
+                    watermark=bounds.watermark,
+                    warehouse_watermark=wh.watermark,
+                    staged_watermark=snap.watermark,
+                    staged_rows=0,
+                    warehouse_rows=warehouse_rows,
+                    decision=decision,
+                    timings={"query_ms": (time.perf_counter() - t0) * 1000},
+                )
         result = self._warehouse(request, target, started, push=True)
         result.requested_plan = "auto"
         result.decision = decision
@@ -318,11 +336,11 @@ class UnionPlanner:
         wh: WarehouseSnapshot | None,
         bounds: _Bounds,
         started: float,
+        counted: int | None = None,
     ) -> UnionResult:
         query = request.query
         cap = self.settings.max_union_rows
         inputs: list[UnionInput] = []
-        staged_rows = 0
         t0 = time.perf_counter()
         for name in query.tables:
             table = self.tables[name]
@@ -354,7 +372,6 @@ class UnionPlanner:
                 staged = snap.outputs(
                     name, after=bounds.upto, upto=bounds.staged_upto, columns=columns
                 )
-            staged_rows += staged.num_rows
             kind: Literal["state", "output"] = "state" if table.is_state else "output"
             inputs.append(UnionInput(name, kind, table.row_id, tuple(columns), rows, staged))
         t1 = time.perf_counter()
@@ -373,7 +390,9 @@ class UnionPlanner:
             watermark=bounds.watermark,
             warehouse_watermark=wh.watermark if wh is not None else 0,
             staged_watermark=snap.watermark,
-            staged_rows=self._staged_rows(snap, query, bounds),
+            staged_rows=(
+                counted if counted is not None else self._staged_rows(snap, query, bounds)
+            ),
             warehouse_rows=self._warehouse_rows(wh, query),
             timings={"read_ms": (t1 - t0) * 1000, "union_ms": (t2 - t1) * 1000},
         )
@@ -432,10 +451,7 @@ class UnionPlanner:
                     watermark=pin,
                     merged_through=merged,
                 )
-            relations = {name: wh.relation_sql(name, upto) for name in query.tables}
-            limit = self.settings.max_rows
-            sql = query.render(wh.dialect, limit=limit + 1, relations=relations)  # type: ignore[arg-type]
-            table = wh.query(sql)
+            table, truncated = self._run_in(wh, query, upto)
             warehouse_rows = self._warehouse_rows(wh, query)
         timings["query_ms"] = (time.perf_counter() - t1) * 1000
         if pin is not None:
@@ -445,9 +461,8 @@ class UnionPlanner:
             watermark = max(held, unchanged_upto)
         else:
             watermark = upto
-        truncated = table.num_rows > limit
         return UnionResult(
-            table=table.slice(0, limit) if truncated else table,
+            table=table,
             truncated=truncated,
             plan="migrate" if push else "warehouse",
             requested_plan=request.plan,
@@ -460,6 +475,19 @@ class UnionPlanner:
             pushed_rows=pushed,
             timings=timings,
         )
+
+    def _run_in(
+        self, wh: WarehouseSnapshot, query: CheckedQuery, upto: int
+    ) -> tuple[pa.Table, bool]:
+        """The query inside the warehouse over its tables as of ``upto``; at most ``max_rows``
+        rows, and whether there were more."""
+        relations = {name: wh.relation_sql(name, upto) for name in query.tables}
+        limit = self.settings.max_rows
+        sql = query.render(wh.dialect, limit=limit + 1, relations=relations)  # type: ignore[arg-type]
+        with _mapped(wh.target):
+            table = wh.query(sql)
+        truncated = table.num_rows > limit
+        return (table.slice(0, limit) if truncated else table), truncated
 
     def _acknowledged(self, target: str) -> int:
         if self.migrator is None:

@@ -13,6 +13,8 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.ingest",
     "benchmarks.migration",
     "benchmarks.tpcdi",
+    "benchmarks.union",
+    "benchmarks.freshness",
 )
 
 
