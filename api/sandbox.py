@@ -29,6 +29,7 @@ import pyarrow as pa
 from api.exceptions import QueryFailed, QueryTimeout
 from staging.layout import q
 from staging.store import arrow_of
+from streamdi.watchdog import WATCHDOG
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,6 @@ class UnionSandbox:
         :class:`~api.exceptions.QueryFailed` when DuckDB refuses the query."""
         with self._lock:  # cursor() on the shared connection from many threads
             cursor = self._db.cursor()
-        timer = threading.Timer(timeout_s, cursor.interrupt)
-        timer.daemon = True
         try:
             for i, item in enumerate(inputs):
                 warehouse, staged = f"__wh_{i}", f"__st_{i}"
@@ -94,8 +93,8 @@ class UnionSandbox:
                     f"CREATE TEMP VIEW {q(item.name)} AS "
                     f"{union_view_sql(item, q(warehouse), q(staged))}"
                 )
-            timer.start()
-            return arrow_of(cursor.sql(sql))
+            with WATCHDOG.armed(timeout_s, cursor.interrupt):
+                return arrow_of(cursor.sql(sql))
         except duckdb.InterruptException as exc:
             raise QueryTimeout(
                 f"the query ran past its limit of {timeout_s:g} s", seconds=timeout_s
@@ -106,5 +105,4 @@ class UnionSandbox:
                 f"the query failed: {text.splitlines()[0] if text else type(exc).__name__}"
             ) from exc
         finally:
-            timer.cancel()
             cursor.close()

@@ -147,9 +147,7 @@ class QueryService:
         self.metrics.query_seconds.labels(result.plan, result.target or "none").observe(
             result.seconds
         )
-        answer = self.answers.put(
-            result, body.include_staged, self.planner.describe(result.watermark)
-        )
+        answer = self.answers.put(result, body.include_staged, self.planner.describe(result))
         size = body.page_size or self.settings.api.page_size
         return self._page(answer.answer_id, 0, size)
 

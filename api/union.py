@@ -131,6 +131,7 @@ class UnionResult:
     decision: PlanDecision | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] | None = None
 
     @property
     def staged_fraction(self) -> float | None:
@@ -317,6 +318,9 @@ class UnionPlanner:
                     warehouse_rows=warehouse_rows,
                     decision=decision,
                     timings={"query_ms": (time.perf_counter() - t0) * 1000},
+                    facts=snap.facts(bounds.watermark)
+                    if bounds.watermark <= snap.watermark
+                    else None,
                 )
         result = self._warehouse(request, target, started, push=True)
         result.requested_plan = "auto"
@@ -381,6 +385,8 @@ class UnionPlanner:
         )
         t2 = time.perf_counter()
         truncated = result.num_rows > limit
+        if counted is None:
+            counted = sum(i.staged.num_rows for i in inputs)
         return UnionResult(
             table=result.slice(0, limit) if truncated else result,
             truncated=truncated,
@@ -390,11 +396,10 @@ class UnionPlanner:
             watermark=bounds.watermark,
             warehouse_watermark=wh.watermark if wh is not None else 0,
             staged_watermark=snap.watermark,
-            staged_rows=(
-                counted if counted is not None else self._staged_rows(snap, query, bounds)
-            ),
+            staged_rows=counted,
             warehouse_rows=self._warehouse_rows(wh, query),
             timings={"read_ms": (t1 - t0) * 1000, "union_ms": (t2 - t1) * 1000},
+            facts=snap.facts(bounds.watermark) if bounds.watermark <= snap.watermark else None,
         )
 
     def _columns(self, table: LogicalTable, needed: frozenset[str] | None) -> list[str]:
@@ -496,22 +501,13 @@ class UnionPlanner:
 
     # -- what an answer says about its data --------------------------------------------------------
 
-    def describe(self, watermark: int) -> dict[str, Any]:
-        """The batch ``watermark``'s ledger facts: when it committed, the last collector batch
+    def describe(self, result: UnionResult) -> dict[str, Any]:
+        """The answer's watermark batch's facts: when it committed, the last collector batch
         applied per stream, and (when it is staging's newest batch) the newest event time."""
+        if result.facts is not None:
+            return result.facts
         with open_snapshot(self.store) as snap:
-            info = snap.batch(watermark) if watermark > 0 else None
-            newest = None
-            if watermark == snap.watermark and watermark > 0:
-                times = [p.max_ts for p in snap.streams().values() if p.max_ts is not None]
-                newest = max(times) if times else None
-        if info is None:
-            return {"committed_at": None, "streams": {}, "newest_event_us": None}
-        return {
-            "committed_at": info["committed_at"],
-            "streams": info["streams"],
-            "newest_event_us": newest,
-        }
+            return snap.facts(result.watermark)
 
 
 @contextmanager

@@ -4,7 +4,7 @@ events/s, and what 16 concurrent query clients see meanwhile.
 A real ``streamdi serve`` (a child process: broker, pipeline, migration and API together) runs
 the ``ticks`` dataflow: every event adds its amount to one of 100,000 ``accounts`` and sets the
 ``latest`` sequence number of its producer. This process pushes Arrow batches to
-``POST /streams/ticks/events`` at a steady rate (2,000 events every 20 ms) and notes when each
+``POST /streams/ticks/events`` at a steady rate (5,000 events every 50 ms) and notes when each
 batch left; pollers ask ``SELECT max(seq) FROM latest`` again and again:
 
 * ``staged``: with ``include_staged`` (the island plan), the produce -> visible latency;
@@ -45,7 +45,7 @@ from streamdi.commands import EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 ACCOUNTS = 100_000
-TICK_S = 0.02
+TICK_S = 0.05
 
 
 def ticks_dataflow() -> Dataflow:

@@ -44,6 +44,7 @@ from migration.exceptions import TargetUnavailable, WarehouseQueryFailed, Wareho
 from migration.schema import WarehouseLayout
 from staging.layout import q
 from staging.store import arrow_of
+from streamdi.watchdog import WATCHDOG
 
 logger = logging.getLogger(__name__)
 
@@ -408,14 +409,11 @@ class _DuckDBSnapshot(WarehouseSnapshot):
         self._timeout_s = timeout_s
 
     def _run(self, sql: str) -> pa.Table:
-        timer = threading.Timer(self._timeout_s, self._cursor.interrupt)
-        timer.daemon = True
-        timer.start()
-        try:
-            with _duck_errors(self.target, self._timeout_s):
-                return arrow_of(self._cursor.sql(sql))
-        finally:
-            timer.cancel()
+        with (
+            WATCHDOG.armed(self._timeout_s, self._cursor.interrupt),
+            _duck_errors(self.target, self._timeout_s),
+        ):
+            return arrow_of(self._cursor.sql(sql))
 
     def fetch(self, sql: str, types: dict[str, pa.DataType]) -> pa.Table:
         table = self._run(sql)
@@ -459,6 +457,7 @@ class DuckDBReader(WarehouseReader):
         super().__init__(layout, ensure_layout)
         self._connection = connection
         self._mark_busy = mark_busy
+        self._locked: Any = None  # the target connection whose instance was locked down
 
     @contextmanager
     def snapshot(self, *, timeout_s: float) -> Iterator[WarehouseSnapshot]:
@@ -466,14 +465,14 @@ class DuckDBReader(WarehouseReader):
         if self._mark_busy is not None:
             self._mark_busy(timeout_s)
         with _duck_errors(self.name, timeout_s):
-            cursor = self._connection().cursor()
+            connection = self._connection()
+            cursor = connection.cursor()
         try:
             with _duck_errors(self.name, timeout_s):
-                locked_down = cursor.execute(
-                    "SELECT current_setting('enable_external_access')"
-                ).fetchall()[0][0]
-                if locked_down not in (False, "false", "False", 0):
+                if self._locked is not connection:
+                    # a new connection may be a new database instance: lock it down (once)
                     cursor.execute("SET enable_external_access = false")
+                    self._locked = connection
                 cursor.execute("BEGIN TRANSACTION")
                 layout = self.layout
                 watermark, merged = cursor.execute(

@@ -31,10 +31,13 @@ class StagingSnapshot:
     def __init__(self, store: StagingStore, con: duckdb.DuckDBPyConnection) -> None:
         self._store = store
         self._con = con
+        # one statement fixes the snapshot and reads what nearly every reader needs
         rows = con.execute(
-            f"SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')}"
+            f"SELECT (SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')}), "
+            f"(SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = 'released_through')"
         ).fetchall()
         self.watermark: int = int(rows[0][0]) if rows else 0
+        self._released = int(rows[0][1]) if rows and rows[0][1] is not None else 0
 
     def _table_name(self, name: str) -> str:
         if name not in self._store.flow.tables:
@@ -127,10 +130,7 @@ class StagingSnapshot:
 
     def released_through(self) -> int:
         """The last batch whose deltas and outputs were released (deleted) from staging."""
-        rows = self._con.execute(
-            f"SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = 'released_through'"
-        ).fetchall()
-        return int(rows[0][0]) if rows else 0
+        return self._released
 
     def streams(self) -> dict[str, StreamProgress]:
         """Per stream, how far it was applied at the watermark."""
@@ -159,6 +159,31 @@ class StagingSnapshot:
         except (TypeError, ValueError):
             row["streams"] = {}
         return row
+
+    def facts(self, batch_id: int) -> dict[str, Any]:
+        """What an answer at watermark ``batch_id`` says about its data, in one statement: when
+        the batch committed, the last collector batch per stream at it, and (when it is the
+        snapshot's watermark) the newest event time of any stream."""
+        rows = self._con.execute(
+            f"SELECT b.committed_at, b.streams, (SELECT max(max_ts) FROM "
+            f"{qualified(SYSTEM, 'streams')}) FROM {qualified(SYSTEM, 'batches')} b "
+            "WHERE b.batch_id = ?",
+            [int(batch_id)],
+        ).fetchall()
+        if not rows:
+            return {"committed_at": None, "streams": {}, "newest_event_us": None}
+        committed_at, streams, newest = rows[0]
+        try:
+            decoded = {str(k): int(v) for k, v in json.loads(streams or "{}").items()}
+        except (TypeError, ValueError):
+            decoded = {}
+        return {
+            "committed_at": committed_at,
+            "streams": decoded,
+            "newest_event_us": None
+            if newest is None or batch_id != self.watermark
+            else int(newest),
+        }
 
     def batches(self, *, after: int = 0, limit: int | None = None) -> pa.Table:
         """The batch ledger up to the watermark (batches after ``after``, at most ``limit``)."""
