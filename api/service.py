@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -118,6 +119,7 @@ class QueryService:
         self.readers = dict(readers) if readers is not None else build_readers(migrator, settings)
         self.planner = UnionPlanner(store, migrator, self.readers, self.sandbox, api, model)
         self.answers = AnswerCache(ttl_s=api.answer_ttl_s, max_bytes=api.answer_cache_mb << 20)
+        self._running = threading.BoundedSemaphore(api.max_concurrent_queries)
         self.push_sources = dict(push_sources or {})
         self._pushable = dict(pushable or {})
         self.replayer = replayer
@@ -139,7 +141,8 @@ class QueryService:
         label = body.plan if body.include_staged else "warehouse"
         target = body.target or "default"
         try:
-            result = self.planner.run(request)
+            with self._running:
+                result = self.planner.run(request)
         except ApiError as exc:
             self.metrics.queries.labels(label, target, exc.code).inc()
             raise

@@ -46,6 +46,8 @@ from streamdi.settings import StreamdiSettings
 
 ACCOUNTS = 100_000
 TICK_S = 0.05
+#: Pause between two polls of one poller (the polls themselves load the service).
+POLL_S = 0.02
 
 
 def ticks_dataflow() -> Dataflow:
@@ -231,8 +233,16 @@ def _poll(
         while seen < len(sent) and sent[seen][0] <= value:
             out.append((arrived - sent[seen][1]) * 1000)
             seen += 1
-        time.sleep(0.002)
+        time.sleep(POLL_S)
     client.close()
+
+
+def _rate(sent: list[tuple[int, float]], first: int, last: int) -> float:
+    """Events/s produced between marks ``first`` and ``last`` (sequence numbers count events)."""
+    if last - 1 <= first or last > len(sent):
+        return 0.0
+    (seq0, at0), (seq1, at1) = sent[first], sent[last - 1]
+    return (seq1 - seq0) / max(at1 - at0, 1e-9)
 
 
 def _concurrent(port: int, clients: int, seconds: float) -> dict[str, Any]:
@@ -326,23 +336,23 @@ def _run_target(
             produced["events"] = _produce(service.port, rate, total, marks, stop)
 
         producer = threading.Thread(target=produce)
-        started = time.monotonic()
         producer.start()
         time.sleep(warmup)
-        first_measured = len(marks.snapshot())
+        window = [len(marks.snapshot())]
         staged_from, warehouse_from = len(staged), len(warehouse)
         time.sleep(seconds)
         staged_samples = staged[staged_from:]
         warehouse_samples = warehouse[warehouse_from:]
+        window.append(len(marks.snapshot()))
         concurrent = _concurrent(service.port, clients, seconds) if clients else None
+        window.append(len(marks.snapshot()))
         producer.join()
-        elapsed = time.monotonic() - started
         time.sleep(2.5)  # the last batches become visible
         stop.set()
         for p in pollers:
             p.join(60)
-        events_per_s = produced.get("events", 0) / elapsed
-        del first_measured
+        sent = marks.snapshot()
+        events_per_s = _rate(sent, window[0], window[1])
         results = []
         for where, samples in (("staged", staged_samples), ("warehouse", warehouse_samples)):
             values = np.asarray(samples) if samples else np.asarray([float("nan")])
@@ -358,7 +368,7 @@ def _run_target(
                 }
             )
         if concurrent is not None:
-            concurrent["events_per_s"] = events_per_s
+            concurrent["events_per_s"] = _rate(sent, window[1], window[2])
             concurrent["target"] = target
         return results, concurrent
     finally:

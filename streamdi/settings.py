@@ -324,6 +324,13 @@ class ApiSettings(BaseModel):
         description="Plan auto migrates first below this staged fraction until it has timings "
         "of both plans on a target (S-Store measured the crossover near 25%).",
     )
+    max_concurrent_queries: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Union queries that run at once; more wait their turn (a few cores serve a "
+        "few queries well, and the pipeline keeps its share).",
+    )
     push_timeout_s: float = Field(
         default=30.0, gt=0, description="Longest wait for the collector to produce pushed events."
     )
