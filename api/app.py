@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.exceptions import ApiError, QueryRejected
+from api.exceptions import ApiError, InvalidRequest
 from api.models import (
     AnswerPage,
     ErrorBody,
@@ -283,7 +283,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
                 with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
                     events = reader.read_all()
             except (pa.ArrowInvalid, OSError) as exc:
-                raise QueryRejected("invalid_request", f"not an Arrow IPC stream: {exc}") from exc
+                raise InvalidRequest(f"not an Arrow IPC stream: {exc}") from exc
         else:
             try:
                 events = PushedEvents.model_validate_json(body).events
@@ -292,9 +292,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
                     f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
                     for e in exc.errors()[:10]
                 )
-                raise QueryRejected(
-                    "invalid_request", f"expected {{'events': [objects]}}: {problems}"
-                ) from exc
+                raise InvalidRequest(f"expected {{'events': [objects]}}: {problems}") from exc
         result: dict[str, Any] = await run_in_threadpool(service.push, stream, events)
         return result
 

@@ -61,6 +61,14 @@ class ApiError(StreamdiError):
         return {"error": error}
 
 
+class InvalidRequest(ApiError, TerminalError):
+    """A request the schema cannot catch: a body that is not an Arrow stream, events that do not
+    fit their stream."""
+
+    status = 400
+    code: ErrorCode = "invalid_request"
+
+
 class QueryRejected(ApiError, TerminalError):
     """The query is not one read-only SELECT over known tables; ``code`` says which rule it broke
     (``sql_syntax``, ``not_a_query``, ``multiple_statements``, ``unknown_table``,

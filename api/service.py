@@ -22,6 +22,7 @@ from api.answers import AnswerCache, json_rows, type_name
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
+    InvalidRequest,
     PushUnavailable,
     StreamNotPushable,
     TargetUnreachable,
@@ -33,7 +34,7 @@ from api.models import MigrateBody, QueryBody, ReplayBody
 from api.planner import PlanModel
 from api.safety import check_query
 from api.sandbox import UnionSandbox
-from api.union import UnionPlanner, UnionRequest, _mapped
+from api.union import UnionPlanner, UnionRequest, mapped_errors
 from ingest.exceptions import PushRefused, PushTimedOut
 from ingest.push import HttpPushSource
 from migration.exceptions import TargetUnavailable
@@ -244,7 +245,7 @@ class QueryService:
         for target, reader in self.readers.items():
             try:
                 with (
-                    _mapped(target),
+                    mapped_errors(target),
                     reader.snapshot(timeout_s=self.settings.api.query_timeout_s) as wh,
                 ):
                     for entry in out:
@@ -380,9 +381,7 @@ class QueryService:
         try:
             receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
         except PushRefused as exc:
-            from api.exceptions import QueryRejected
-
-            raise QueryRejected("invalid_request", str(exc), stream=stream) from exc
+            raise InvalidRequest(str(exc), stream=stream) from exc
         except PushTimedOut as exc:
             raise PushUnavailable(str(exc), stream=stream) from exc
         self.metrics.pushed.labels(stream).inc(receipt.events)

@@ -231,7 +231,7 @@ class UnionPlanner:
             warehouse = None
             if target is not None:
                 reader = self.readers[target]
-                with _mapped(target):
+                with mapped_errors(target):
                     warehouse = stack.enter_context(
                         reader.snapshot(timeout_s=self.settings.query_timeout_s)
                     )
@@ -282,7 +282,7 @@ class UnionPlanner:
             key = (wh.target, wh.watermark, wh.merged_through, name)
             size = self._sizes.get(key)
             if size is None:
-                with _mapped(wh.target):
+                with mapped_errors(wh.target):
                     size = wh.size(name)
                 if len(self._sizes) > 4096:
                     self._sizes.clear()
@@ -359,7 +359,7 @@ class UnionPlanner:
                 where = query.filter_sql(wh.dialect)  # type: ignore[arg-type]
                 if where is not None:
                     sql += f" WHERE {where}"
-                with _mapped(wh.target):
+                with mapped_errors(wh.target):
                     rows = wh.fetch(f"{sql} LIMIT {cap + 1}", wanted)
                 if rows.num_rows > cap:
                     raise ResultTooLarge(
@@ -430,7 +430,7 @@ class UnionPlanner:
         if push and pending:
             assert self.migrator is not None
             t0 = time.perf_counter()
-            with _mapped(target):
+            with mapped_errors(target):
                 report = self.migrator.migrate([target], via="push", merge="never")
             failure = report.targets[target].error
             if failure is not None:
@@ -439,7 +439,7 @@ class UnionPlanner:
             timings["push_ms"] = (time.perf_counter() - t0) * 1000
         reader = self.readers[target]
         t1 = time.perf_counter()
-        with _mapped(target), reader.snapshot(timeout_s=self.settings.query_timeout_s) as wh:
+        with mapped_errors(target), reader.snapshot(timeout_s=self.settings.query_timeout_s) as wh:
             held, merged = wh.watermark, wh.merged_through
             if pin is not None and pin > held and not (push and not pending):
                 raise WatermarkNotReached(
@@ -489,7 +489,7 @@ class UnionPlanner:
         relations = {name: wh.relation_sql(name, upto) for name in query.tables}
         limit = self.settings.max_rows
         sql = query.render(wh.dialect, limit=limit + 1, relations=relations)  # type: ignore[arg-type]
-        with _mapped(wh.target):
+        with mapped_errors(wh.target):
             table = wh.query(sql)
         truncated = table.num_rows > limit
         return (table.slice(0, limit) if truncated else table), truncated
@@ -511,7 +511,7 @@ class UnionPlanner:
 
 
 @contextmanager
-def _mapped(target: str) -> Iterator[None]:
+def mapped_errors(target: str) -> Iterator[None]:
     """Warehouse errors as the service's errors."""
     try:
         yield
