@@ -14,6 +14,7 @@ from api.exceptions import (
     QueryRejected,
     QueryTimeout,
     ResultTooLarge,
+    UnknownTarget,
     WatermarkNotReached,
     WatermarkUnavailable,
 )
@@ -205,3 +206,26 @@ def test_filters_are_pushed_to_the_warehouse_and_kept_exact(split_shop: ShopStag
     assert island["total_rows"] > 0
     service.close()
     migrator.close()
+
+
+def test_without_a_warehouse_staging_answers_alone(tmp_path: Path) -> None:
+    stage = ShopStage(tmp_path / "staging.duckdb")
+    stage.stage_range(1, 4)
+    from api.service import QueryService
+    from streamdi.settings import load_settings
+
+    settings = load_settings(streamdi={"state_dir": str(tmp_path)})
+    service = QueryService(stage.store, settings)
+    try:
+        for table in TABLES:
+            page = ask(service, table, plan="migrate")
+            assert (page["plan"], page["target"], page["watermark"]) == ("staging", None, 4)
+            check_answer(stage, service, table, page)
+        with pytest.raises(UnknownTarget) as none:
+            ask(service, "accounts", include_staged=False)
+        assert none.value.code == "no_target"
+        with pytest.raises(UnknownTarget) as unknown:
+            ask(service, "accounts", target="duckdb")
+        assert unknown.value.code == "unknown_target"
+    finally:
+        service.close()
