@@ -458,6 +458,9 @@ class UnionPlanner:
                 )
             table, truncated = self._run_in(wh, query, upto)
             warehouse_rows = self._warehouse_rows(wh, query)
+            if push and warehouse_rows is not None:
+                # what the warehouse held before the push: the same measure island and auto use
+                warehouse_rows = max(0, warehouse_rows - pending)
         timings["query_ms"] = (time.perf_counter() - t1) * 1000
         if pin is not None:
             watermark = pin if push and not pending else upto

@@ -125,6 +125,8 @@ class _Service:
             MIGRATION__PUSH_BATCHES="1000000000",
             MIGRATION__PUSH_ROWS="1000000000",
             MIGRATION__MERGE_MS="10000",
+            # merges keep the warehouse's delta tables short, which every warehouse read scans
+            MIGRATION__MERGE_ROWS="200000",
             ENGINE__BATCH_TIMEOUT_MS="100",
             INGEST__ALLOWED_LATENESS_MS="",
         )
@@ -204,12 +206,11 @@ def _produce(port: int, rate: int, seconds: float, marks: _Marks, stop: threadin
                 "_ts": np.full(per_tick, int(at * 1e6), dtype=np.int64),
             }
         )
-        status, body = client.request(
-            "POST", path, to_ipc(table), "application/vnd.apache.arrow.stream"
-        )
+        payload = to_ipc(table)
+        marks.add(seq, at)  # before the POST: a poll may see the batch before the POST returns
+        status, body = client.request("POST", path, payload, "application/vnd.apache.arrow.stream")
         if status != 200:
             raise RuntimeError(f"push failed: {status} {body[:300]!r}")
-        marks.add(seq, at)
         sent += per_tick
         tick += 1
     client.close()
