@@ -31,13 +31,20 @@ class StagingSnapshot:
     def __init__(self, store: StagingStore, con: duckdb.DuckDBPyConnection) -> None:
         self._store = store
         self._con = con
-        # one statement fixes the snapshot and reads what nearly every reader needs
+        # one statement fixes the snapshot and reads what nearly every reader needs: the
+        # watermark, the release point, and the watermark batch's facts (see facts())
+        batches = qualified(SYSTEM, "batches")
         rows = con.execute(
-            f"SELECT (SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')}), "
-            f"(SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = 'released_through')"
+            f"WITH top AS (SELECT * FROM {batches} ORDER BY batch_id DESC LIMIT 1) "
+            f"SELECT (SELECT coalesce(max(batch_id), 0) FROM top), "
+            f"(SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = 'released_through'), "
+            f"(SELECT committed_at FROM top), (SELECT streams FROM top), "
+            f"(SELECT max(max_ts) FROM {qualified(SYSTEM, 'streams')})"
         ).fetchall()
-        self.watermark: int = int(rows[0][0]) if rows else 0
-        self._released = int(rows[0][1]) if rows and rows[0][1] is not None else 0
+        watermark, released, committed_at, streams, newest = rows[0]
+        self.watermark: int = int(watermark)
+        self._released = int(released) if released is not None else 0
+        self._facts = _facts(committed_at, streams, newest) if self.watermark else None
 
     def _table_name(self, name: str) -> str:
         if name not in self._store.flow.tables:
@@ -164,26 +171,15 @@ class StagingSnapshot:
         """What an answer at watermark ``batch_id`` says about its data, in one statement: when
         the batch committed, the last collector batch per stream at it, and (when it is the
         snapshot's watermark) the newest event time of any stream."""
+        if batch_id == self.watermark and self._facts is not None:
+            return dict(self._facts)
         rows = self._con.execute(
-            f"SELECT b.committed_at, b.streams, (SELECT max(max_ts) FROM "
-            f"{qualified(SYSTEM, 'streams')}) FROM {qualified(SYSTEM, 'batches')} b "
-            "WHERE b.batch_id = ?",
+            f"SELECT committed_at, streams FROM {qualified(SYSTEM, 'batches')} WHERE batch_id = ?",
             [int(batch_id)],
         ).fetchall()
         if not rows:
             return {"committed_at": None, "streams": {}, "newest_event_us": None}
-        committed_at, streams, newest = rows[0]
-        try:
-            decoded = {str(k): int(v) for k, v in json.loads(streams or "{}").items()}
-        except (TypeError, ValueError):
-            decoded = {}
-        return {
-            "committed_at": committed_at,
-            "streams": decoded,
-            "newest_event_us": None
-            if newest is None or batch_id != self.watermark
-            else int(newest),
-        }
+        return _facts(rows[0][0], rows[0][1], None)
 
     def batches(self, *, after: int = 0, limit: int | None = None) -> pa.Table:
         """The batch ledger up to the watermark (batches after ``after``, at most ``limit``)."""
@@ -194,6 +190,18 @@ class StagingSnapshot:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return arrow_of(self._con.sql(sql))
+
+
+def _facts(committed_at: Any, streams: str | None, newest: int | None) -> dict[str, Any]:
+    try:
+        decoded = {str(k): int(v) for k, v in json.loads(streams or "{}").items()}
+    except (TypeError, ValueError):
+        decoded = {}
+    return {
+        "committed_at": committed_at,
+        "streams": decoded,
+        "newest_event_us": None if newest is None else int(newest),
+    }
 
 
 @contextmanager
