@@ -170,6 +170,7 @@ class UnionPlanner:
         self.tables = logical_tables(store.flow)
         self._layout = WarehouseLayout(store.flow)
         self._sizes: dict[tuple[str, int, int, str], int] = {}
+        self._counts: dict[tuple[str, int, int], int] = {}
 
     # -- targets -----------------------------------------------------------------------------------
 
@@ -270,9 +271,19 @@ class UnionPlanner:
         return bounds
 
     def _staged_rows(self, snap: StagingSnapshot, query: CheckedQuery, b: _Bounds) -> int:
-        return sum(
-            snap.change_count(name, after=b.upto, upto=b.staged_upto) for name in query.tables
-        )
+        """Staged change rows of the query's tables in ``(upto, staged_upto]``. Committed batches
+        never change, so a count is kept per range and table."""
+        total = 0
+        for name in query.tables:
+            key = (name, b.upto, b.staged_upto)
+            count = self._counts.get(key)
+            if count is None:
+                count = snap.change_count(name, after=b.upto, upto=b.staged_upto)
+                if len(self._counts) > 4096:
+                    self._counts.clear()
+                self._counts[key] = count
+            total += count
+        return total
 
     def _warehouse_rows(self, wh: WarehouseSnapshot | None, query: CheckedQuery) -> int | None:
         if wh is None:
@@ -386,7 +397,7 @@ class UnionPlanner:
         t2 = time.perf_counter()
         truncated = result.num_rows > limit
         if counted is None:
-            counted = sum(i.staged.num_rows for i in inputs)
+            counted = self._staged_rows(snap, query, bounds)
         return UnionResult(
             table=result.slice(0, limit) if truncated else result,
             truncated=truncated,
