@@ -14,6 +14,8 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.migration",
     "benchmarks.tpcdi",
     "benchmarks.audit",
+    "benchmarks.union",
+    "benchmarks.freshness",
 )
 
 

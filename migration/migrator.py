@@ -106,22 +106,29 @@ def build_targets(
         if name == "duckdb":
             targets[name] = DuckDBTarget(layout, settings.warehouse_path)
         elif name == "postgres":
-            pg = settings.postgres
-            if pg.dsn is not None:
-                dsn = pg.dsn.get_secret_value()
-            else:
-                from migration.embedded import embedded_postgres_dsn
-
-                dsn = embedded_postgres_dsn(settings.postgres_data_dir)
-            args: dict[str, str] = {}
-            if pg.sslmode:
-                args["sslmode"] = pg.sslmode
-            if pg.sslrootcert:
-                args["sslrootcert"] = str(pg.sslrootcert)
+            dsn, args = postgres_connection(settings)
             targets[name] = PostgresTarget(layout, dsn, args)
         else:
             raise ValueError(f"unknown migration target {name!r}")
     return targets
+
+
+def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]]:
+    """The PostgreSQL warehouse's libpq DSN and extra connection parameters (TLS): ``POSTGRES__DSN``
+    or the embedded server, started here when it is not running."""
+    pg = settings.postgres
+    if pg.dsn is not None:
+        dsn = pg.dsn.get_secret_value()
+    else:
+        from migration.embedded import embedded_postgres_dsn
+
+        dsn = embedded_postgres_dsn(settings.postgres_data_dir)
+    args: dict[str, str] = {}
+    if pg.sslmode:
+        args["sslmode"] = pg.sslmode
+    if pg.sslrootcert:
+        args["sslrootcert"] = str(pg.sslrootcert)
+    return dsn, args
 
 
 class Migrator:
@@ -357,6 +364,16 @@ class Migrator:
             and self._unmerged.get(n, 0) > 0
             and self._merge_due(n, "auto")
         ]
+
+    def opened(self, name: str) -> BaseTarget:
+        """Target ``name``, connected (raises :class:`~migration.exceptions.TargetUnavailable`
+        when it cannot be reached). Readers use it to share the target's database; an open target
+        is returned at once, without waiting for a migration round."""
+        target = self.targets[name]
+        if target._opened:
+            return target
+        with self._lock:
+            return self._open(name)
 
     def target_busy(self, name: str) -> bool:
         """Whether another client is querying target ``name`` (raises

@@ -76,8 +76,16 @@ def duck_type(kind: ColumnType | None) -> str:
 
 
 def output_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
-    """The columns of a sink's output table (without ``batch_id``), meta columns included."""
+    """The columns of a sink's output table (without ``batch_id``), meta columns included.
+
+    A sink's rows are its input step's rows; the engine leaves a sink's own schema empty, so the
+    columns come from the input step then (without it, staging kept only the meta columns of a
+    sink and dropped every emitted field)."""
     columns: dict[str, ColumnType | None] = dict(flow.schemas[sink])
+    if not columns:
+        upstream = getattr(flow.step(sink), "input", None)
+        if upstream is not None:
+            columns = dict(flow.schemas[upstream])
     for meta in META_COLUMNS:
         columns[meta] = "int64"
     return columns

@@ -495,11 +495,15 @@ class StagingStore:
         pending_only: bool = False,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        after_id: int | None = None,
     ) -> pa.Table:
-        """Staged dead letters (oldest first), optionally of one stream, not yet replayed, or
-        with the given ids."""
+        """Staged dead letters (oldest first), optionally of one stream, not yet replayed, with
+        the given ids, or after id ``after_id`` (paging)."""
         where = ["TRUE"]
         params: list[Any] = []
+        if after_id is not None:
+            where.append("id > ?")
+            params.append(int(after_id))
         if stream is not None:
             where.append("stream = ?")
             params.append(stream)

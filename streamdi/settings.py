@@ -305,6 +305,63 @@ class ApiSettings(BaseModel):
     token: SecretStr | None = Field(
         default=None, description="Bearer token required by every endpoint when set."
     )
+    default_target: MigrationTarget | None = Field(
+        default=None,
+        description="Warehouse a query reads when it names none. Unset: the first of "
+        "MIGRATION__TARGETS.",
+    )
+    query_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Time limit of each statement of a query."
+    )
+    max_rows: int = Field(
+        default=100_000, ge=1, description="Rows one answer keeps (more: the answer is truncated)."
+    )
+    max_union_rows: int = Field(
+        default=5_000_000,
+        ge=1,
+        description="Rows an island query may pull from a warehouse into the service.",
+    )
+    page_size: int = Field(default=1_000, ge=1, description="Rows per page unless asked.")
+    max_page_size: int = Field(default=10_000, ge=1, description="Most rows one page carries.")
+    answer_ttl_s: float = Field(
+        default=300.0, gt=0, description="How long an answer's pages stay available."
+    )
+    answer_cache_mb: int = Field(
+        default=256, ge=1, description="Memory the kept answers may use (oldest dropped first)."
+    )
+    auto_crossover: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Plan auto migrates first below this staged fraction until it has timings "
+        "of both plans on a target (S-Store measured the crossover near 25%).",
+    )
+    max_concurrent_queries: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Union queries that run at once; more wait their turn (a few cores serve a "
+        "few queries well, and the pipeline keeps its share).",
+    )
+    push_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest wait for the collector to produce pushed events."
+    )
+    sandbox_memory_limit: str = Field(
+        default="1GB", description="DuckDB memory_limit of the in-memory island."
+    )
+    postgres_pool: int = Field(
+        default=8, ge=1, le=256, description="PostgreSQL connections of the query service."
+    )
+    postgres_reader_role: str | None = Field(
+        default="streamdi_reader",
+        description="NOLOGIN role user queries run as on PostgreSQL (created when the connecting "
+        "user may). Empty: run as the connecting user.",
+    )
+
+    @field_validator("default_target", "postgres_reader_role", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
 class TpcdiSettings(BaseModel):
