@@ -1,0 +1,95 @@
+"""Spark jobs of the executor: shipping the dataflow once, and one pass per superstep.
+
+Data travels as Arrow inside pickled :class:`~.task.PartitionWork` objects. In local mode a
+broadcast reaches the workers through a file (about 300 MB/s here), several times faster than
+``parallelize`` (~50 MB/s) or ``createDataFrame`` + ``mapInArrow`` over Arrow tables of this size
+(which split into thousands of tasks), so each partition's work is one broadcast that only its task
+reads, destroyed when the pass ends. Results come back with ``collect``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.executors.spark.exceptions import SparkTaskFailed
+from etl_dataflows.executors.spark.session import spark_session
+from etl_dataflows.executors.spark.task import PartitionResult, PartitionWork, spark_task
+
+logger = logging.getLogger(__name__)
+
+
+class ShippedFlow:
+    """A dataflow broadcast to the workers once (cloudpickled: user functions travel by value
+    when they are not importable), under a key the workers cache it by."""
+
+    def __init__(self, flow: CompiledDataflow, key: str) -> None:
+        self.flow = flow
+        self.key = key
+        self._broadcast: Any = None
+
+    def broadcast(self) -> Any:
+        if self._broadcast is None:
+            from pyspark import cloudpickle
+
+            context = spark_session().sparkContext
+            pickled = cloudpickle.dumps(self.flow)  # type: ignore[no-untyped-call]
+            self._broadcast = context.broadcast(pickled)
+        return self._broadcast
+
+    def release(self) -> None:
+        if self._broadcast is not None:
+            try:
+                self._broadcast.destroy()
+            except Exception:  # the session may already be gone
+                logger.debug("flow broadcast destroy failed", exc_info=True)
+            self._broadcast = None
+
+
+@dataclass
+class PassTiming:
+    """Where a pass spent its time: putting the work into broadcasts, the job, the tasks."""
+
+    broadcast_seconds: float
+    job_seconds: float
+    slowest_task: float
+    total_task: float
+
+
+def run_pass(
+    shipped: ShippedFlow, step: str, works: list[PartitionWork]
+) -> tuple[list[PartitionResult], PassTiming]:
+    """Run one pass: task ``i`` runs ``works[i]``; the results in the same order."""
+    context = spark_session().sparkContext
+    started = time.perf_counter()
+    flow_broadcast = shipped.broadcast()
+    broadcasts = [context.broadcast(work) for work in works]
+    job_started = time.perf_counter()
+    try:
+        rdd = context.parallelize(range(len(works)), len(works))
+        results = rdd.mapPartitionsWithIndex(
+            spark_task(shipped.key, flow_broadcast, broadcasts)
+        ).collect()
+    except Exception as exc:  # py4j surfaces task failures as Java errors
+        raise SparkTaskFailed(
+            f"a Spark pass failed: {type(exc).__name__}: {exc}", step=step
+        ) from exc
+    finally:
+        for broadcast in broadcasts:
+            try:
+                broadcast.destroy()
+            except Exception:
+                logger.debug("work broadcast destroy failed", exc_info=True)
+    finished = time.perf_counter()
+    if len(results) != len(works) or not all(isinstance(r, PartitionResult) for r in results):
+        raise SparkTaskFailed(f"a pass returned {len(results)} results for {len(works)}", step=step)
+    timing = PassTiming(
+        broadcast_seconds=job_started - started,
+        job_seconds=finished - job_started,
+        slowest_task=max(r.seconds for r in results),
+        total_task=sum(r.seconds for r in results),
+    )
+    return results, timing
