@@ -298,6 +298,16 @@ class SparkExecutor(LocalExecutor):
             "merge_ms": round(merge_seconds * 1000, 3),
             "total_ms": round((time.perf_counter() - started) * 1000, 3),
         }
+        logger.info(
+            "spark batch step=%s strategy=%s passes=%s spark_transactions=%s "
+            "driver_transactions=%s total_ms=%.0f",
+            step.id,
+            plan.strategy,
+            len(timings),
+            shipped_txns,
+            driver_txns,
+            outcome.decision["total_ms"],
+        )
         return outcome
 
     def _start_session(self) -> None:
