@@ -35,7 +35,6 @@ import pyarrow as pa
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local import LocalExecutor
-from etl_dataflows.executors.local.arrays import ArrayTable
 from etl_dataflows.executors.local.compiled_step import CompiledStep, HoistedValues, Hoisting
 from etl_dataflows.executors.spark.jobs import PassTiming, ShippedFlow, run_pass
 from etl_dataflows.executors.spark.plan import (
@@ -49,15 +48,19 @@ from etl_dataflows.executors.spark.plan import (
 from etl_dataflows.executors.spark.routing import SEQUENCE_OWNER, DepthScratch, Routing, route
 from etl_dataflows.executors.spark.session import SparkConfig, current_config, spark_session
 from etl_dataflows.executors.spark.task import (
+    SLOT,
     PartitionResult,
     PartitionWork,
     emitted_and_failed,
+    group_name,
+    state_rows,
+    write_state,
 )
 from etl_dataflows.state import StateImage
 from etl_dataflows.stateless import DeadLetters, event_rows
 from etl_dataflows.transaction import TransactionStep
-from etl_dataflows.types import TS
-from etl_dataflows.vectorized import EventColumns, column_from_arrow
+from etl_dataflows.types import META_COLUMNS, TS
+from etl_dataflows.vectorized import EventColumns
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,7 @@ class SparkExecutor(LocalExecutor):
         self._spark_costs: dict[str, SparkCosts] = {}
         self._passes_seen: set[str] = set()
         self._scratch = DepthScratch()
+        self._local: dict[str, np.ndarray] = {}
         super().__init__(flow, state)
         self._shipped = ShippedFlow(self.flow, uuid.uuid4().hex)
 
@@ -217,7 +221,8 @@ class SparkExecutor(LocalExecutor):
         outcome = compiled.finish(prepared, outputs, DeadLetters(self.flow.sources))
         emitted, failed = emitted_and_failed(prepared, outputs)
         assert isinstance(outcome.aborts, pa.Table)
-        return outcome.output, rows[emitted], outcome.aborts, rows[failed]
+        output = outcome.output.drop_columns(list(META_COLUMNS))
+        return output, rows[emitted], outcome.aborts, rows[failed]
 
     # -- Spark ----------------------------------------------------------------------------------
 
@@ -254,11 +259,13 @@ class SparkExecutor(LocalExecutor):
             if not groups:
                 continue
             ship_started = time.perf_counter()
-            works = [self._work(step, compiled, events, routing, rows) for rows in groups]
+            shipped = [self._work(step, compiled, events, routing, rows) for rows in groups]
+            works = [work for work, _ in shipped]
             results, timing = self._run_pass(step.id, works)
-            self._apply(results)
+            self._apply(results, [touched for _, touched in shipped])
             for result in results:
                 parts.append((result.output, result.output_rows, result.aborts, result.abort_rows))
+                logger.debug("spark task step=%s timings=%s", step.id, result.timings)
             timings.append(timing)
             transactions = sum(len(rows) for rows in groups)
             shipped_txns += transactions
@@ -326,36 +333,71 @@ class SparkExecutor(LocalExecutor):
         events: pa.Table,
         routing: Routing,
         rows: np.ndarray,
-    ) -> PartitionWork:
-        """One partition's transactions with the state rows of the keys they touch."""
+    ) -> tuple[PartitionWork, dict[str, np.ndarray]]:
+        """One partition's transactions with the state of the keys they touch, and those keys'
+        slots in the driver's arrays (local slot ``i`` is driver slot ``touched[table][i]``)."""
         state: dict[str, pa.Table] = {}
         sequences: dict[str, int] = {}
+        touched: dict[str, np.ndarray] = {}
+        local_of: dict[str, np.ndarray] = {}
         for name in compiled.kernel.tables:
             arrays = self.arrays[name]
-            slots = routing.touched_slots(name, rows)
-            state[name] = arrays.image_rows(slots[arrays.exists[slots]])
+            slots = routing.touched_slots(name, rows, arrays.capacity)
+            touched[name] = slots
+            state[name] = state_rows(arrays, slots)
             sequences[name] = arrays.sequence
-        return PartitionWork(
-            step.id, events.take(pa.array(rows, type=pa.int64())), rows, state, sequences
+            local = self._local_slots(name, arrays.capacity)
+            local[slots] = np.arange(len(slots), dtype=np.int64)
+            local_of[name] = local
+        columns = {}
+        for group in routing.groups:
+            slots = group.slots[rows]
+            mapped = local_of[group.table][np.maximum(slots, 0)]
+            columns[group_name(group.table, group.hoisted)] = np.where(slots >= 0, mapped, -1)
+        work = PartitionWork(
+            step.id,
+            events.take(pa.array(rows, type=pa.int64())),
+            rows,
+            pa.table(columns),
+            state,
+            sequences,
         )
+        return work, touched
 
-    def _apply(self, results: list[PartitionResult]) -> None:
-        """Write the partitions' net changes into the driver's arrays (remembering the values they
-        replace) and advance the sequences (only partition 0 may draw keys)."""
+    def _local_slots(self, table: str, capacity: int) -> np.ndarray:
+        """A scratch array of ``capacity`` entries per table (only entries just written are
+        read)."""
+        scratch = self._local.get(table)
+        if scratch is None or scratch.shape[0] < capacity:
+            scratch = np.empty(max(capacity, 1024), dtype=np.int64)
+            self._local[table] = scratch
+        return scratch
+
+    def _apply(self, results: list[PartitionResult], touched: list[dict[str, np.ndarray]]) -> None:
+        """Write the partitions' changed rows into the driver's arrays (remembering the values
+        they replace, for the batch's deltas and rollback) and advance the sequences (only
+        partition 0 may draw keys)."""
         for name, arrays in self.arrays.items():
             before = arrays.sequence
-            drawn = [r.sequences[name] for r in results if name in r.sequences]
-            for result in results:
-                if name in result.upserts:
-                    _write_rows(arrays, result.upserts[name], result.deletes[name])
-            if drawn:
-                moved = [value for value in drawn if value != before]
-                if len(moved) > 1:
-                    raise AssertionError(
-                        f"surrogate keys of {name!r} drawn in several partitions "
-                        f"(only partition {SEQUENCE_OWNER} may draw)"
-                    )
-                arrays.sequence = max(drawn)
+            drawn: list[int] = []
+            for result, slots_of in zip(results, touched, strict=True):
+                changes = result.changes.get(name)
+                if changes is None:
+                    continue
+                drawn.append(result.sequences[name])
+                if changes.num_rows:
+                    local = np.asarray(changes.column(SLOT).to_numpy(), dtype=np.int64)
+                    slots = slots_of[name][local]
+                    arrays.remember(slots)
+                    write_state(arrays, slots, changes)
+            moved = [value for value in drawn if value != before]
+            if len(moved) > 1:
+                raise AssertionError(
+                    f"surrogate keys of {name!r} drawn in several partitions "
+                    f"(only partition {SEQUENCE_OWNER} may draw)"
+                )
+            if moved:
+                arrays.sequence = moved[0]
 
     def _merge(
         self, step: TransactionStep, events: pa.Table, parts: list[Part], dead: DeadLetters
@@ -363,8 +405,12 @@ class SparkExecutor(LocalExecutor):
         """The step's outcome from its parts, in timestamp order (ties by input row)."""
         output = pa.concat_tables([p[0] for p in parts], promote_options="permissive")
         output_rows = np.concatenate([p[1] for p in parts]).astype(np.int64)
-        output_ts = np.asarray(output.column(TS).to_numpy(), dtype=np.int64)
-        output = output.take(pa.array(np.lexsort((output_rows, output_ts)), type=pa.int64()))
+        ts = np.asarray(events.column(TS).to_numpy(), dtype=np.int64)
+        order = np.lexsort((output_rows, ts[output_rows]))
+        output = output.take(pa.array(order, type=pa.int64()))
+        taken = pa.array(output_rows[order], type=pa.int64())
+        for name in META_COLUMNS:  # the event's own columns, from the driver's copy
+            output = output.append_column(name, events.column(name).take(taken))
         aborts = pa.concat_tables([p[2] for p in parts])
         abort_rows = np.concatenate([p[3] for p in parts]).astype(np.int64)
         abort_ts = np.asarray(aborts.column("ts").to_numpy(), dtype=np.int64)
@@ -383,29 +429,3 @@ class SparkExecutor(LocalExecutor):
         return TransactionOutcome(
             output=output.combine_chunks(), committed=committed, aborts=aborts.combine_chunks()
         )
-
-
-def _write_rows(arrays: ArrayTable, upserts: pa.Table, deletes: pa.Table) -> None:
-    """Set image rows ``upserts`` and remove the keys of ``deletes`` (remembered first)."""
-    table = arrays.table
-    for data, exists in ((upserts, True), (deletes, False)):
-        n = data.num_rows
-        if not n:
-            continue
-        key_column = data.column(arrays.key_name)
-        keys: Any = (
-            np.asarray(key_column.to_numpy(), dtype=np.int64)
-            if arrays.key_type == "int64"
-            else key_column.combine_chunks()
-        )
-        slots = arrays.slots(keys, np.ones(n, dtype=np.bool_))
-        arrays.remember(slots)
-        arrays.exists[slots] = exists
-        if not exists:
-            continue
-        if table.surrogate:
-            arrays.sk[slots] = np.asarray(data.column(table.surrogate).to_numpy(), dtype=np.int64)
-        for column, kind in table.columns:
-            values, valid = column_from_arrow(data.column(column), kind)
-            arrays.values[column][slots] = values
-            arrays.valid[column][slots] = valid

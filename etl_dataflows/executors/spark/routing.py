@@ -43,6 +43,7 @@ class KeyGroup:
     where none of them runs or the key is null)."""
 
     table: str
+    hoisted: int
     slots: np.ndarray
 
 
@@ -74,13 +75,15 @@ class Routing:
         """Crossing transactions per depth."""
         return np.bincount(self.depth[self.cross], minlength=self.max_depth + 1)
 
-    def touched_slots(self, table: str, rows: np.ndarray) -> np.ndarray:
-        """The distinct slots of ``table`` that transactions ``rows`` touch."""
-        parts = [g.slots[rows] for g in self.groups if g.table == table]
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        slots = np.concatenate(parts)
-        return np.unique(slots[slots >= 0])
+    def touched_slots(self, table: str, rows: np.ndarray, capacity: int) -> np.ndarray:
+        """The distinct slots of ``table`` that transactions ``rows`` touch, in slot order
+        (``capacity``: the table's slot count)."""
+        seen = np.zeros(capacity, dtype=np.bool_)
+        for group in self.groups:
+            if group.table == table:
+                slots = group.slots[rows]
+                seen[slots[slots >= 0]] = True
+        return np.flatnonzero(seen)
 
 
 def _active(hoisted: HoistedValues) -> np.ndarray:
@@ -121,7 +124,7 @@ def route(
             slots_of[(table_name, k)] = table.slots(pa.array(masked, type=pa.string()), usable)
         else:
             slots_of[(table_name, k)] = table.slots(key.values, usable)
-    groups = [KeyGroup(name, slots) for (name, _), slots in slots_of.items()]
+    groups = [KeyGroup(name, k, slots) for (name, k), slots in slots_of.items()]
 
     # Resources: every key group, then one sequence per table whose keys an operation may draw.
     capacities = {name: arrays[name].capacity for name in kernel.tables}
