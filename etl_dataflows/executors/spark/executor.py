@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -259,10 +260,18 @@ class SparkExecutor(LocalExecutor):
             if not groups:
                 continue
             ship_started = time.perf_counter()
-            shipped = [self._work(step, compiled, events, routing, rows) for rows in groups]
-            works = [work for work, _ in shipped]
-            results, timing = self._run_pass(step.id, works)
-            self._apply(results, [touched for _, touched in shipped])
+            touched: list[dict[str, np.ndarray]] = []
+
+            def works(
+                groups: list[np.ndarray] = groups, touched: list[Any] = touched
+            ) -> Iterator[PartitionWork]:
+                for rows in groups:  # one partition's work alive at a time
+                    work, slots = self._work(step, compiled, events, routing, rows)
+                    touched.append(slots)
+                    yield work
+
+            results, timing = self._run_pass(step.id, works())
+            self._apply(results, touched)
             for result in results:
                 parts.append((result.output, result.output_rows, result.aborts, result.abort_rows))
                 logger.debug("spark task step=%s timings=%s", step.id, result.timings)
@@ -321,9 +330,9 @@ class SparkExecutor(LocalExecutor):
         spark_session()
 
     def _run_pass(
-        self, step: str, works: list[PartitionWork]
+        self, step: str, works: Iterable[PartitionWork]
     ) -> tuple[list[PartitionResult], PassTiming]:
-        """One Spark pass: task ``i`` runs ``works[i]`` (:func:`.jobs.run_pass`)."""
+        """One Spark pass: task ``i`` runs the ``i``-th work (:func:`.jobs.run_pass`)."""
         return run_pass(self._shipped, step, works)
 
     def _work(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,32 +61,38 @@ class PassTiming:
 
 
 def run_pass(
-    shipped: ShippedFlow, step: str, works: list[PartitionWork]
+    shipped: ShippedFlow, step: str, works: Iterable[PartitionWork]
 ) -> tuple[list[PartitionResult], PassTiming]:
-    """Run one pass: task ``i`` runs ``works[i]``; the results in the same order."""
+    """Run one pass: task ``i`` runs the ``i``-th work; the results in the same order. Each work
+    is written to its broadcast as soon as it is made and not kept (``works`` may be a generator:
+    the driver holds one partition's work at a time)."""
     context = spark_session().sparkContext
     started = time.perf_counter()
     flow_broadcast = shipped.broadcast()
-    broadcasts = [context.broadcast(work) for work in works]
-    job_started = time.perf_counter()
+    broadcasts: list[Any] = []
     try:
-        rdd = context.parallelize(range(len(works)), len(works))
-        results = rdd.mapPartitionsWithIndex(
-            spark_task(shipped.key, flow_broadcast, broadcasts)
-        ).collect()
-    except Exception as exc:  # py4j surfaces task failures as Java errors
-        raise SparkTaskFailed(
-            f"a Spark pass failed: {type(exc).__name__}: {exc}", step=step
-        ) from exc
+        for work in works:
+            broadcasts.append(context.broadcast(work))
+            del work
+        job_started = time.perf_counter()
+        rdd = context.parallelize(range(len(broadcasts)), len(broadcasts))
+        try:
+            results = rdd.mapPartitionsWithIndex(
+                spark_task(shipped.key, flow_broadcast, broadcasts)
+            ).collect()
+        except Exception as exc:  # py4j surfaces task failures as Java errors
+            message = f"a Spark pass failed: {type(exc).__name__}: {exc}"
+            raise SparkTaskFailed(message, step=step) from exc
+        finished = time.perf_counter()
     finally:
         for broadcast in broadcasts:
             try:
                 broadcast.destroy()
             except Exception:
                 logger.debug("work broadcast destroy failed", exc_info=True)
-    finished = time.perf_counter()
-    if len(results) != len(works) or not all(isinstance(r, PartitionResult) for r in results):
-        raise SparkTaskFailed(f"a pass returned {len(results)} results for {len(works)}", step=step)
+    expected = len(broadcasts)
+    if len(results) != expected or not all(isinstance(r, PartitionResult) for r in results):
+        raise SparkTaskFailed(f"a pass returned {len(results)} results for {expected}", step=step)
     timing = PassTiming(
         broadcast_seconds=job_started - started,
         job_seconds=finished - job_started,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ class InProcessSpark(SparkExecutor):
         pass
 
     def _run_pass(
-        self, step: str, works: list[PartitionWork]
+        self, step: str, works: Iterable[PartitionWork]
     ) -> tuple[list[PartitionResult], PassTiming]:
         started = time.perf_counter()
         results = []
