@@ -45,6 +45,7 @@ from etl_dataflows.executors.spark.plan import (
     bytes_per_transaction,
     choose_plan,
     plan_statistics,
+    worth_routing,
 )
 from etl_dataflows.executors.spark.routing import SEQUENCE_OWNER, DepthScratch, Routing, route
 from etl_dataflows.executors.spark.session import SparkConfig, current_config, spark_session
@@ -141,10 +142,29 @@ class SparkExecutor(LocalExecutor):
             return f"small batch (under {self.config.min_transactions} transactions)"
         return None
 
+    def _driver_wins(self, step: TransactionStep, compiled: CompiledStep, n: int) -> str | None:
+        """Why even the best Spark plan cannot beat the driver on this batch, or None (only in
+        ``auto`` placement; see :func:`.plan.worth_routing`)."""
+        if self.placement is not None:
+            return None
+        costs = self._spark_costs.setdefault(step.id, SparkCosts())
+        bytes_per_txn = bytes_per_transaction(compiled)
+        if worth_routing(n, costs, self.partitions(), bytes_per_txn, self.config.memory_budget):
+            return None
+        return (
+            "Spark cannot win even without crossing transactions (measured costs: pass "
+            f"{costs.pass_seconds * 1000:.0f} ms, ship {costs.ship_ns:.0f} ns, task "
+            f"{costs.task_ns:.0f} ns, driver {costs.driver_ns:.0f} ns per transaction)"
+        )
+
     def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
-        if self._goes_to_driver(step, events.num_rows) is not None:
+        n = events.num_rows
+        if self._goes_to_driver(step, n) is not None:
             return super()._prepare_transactions(step, events)
-        return self._routing_hoists(self._compiled(step), events)
+        compiled = self._compiled(step)
+        if self._driver_wins(step, compiled, n) is not None:
+            return super()._prepare_transactions(step, events)
+        return self._routing_hoists(compiled, events)
 
     def _routing_hoists(self, compiled: CompiledStep, events: pa.Table) -> dict[int, HoistedValues]:
         """The event-only key and ``when`` values routing needs (the rest is hoisted in the
@@ -162,6 +182,12 @@ class SparkExecutor(LocalExecutor):
         if why is not None:
             return self._on_driver(step, events, dead, early, why, {"transactions": n})
         compiled = self._compiled(step)
+        costs = self._spark_costs.setdefault(step.id, SparkCosts())
+        bytes_per_txn = bytes_per_transaction(compiled)
+        partitions = self.partitions()
+        why = self._driver_wins(step, compiled, n)
+        if why is not None:
+            return self._on_driver(step, events, dead, early, why, {"transactions": n})
         hoisted = early if isinstance(early, dict) else None
         if hoisted is None:
             if isinstance(early, Hoisting):
@@ -169,13 +195,12 @@ class SparkExecutor(LocalExecutor):
             else:
                 hoisted = self._routing_hoists(compiled, events)
         ts = np.asarray(events.column(TS).to_numpy(), dtype=np.int64)
-        routing = route(compiled, self.arrays, hoisted, ts, self.partitions(), self._scratch)
-        costs = self._spark_costs.setdefault(step.id, SparkCosts())
+        routing = route(compiled, self.arrays, hoisted, ts, partitions, self._scratch)
         plan = choose_plan(
             routing,
             costs,
             max_supersteps=self.config.max_supersteps,
-            bytes_per_txn=bytes_per_transaction(compiled),
+            bytes_per_txn=bytes_per_txn,
             memory_budget=self.config.memory_budget,
             placement=self.placement,
         )

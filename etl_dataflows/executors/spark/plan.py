@@ -30,11 +30,15 @@ from etl_dataflows.executors.spark.routing import Routing
 
 Placement = Literal["driver", "spark", "supersteps"]
 
-#: Priors (``streamdi bench spark`` on 2 cores, local[2]); replaced by measurements batch by batch.
+#: Priors (``streamdi bench spark`` on 2 cores, local[2]): a pass's fixed cost (job scheduling,
+#: result transport), the driver's routing, shipping and merging per transaction sent to Spark,
+#: and the local executor's time per transaction; a task's time per transaction starts as
+#: ``TASK_OVER_DRIVER`` times the driver's (the same kernel, plus loading and finishing). All are
+#: replaced by measurements batch by batch.
 PASS_SECONDS = 0.25
-SHIP_NS_PER_TXN = 1_500.0
-TASK_NS_PER_TXN = 1_500.0
-DRIVER_NS_PER_TXN = 400.0
+SHIP_NS_PER_TXN = 600.0
+DRIVER_NS_PER_TXN = 600.0
+TASK_OVER_DRIVER = 1.5
 
 
 @dataclass
@@ -43,9 +47,15 @@ class SparkCosts:
 
     pass_seconds: float = PASS_SECONDS
     ship_ns: float = SHIP_NS_PER_TXN
-    task_ns: float = TASK_NS_PER_TXN
     driver_ns: float = DRIVER_NS_PER_TXN
+    measured_task_ns: float | None = None
     weight: float = 0.3
+
+    @property
+    def task_ns(self) -> float:
+        if self.measured_task_ns is None:
+            return TASK_OVER_DRIVER * self.driver_ns
+        return self.measured_task_ns
 
     def _blend(self, old: float, new: float) -> float:
         return (1 - self.weight) * old + self.weight * new
@@ -59,7 +69,9 @@ class SparkCosts:
     ) -> None:
         self.pass_seconds = self._blend(self.pass_seconds, max(job_seconds - slowest_task, 0.0))
         if transactions >= 1_000:
-            self.task_ns = self._blend(self.task_ns, total_task * 1e9 / transactions)
+            sample = total_task * 1e9 / transactions
+            known = self.measured_task_ns
+            self.measured_task_ns = sample if known is None else self._blend(known, sample)
 
     def observe_ship(self, transactions: int, seconds: float) -> None:
         if transactions >= 1_000:
@@ -99,6 +111,25 @@ def bytes_per_transaction(compiled: CompiledStep) -> int:
     )
     output_row = 8 * (len(compiled.out_schema) + 3)
     return hoisted + slots + outputs + remembered + output_row
+
+
+def worth_routing(
+    transactions: int,
+    costs: SparkCosts,
+    partitions: int,
+    bytes_per_txn: int,
+    memory_budget: int | None,
+) -> bool:
+    """Whether any Spark plan could beat the driver (checked before routing, which costs a pass
+    over the batch): the best case — no crossing transaction, the work split evenly — against the
+    driver alone. A batch over the memory budget is always routed."""
+    if memory_budget is not None and transactions * bytes_per_txn > memory_budget:
+        return True
+    best = (
+        costs.pass_seconds
+        + transactions * (costs.ship_ns + costs.task_ns / max(partitions, 1)) / 1e9
+    )
+    return best < transactions * costs.driver_ns / 1e9
 
 
 def choose_plan(

@@ -190,7 +190,9 @@ def test_plans_follow_costs_and_the_memory_budget() -> None:
     )
     assert budget.passes >= 1 and budget.driver_bytes <= 200 * 2_000
     assert "memory budget" in budget.why
-    cheap_tasks = SparkCosts(pass_seconds=0.0, ship_ns=1.0, task_ns=1.0, driver_ns=10_000.0)
+    cheap_tasks = SparkCosts(
+        pass_seconds=0.0, ship_ns=1.0, measured_task_ns=1.0, driver_ns=10_000.0
+    )
     parallel = choose_plan(
         routing,
         cheap_tasks,
@@ -221,3 +223,15 @@ def test_a_batch_without_crossing_transactions_runs_in_one_pass() -> None:
     assert [d["strategy"] for d in decisions] == ["one_pass", "one_pass"]
     assert all(d["crossing"] == 0 and d["passes"] == 1 for d in decisions)
     assert_same_results(oracle, got)
+
+
+def test_routing_is_skipped_when_the_driver_wins_anyway() -> None:
+    from etl_dataflows.executors.spark.plan import worth_routing
+
+    driver_is_cheap = SparkCosts(driver_ns=100.0, ship_ns=600.0, measured_task_ns=300.0)
+    assert not worth_routing(10_000_000, driver_is_cheap, 2, 300, None)
+    # ...unless the batch exceeds the driver's memory budget
+    assert worth_routing(10_000_000, driver_is_cheap, 2, 300, 1 << 30)
+    costly_functions = SparkCosts(driver_ns=20_000.0, ship_ns=600.0)  # tasks: 1.5 x driver
+    assert worth_routing(1_000_000, costly_functions, 2, 300, None)
+    assert not worth_routing(10, costly_functions, 2, 300, None)  # the pass's fixed cost
