@@ -92,7 +92,7 @@ specs = st.builds(
 
 
 @pytest.mark.parametrize("placement", ["spark", "supersteps"])
-@settings(max_examples=6)
+@settings(max_examples=10)
 @given(specs)
 def test_spark_matches_the_serial_oracle(placement: str, spec: WorkloadSpec) -> None:
     workload = ledger_workload(spec)

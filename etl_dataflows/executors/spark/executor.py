@@ -387,7 +387,8 @@ class SparkExecutor(LocalExecutor):
         for group in routing.groups:
             slots = group.slots[rows]
             mapped = local_of[group.table][np.maximum(slots, 0)]
-            columns[group_name(group.table, group.hoisted)] = np.where(slots >= 0, mapped, -1)
+            local = np.where(slots >= 0, mapped, -1)  # int32: half the bytes on the wire
+            columns[group_name(group.table, group.hoisted)] = local.astype(np.int32)
         work = PartitionWork(
             step.id,
             events.take(pa.array(rows, type=pa.int64())),

@@ -160,6 +160,7 @@ def _start(config: SparkConfig) -> Any:
             )
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines outlive our logs
     except Exception as exc:  # py4j, Java missing, master unreachable
         raise SparkUnavailable(
             f"cannot start a Spark session on {config.master!r}: {type(exc).__name__}: {exc}"

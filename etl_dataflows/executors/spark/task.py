@@ -52,7 +52,7 @@ def group_name(table: str, hoisted: int) -> str:
 
 @dataclass
 class PartitionWork:
-    """What travels to a task (see the module docstring). ``slots`` has one column per key
+    """What travels to a task (see the module docstring). ``slots`` has one int32 column per key
     group (-1 where no operation of the group runs); ``sequences`` are the tables' next surrogate
     keys (only the partition that owns them may draw)."""
 
@@ -153,10 +153,9 @@ def run_work(flow: CompiledDataflow, work: PartitionWork) -> PartitionResult:
     # Writable copies: the kernel was compiled (and cached on disk) for writable slot arrays;
     # Arrow's read-only views would make numba compile another specialization.
     slots = [
-        np.asarray(
-            work.slots.column(group_name(op.table, compiled.kernel.key_hoist[op.index])).to_numpy(),
-            dtype=np.int64,
-        ).copy()
+        work.slots.column(group_name(op.table, compiled.kernel.key_hoist[op.index]))
+        .to_numpy()
+        .astype(np.int64)
         for op in step.operations
     ]
     prepared = Prepared(
@@ -185,7 +184,7 @@ def run_work(flow: CompiledDataflow, work: PartitionWork) -> PartitionResult:
         size = work.state[name].num_rows
         changed = _changed(before[name], arrays, size)
         rows = state_rows(arrays, changed)
-        result.changes[name] = rows.append_column(SLOT, pa.array(changed, type=pa.int64()))
+        result.changes[name] = rows.append_column(SLOT, pa.array(changed, type=pa.int32()))
         result.sequences[name] = arrays.sequence
     result.seconds = time.perf_counter() - started
     result.timings = {
