@@ -233,7 +233,11 @@ def scaling(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     jobs: list[dict[str, Any]] = []
     sections = {s.strip() for s in args.section.split(",")}
-    base = {"batches": args.batches, "seed": args.seed, "udf_cost_ns": args.udf_cost_ns}
+    base = {"seed": args.seed, "udf_cost_ns": args.udf_cost_ns}
+
+    def batches(size: int) -> int:  # enough batches for a p99 where they are cheap
+        return int(args.batches or max(3, min(20, 2_000_000 // size)))
+
     if "sizes" in sections:
         for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
             for size in [int(s) for s in args.sizes.split(",")]:
@@ -245,6 +249,7 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "variant": variant,
                             "keys": args.keys,
                             "batch_size": size,
+                            "batches": batches(size),
                             "multi_partition_ratio": VARIANTS[variant],
                             "executor": executor,
                             "master": "local[2]",
@@ -256,6 +261,7 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
             "variant": "partitioned",
             "keys": args.keys,
             "batch_size": args.scaling_size,
+            "batches": batches(args.scaling_size),
             "multi_partition_ratio": 0.0,
         }
         jobs.append({**common, "section": "scaling-local", "executor": "local", "master": "-"})
@@ -364,7 +370,11 @@ def register(benches: Commands) -> None:
         "--variants", default="partitioned,random", help="SL variants: partitioned, random"
     )
     bench.add_argument("--keys", type=int, default=1_000_000, help="accounts (and assets)")
-    bench.add_argument("--batches", type=int, default=3, help="batches per run (first warms up)")
+    bench.add_argument(
+        "--batches",
+        type=int,
+        help="batches per run, the first warming up (default: 20 for small batches, 3 for big)",
+    )
     bench.add_argument(
         "--scaling-size", type=int, default=2_000_000, help="transactions per batch for scaling"
     )
