@@ -335,6 +335,10 @@ class SparkExecutor(LocalExecutor):
             "job_ms": round(sum(t.job_seconds for t in timings) * 1000, 3),
             "task_ms": round(sum(t.total_task for t in timings) * 1000, 3),
             "slowest_task_ms": round(sum(t.slowest_task for t in timings) * 1000, 3),
+            "task_phases_ms": {
+                phase: round(sum(t.phases.get(phase, 0.0) for t in timings) * 1000, 3)
+                for phase in ("fetch", "load", "prepare", "execute", "finish", "changes")
+            },
             "driver_ms": round(driver_seconds * 1000, 3),
             "merge_ms": round(merge_seconds * 1000, 3),
             "total_ms": round((time.perf_counter() - started) * 1000, 3),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from etl_dataflows.dataflow import CompiledDataflow
@@ -58,6 +58,8 @@ class PassTiming:
     job_seconds: float
     slowest_task: float
     total_task: float
+    #: Seconds per phase of the tasks, summed over the pass's tasks (fetch: reading the work).
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def run_pass(
@@ -98,5 +100,9 @@ def run_pass(
         job_seconds=finished - job_started,
         slowest_task=max(r.seconds for r in results),
         total_task=sum(r.seconds for r in results),
+        phases={
+            phase: sum(r.timings.get(phase, 0.0) for r in results)
+            for phase in ("fetch", "load", "prepare", "execute", "finish", "changes")
+        },
     )
     return results, timing

@@ -155,8 +155,11 @@ def _start(config: SparkConfig) -> Any:
             .config("spark.python.worker.reuse", "true")
         )
         if config.is_local:
-            builder = builder.config("spark.driver.host", "127.0.0.1").config(
-                "spark.driver.bindAddress", "127.0.0.1"
+            # One machine: no network to save, so no compression of the partitions' work.
+            builder = (
+                builder.config("spark.driver.host", "127.0.0.1")
+                .config("spark.driver.bindAddress", "127.0.0.1")
+                .config("spark.broadcast.compress", "false")
             )
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")

@@ -222,8 +222,13 @@ def spark_task(flow_key: str, flow_broadcast: Any, work_broadcasts: list[Any]) -
     ``work_broadcasts[i]`` against the dataflow in ``flow_broadcast``."""
 
     def run(index: int, _: Iterator[Any]) -> Iterator[PartitionResult]:
+        started = time.perf_counter()
         work = work_broadcasts[index].value
+        flow = _flow(flow_key, flow_broadcast)
+        fetched = time.perf_counter() - started
         assert isinstance(work, PartitionWork)
-        yield run_work(_flow(flow_key, flow_broadcast), work)
+        result = run_work(flow, work)
+        result.timings["fetch"] = fetched
+        yield result
 
     return run
