@@ -8,9 +8,9 @@
 * ``scaling`` — the same batches with 1 and 2 Spark worker cores (``local[1]``, ``local[2]``):
   throughput, the serial fraction (driver and transport time over the batch time, measured, and
   fitted from the two runs), and Amdahl's projection to 8 and 32 cores.
-* ``budget`` — one batch of 5,000,000 transactions over 10,000,000 keys with the driver's memory
-  budget at 1 GiB (``ENGINE__MEMORY_BUDGET``): where the adaptive executor sends it, and whether
-  its results equal ``local``'s (the serial oracle is infeasible at that size).
+* ``budget`` — batches of 5,000,000 transactions over 10,000,000 keys (both SL variants) with the
+  driver's memory budget at 1 GiB (``ENGINE__MEMORY_BUDGET``): where the adaptive executor sends
+  them, and whether its results equal ``local``'s (the serial oracle is infeasible at that size).
 
 Every configuration runs in a fresh process (one Spark session each); results are hashed (outputs,
 aborts, dead letters, deltas, sequences, final state) and compared with ``local``'s run of the same
@@ -275,24 +275,25 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 }
             )
     if "budget" in sections:
-        common = {
-            **base,
-            "variant": "random",
-            "keys": 10_000_000,
-            "batch_size": 5_000_000,
-            "batches": 2,
-            "multi_partition_ratio": None,
-        }
-        jobs.append({**common, "section": "budget", "executor": "local", "master": "-"})
-        jobs.append(
-            {
-                **common,
-                "section": "budget",
-                "executor": "spark",
-                "master": "local[2]",
-                "memory_budget": 1 << 30,
+        for variant in ("random", "partitioned"):
+            common = {
+                **base,
+                "variant": variant,
+                "keys": 10_000_000,
+                "batch_size": 5_000_000,
+                "batches": 2,
+                "multi_partition_ratio": VARIANTS[variant],
             }
-        )
+            jobs.append({**common, "section": "budget", "executor": "local", "master": "-"})
+            jobs.append(
+                {
+                    **common,
+                    "section": "budget",
+                    "executor": "spark",
+                    "master": "local[2]",
+                    "memory_budget": 1 << 30,
+                }
+            )
     return jobs
 
 
