@@ -12,6 +12,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.engine",
     "benchmarks.ingest",
     "benchmarks.migration",
+    "benchmarks.spark",
     "benchmarks.tpcdi",
     "benchmarks.audit",
     "benchmarks.union",

@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
 
-ExecutorName = Literal["serial", "local"]
+ExecutorName = Literal["serial", "local", "spark"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -271,8 +271,15 @@ class EngineSettings(BaseModel):
 
     executor: ExecutorName = Field(
         default="local",
-        description="Executor running the dataflows: local (compiled, adaptive) or serial (the "
-        "plain-Python oracle).",
+        description="Executor running the dataflows: local (compiled, adaptive), spark (local "
+        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle).",
+    )
+    memory_budget: int | None = Field(
+        default=None,
+        gt=0,
+        description="Bytes the driver may spend running one batch of one transactional step "
+        "(accepts 512MiB, 1GiB, 2GB...). The spark executor sends a batch whose estimate exceeds "
+        "it to Spark. Unset: no limit.",
     )
 
     batch_size: int = Field(
@@ -282,12 +289,41 @@ class EngineSettings(BaseModel):
         default=500, ge=1, description="Close a partial batch after this many milliseconds."
     )
 
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _parse_bytes(cls, value: Any) -> Any:
+        return parse_bytes(value)
+
 
 class SparkSettings(BaseModel):
     """Spark (``SPARK__*``)."""
 
     master: str = Field(default="local[2]", description="Spark master URL: local[N] or spark://…")
     driver_memory: str = Field(default="2g", description="spark.driver.memory.")
+    partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks per pass of the spark executor. Unset: the cores of a local master, "
+        "the default parallelism of a cluster.",
+    )
+    placement: Literal["auto", "driver", "spark", "supersteps"] = Field(
+        default="auto",
+        description="Where the spark executor runs compiled steps: auto (chosen per batch from "
+        "its size, crossing transactions and measured costs), driver (always local), spark (at "
+        "least one Spark pass per batch), supersteps (as many passes as allowed).",
+    )
+    min_transactions: int = Field(
+        default=100_000,
+        ge=0,
+        description="Batches of a step with fewer transactions run on the driver (local) without "
+        "asking Spark.",
+    )
+    max_supersteps: int = Field(
+        default=8,
+        ge=1,
+        description="Most Spark passes of one batch; deeper crossing transactions run on the "
+        "driver.",
+    )
 
     @field_validator("master")
     @classmethod
@@ -414,6 +450,33 @@ class StreamdiSettings(BaseSettings):
     def postgres_data_dir(self) -> Path:
         """The embedded PostgreSQL data directory, defaulting under the state directory."""
         return self.postgres.data_dir or self.streamdi.state_dir / "postgres"
+
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+}
+
+
+def parse_bytes(value: Any) -> Any:
+    """``"1GiB"``, ``"512MB"``, ``"1048576"`` as a number of bytes; empty as None; anything else
+    unchanged (for the field's own validation)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+    if match is None or match.group(2).upper() not in _UNITS:
+        raise ValueError("expected a size in bytes such as 1073741824, 1GiB or 512MB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:
