@@ -224,7 +224,7 @@ class QueryService:
     def tables(self) -> list[dict[str, Any]]:
         """Every logical table with its schema, rows staged and changes pending, and what each
         warehouse holds of it."""
-        acks = self.migrator.staged.acks() if self.migrator is not None else {}
+        acks = self.migrator.acknowledged() if self.migrator is not None else {}
         out: list[dict[str, Any]] = []
         with open_snapshot(self.store) as snap:
             pending_from = min(
@@ -426,7 +426,7 @@ class QueryService:
         }
 
     def _gauges(self) -> dict[str, Any]:
-        acks = self.migrator.staged.acks() if self.migrator is not None else {}
+        acks = self.migrator.acknowledged() if self.migrator is not None else {}
         released = self.migrator.staged.released_through() if self.migrator is not None else 0
         age = 0.0
         with open_snapshot(self.store) as snap:

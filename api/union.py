@@ -511,7 +511,7 @@ class UnionPlanner:
     def _acknowledged(self, target: str) -> int:
         if self.migrator is None:
             return 0
-        return self.migrator.staged.acks().get(target, 0)
+        return self.migrator.acknowledged().get(target, 0)
 
     # -- what an answer says about its data --------------------------------------------------------
 

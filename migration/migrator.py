@@ -207,8 +207,8 @@ class Migrator:
 
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
-        acks = self.staged.acks()
-        return {n: max(acks.get(n, 0), self._noted.get(n, 0)) for n in {*acks, *self._noted}}
+        acks, noted = self.staged.acks(), dict(self._noted)
+        return {n: max(acks.get(n, 0), noted.get(n, 0)) for n in {*acks, *noted}}
 
     def _target_hook(self, name: str) -> Callable[[str], None] | None:
         hook = self.hook

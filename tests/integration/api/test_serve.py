@@ -144,9 +144,19 @@ def test_answers_match_the_truth_while_events_are_pushed_and_migrated(
     for plan in ("island", "migrate", "warehouse"):
         for target in ("duckdb", "postgres"):
             assert checked.get(f"{plan}/{target}", 0) > 0, checked
-    # after the pushes, a final answer from each warehouse alone holds every batch
-    served.post("/migration/push", {})
+    # once staging holds the last batch, a push leaves it in each warehouse: an answer from the
+    # warehouse alone then holds every batch
     top = max(producer.batches)
+    deadline = time.monotonic() + 60
+    while (
+        served.post("/query", {"sql": "SELECT key FROM kv", "plan": "island"})["streams"].get(
+            "puts", 0
+        )
+        < top
+    ):
+        assert time.monotonic() < deadline, f"staging never reached collector batch {top}"
+        time.sleep(0.05)
+    served.post("/migration/push", {})
     for target in ("duckdb", "postgres"):
         page = served.post(
             "/query",
