@@ -132,7 +132,13 @@ class _Split:
         )
         # staging keeps every batch (retention), so a push can be undone and redone
         self.settings = load_settings(
-            migration={"targets": name, "retention_s": 1e9, "max_batches_per_load": batches},
+            # release_ms=0: acknowledgements reach staging inline, so undo_push can take them back
+            migration={
+                "targets": name,
+                "retention_s": 1e9,
+                "max_batches_per_load": batches,
+                "release_ms": 0,
+            },
             api={"max_rows": rows + 1, "max_union_rows": rows + 1, "query_timeout_s": 600},
         )
         self.staged = StagedDeltas(self.store)

@@ -154,6 +154,7 @@ class Migrator:
         self._unmerged: dict[str, int] = {}
         self._last_release = float("-inf")
         self._noted: dict[str, int] = {}
+        self._releasing: dict[str, int] = {}
         self._round_since_release = False
         self._releaser: threading.Thread | None = None
 
@@ -176,6 +177,7 @@ class Migrator:
 
     def _take_noted(self) -> dict[str, int]:
         noted = dict(self._noted)
+        self._releasing = noted  # still visible to acknowledged() until staging holds them
         self._noted.clear()
         self._last_release = time.monotonic()
         self._round_since_release = False
@@ -188,6 +190,7 @@ class Migrator:
             staged.acknowledge(name, batch_id)
             if self.hook is not None:
                 self.hook("acked", name)
+        self._releasing = {}
         staged.release(self.release_targets, self.settings.retention_s)
 
     def _release_in_background(self, noted: dict[str, int]) -> None:
@@ -207,7 +210,9 @@ class Migrator:
 
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
-        acks, noted = self.staged.acks(), dict(self._noted)
+        # memory before staging: an acknowledgement leaves memory only once staging holds it
+        noted = {**self._releasing, **self._noted}
+        acks = self.staged.acks()
         return {n: max(acks.get(n, 0), noted.get(n, 0)) for n in {*acks, *noted}}
 
     def _target_hook(self, name: str) -> Callable[[str], None] | None:
