@@ -76,11 +76,24 @@ def duck_type(kind: ColumnType | None) -> str:
 
 
 def output_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
-    """The columns of a sink's output table (without ``batch_id``), meta columns included."""
+    """The columns of a sink's output table (without ``batch_id``), meta columns included.
+
+    A sink's rows are its input step's rows; the engine leaves a sink's own schema empty, so the
+    columns come from the input step then (without it, staging kept only the meta columns of a
+    sink and dropped every emitted field)."""
     columns: dict[str, ColumnType | None] = dict(flow.schemas[sink])
+    if not columns:
+        upstream = getattr(flow.step(sink), "input", None)
+        if upstream is not None:
+            columns = dict(flow.schemas[upstream])
     for meta in META_COLUMNS:
         columns[meta] = "int64"
     return columns
+
+
+def sink_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
+    """The data columns a sink delivers (its output columns without the meta columns)."""
+    return {n: t for n, t in output_columns(flow, sink).items() if n not in META_COLUMNS}
 
 
 def fingerprint(flow: CompiledDataflow) -> str:
