@@ -12,7 +12,11 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.engine",
     "benchmarks.ingest",
     "benchmarks.migration",
+    "benchmarks.spark",
     "benchmarks.tpcdi",
+    "benchmarks.audit",
+    "benchmarks.union",
+    "benchmarks.freshness",
 )
 
 

@@ -64,8 +64,12 @@ def _make_executor(name: str, flow: Any, state: Any) -> Any:
 
     if ":" in name:
         base, strategy = name.split(":", 1)
+        if base == "spark":  # spark:driver, spark:spark, spark:supersteps fix the placement
+            from etl_dataflows.executors import SparkExecutor
+
+            return SparkExecutor(flow, state, placement=strategy)  # type: ignore[arg-type]
         if base != "local":
-            raise ValueError(f"only local takes a fixed strategy, not {base!r}")
+            raise ValueError(f"only local and spark take a fixed strategy, not {base!r}")
         return LocalExecutor(flow, state, strategy=strategy)  # type: ignore[arg-type]
     return create_executor(name, flow, state)
 
@@ -296,7 +300,8 @@ def register(benches: Commands) -> None:
     bench.add_argument(
         "--executor",
         default=",".join(DEFAULT_EXECUTORS),
-        help="executors (comma-separated); local:sequential / local:waves fix local's strategy",
+        help="executors (comma-separated); local:sequential / local:waves fix local's strategy, "
+        "spark:spark / spark:supersteps / spark:driver the Spark executor's placement",
     )
     bench.add_argument("--keys", type=int, default=10_000, help="records per table")
     bench.add_argument("--theta", type=float, default=0.6, help="Zipf skew of key access")

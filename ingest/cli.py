@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if not args.verbose:
         logging.getLogger("kafka").setLevel(logging.WARNING)
     spec = load_run_spec(args.spec)
+    _configure_spark(settings, args.spark_master)
     options = PipelineOptions(
         executor=args.executor or settings.engine.executor,
         until_idle_s=args.until_idle,
@@ -71,6 +72,23 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         f"commit p50 {report.percentile(50):.0f} ms, p99 {report.percentile(99):.0f} ms"
     )
     return EXIT_OK
+
+
+def _configure_spark(settings: StreamdiSettings, master: str | None) -> None:
+    """The Spark executor's session as the settings say (``--spark-master`` beats
+    ``SPARK__MASTER``); nothing starts until a batch needs Spark."""
+    from etl_dataflows.executors.spark import config_from_settings, configure_spark
+
+    if master is not None and not (master.startswith("local") or master.startswith("spark://")):
+        raise ConfigurationError(
+            [
+                (
+                    "--spark-master",
+                    f"expected local, local[N], local[*] or spark://host:port (got {master!r})",
+                )
+            ]
+        )
+    configure_spark(config_from_settings(settings, master))
 
 
 def _need_external(settings: StreamdiSettings, what: str) -> str:
@@ -223,6 +241,12 @@ def register(commands: Commands) -> None:
     )
     run.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec (ingest.bind)")
     run.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
+    run.add_argument(
+        "--spark-master",
+        metavar="URL",
+        help="Spark master of the spark executor: local[N] or spark://host:port "
+        "(default: SPARK__MASTER)",
+    )
     run.add_argument(
         "--until-idle",
         type=float,

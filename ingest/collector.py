@@ -279,6 +279,7 @@ class BatchCollector:
 
         try:
             for chunk in self.source.read(point.start_pos):
+                first_batch = batch_id
                 events = chunk.events
                 rejects = list(chunk.rejects)
                 offset = 0
@@ -306,6 +307,12 @@ class BatchCollector:
                 )
                 if chunk.punctuation or timed_out:
                     flush(covered, chunk.punctuation)
+                if chunk.on_produced is not None:
+                    # the source waits for its events to be durable in the topic
+                    if last_future is not None:
+                        self._checkpoint(producer, last_future, batch_id - 1, covered)
+                        unflushed = 0
+                    chunk.on_produced(first_batch, batch_id - 1)
                 if stop is not None and stop.is_set():
                     break
             flush(covered, False)

@@ -20,19 +20,30 @@ def replay_file(
     """Produce every fixed event of ``path`` (JSON lines: ``id``, ``stream``, ``event`` object with
     the stream's fields and optionally ``_ts``/``_pos``, as ``streamdi deadletters list --json``
     writes them). Returns the number sent and the refused lines with the reason."""
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaError
-
-    outgoing: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
+    entries: list[tuple[int, Any]] = []
     refused: list[tuple[int, str]] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            entry: Any = json.loads(line)
+            entries.append((number, json.loads(line)))
         except ValueError as exc:
             refused.append((number, f"not JSON: {exc}"))
-            continue
+    sent, more = replay_entries(spec, kafka, bootstrap, entries)
+    return sent, sorted(refused + more)
+
+
+def replay_entries(
+    spec: RunSpec, kafka: KafkaSettings, bootstrap: str, entries: list[tuple[int, Any]]
+) -> tuple[int, list[tuple[int, str]]]:
+    """Produce the fixed events of ``entries`` (``(number, entry)`` pairs, each entry as in
+    :func:`replay_file`); returns the number sent and the refused numbers with the reason."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    outgoing: list[tuple[str, bytes, list[tuple[str, bytes]]]] = []
+    refused: list[tuple[int, str]] = []
+    for number, entry in entries:
         stream = entry.get("stream") if isinstance(entry, dict) else None
         event = entry.get("event") if isinstance(entry, dict) else None
         if stream not in spec.flow.sources:

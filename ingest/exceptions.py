@@ -27,3 +27,12 @@ class RunSpecError(IngestError, TerminalError):
 
 class CollectorBusy(IngestError, TerminalError):
     """Another collector holds this stream's checkpoint (one collector per stream at a time)."""
+
+
+class PushRefused(IngestError, TerminalError):
+    """Events pushed over HTTP cannot become events of the stream (an Arrow table with columns of
+    the wrong type or unknown names)."""
+
+
+class PushTimedOut(IngestError, TransientError):
+    """The collector did not take and produce pushed events in time."""

@@ -48,6 +48,7 @@ from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, CollectorReport, ResumePoint
 from ingest.consumer import RecordConsumer
 from ingest.runspec import RunSpec
+from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings
@@ -106,8 +107,12 @@ class Pipeline:
         options: PipelineOptions | None = None,
         *,
         out: TextIO | None = None,
+        migrator: Migrator | None = None,
     ) -> None:
         self.spec = spec
+        self.migrator = migrator
+        #: Set once the pipeline consumes (staging open, topics assigned, collectors started).
+        self.started = threading.Event()
         self.settings = settings
         self.broker = broker
         self.options = options or PipelineOptions(executor=settings.engine.executor)
@@ -125,18 +130,28 @@ class Pipeline:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None) -> PipelineReport:
+    def run(
+        self, stop: threading.Event | None = None, *, store: StagingStore | None = None
+    ) -> PipelineReport:
+        """Run until ``stop`` (or idle, or the batch limit). ``store`` is a staging store the
+        caller opened and keeps (the query service shares it); by default the run opens and
+        closes its own. A ``migrator`` given at construction is the one the run pushes with."""
         stop = stop or threading.Event()
         settings = self.settings
         started = time.monotonic()
         # 1.
-        store = StagingStore(
-            settings.staging_path, self.spec.flow, memory_limit=settings.staging.memory_limit
+        if store is not None:
+            return self._run(store, stop, started)
+        own = StagingStore(
+            settings.staging_path,
+            self.spec.flow,
+            memory_limit=settings.staging.memory_limit,
+            recent_cache_bytes=settings.staging.recent_cache_mb * 2**20,
         )
         try:
-            return self._run(store, stop, started)
+            return self._run(own, stop, started)
         finally:
-            store.close()
+            own.close()
 
     def _run(self, store: StagingStore, stop: threading.Event, started: float) -> PipelineReport:
         settings, spec, options = self.settings, self.spec, self.options
@@ -188,7 +203,7 @@ class Pipeline:
         # 3.
         collector_threads = self._start_collectors(stop, progress) if options.collect else []
         # 5.
-        self._migration = start_migration_worker(store, settings)
+        self._migration = start_migration_worker(store, settings, migrator=self.migrator)
         committer = threading.Thread(
             target=self._commit_loop, args=(store, stop), name="staging-committer", daemon=True
         )
@@ -200,6 +215,7 @@ class Pipeline:
         last_print = 0.0
         last_monitor = 0.0
         fetched_events = 0
+        self.started.set()
         try:
             # 4.
             buffered: deque[RawRecord] = deque()

@@ -58,6 +58,9 @@ class SourceChunk:
     rejects: list[Reject] = field(default_factory=list)
     last_pos: int = -1
     punctuation: bool = False
+    on_produced: Callable[[int, int], None] | None = None
+    """Called by the collector with the first and last logical batch ids that carry this chunk,
+    once they are produced, flushed and checkpointed (a pushed source answers its caller then)."""
 
 
 class BaseSource(ABC):

@@ -56,3 +56,22 @@ class StagingBusy(MigrationError, TerminalError):
             "process); that pipeline migrates by itself (MIGRATION__TARGETS, MIGRATION__PUSH*): "
             "stop it to migrate from the command line"
         )
+
+
+class WarehouseQueryFailed(MigrationError, TerminalError):
+    """A read-only query on a warehouse failed for a reason of its own (an unknown column, a type
+    error, a refused privilege...); ``detail`` is the database's message."""
+
+    def __init__(self, target: str, detail: str) -> None:
+        self.target = target
+        self.detail = detail
+        super().__init__(f"query on warehouse {target} failed: {detail}")
+
+
+class WarehouseQueryTimeout(MigrationError, TerminalError):
+    """A read-only query on a warehouse ran past its time limit and was cancelled."""
+
+    def __init__(self, target: str, seconds: float) -> None:
+        self.target = target
+        self.seconds = seconds
+        super().__init__(f"query on warehouse {target} ran past its limit of {seconds:g} s")

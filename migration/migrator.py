@@ -13,11 +13,17 @@ freely. A round, in order:
 3. Until every reachable target is at ``W``: take the targets with the lowest ``w``, read the
    staged changes of batches ``(w, min(w + max_batches_per_load, W)]`` once, and load them into
    each of those targets (one target transaction with the rows and the ledger rows,
-   :meth:`~migration.targets.base.BaseTarget.load`); after each target's commit, acknowledge the
-   batch in staging.
+   :meth:`~migration.targets.base.BaseTarget.load`); after each target's commit, note its
+   acknowledgement (in memory).
 4. Merge a target's delta tables into its full tables when it holds ``merge_rows`` unmerged rows
    or ``merge_ms`` passed since its last merge (or when asked).
-5. Release from staging what every configured target acknowledged (after the retention).
+5. At most every ``release_ms``, and when the migrator closes: write the noted acknowledgements to
+   staging, then release from staging what every configured target acknowledged (after the
+   retention). One large release costs less than many small ones, and it runs on a background
+   thread (at most one at a time) so the next round's loads need not wait for staging's deletes;
+   ``release_ms=0`` releases inline at the end of every round instead. A staging acknowledgement is
+   only ever a copy of what the target's ledger says, which step 2 reads every round, so writing
+   it late (or losing it in a crash) loses nothing.
 
 Crash between a target's commit and the staging acknowledgement: the next round reads ``w`` from
 the target's ledger and starts after it, so nothing is loaded twice; a crash before the commit
@@ -100,22 +106,29 @@ def build_targets(
         if name == "duckdb":
             targets[name] = DuckDBTarget(layout, settings.warehouse_path)
         elif name == "postgres":
-            pg = settings.postgres
-            if pg.dsn is not None:
-                dsn = pg.dsn.get_secret_value()
-            else:
-                from migration.embedded import embedded_postgres_dsn
-
-                dsn = embedded_postgres_dsn(settings.postgres_data_dir)
-            args: dict[str, str] = {}
-            if pg.sslmode:
-                args["sslmode"] = pg.sslmode
-            if pg.sslrootcert:
-                args["sslrootcert"] = str(pg.sslrootcert)
+            dsn, args = postgres_connection(settings)
             targets[name] = PostgresTarget(layout, dsn, args)
         else:
             raise ValueError(f"unknown migration target {name!r}")
     return targets
+
+
+def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]]:
+    """The PostgreSQL warehouse's libpq DSN and extra connection parameters (TLS): ``POSTGRES__DSN``
+    or the embedded server, started here when it is not running."""
+    pg = settings.postgres
+    if pg.dsn is not None:
+        dsn = pg.dsn.get_secret_value()
+    else:
+        from migration.embedded import embedded_postgres_dsn
+
+        dsn = embedded_postgres_dsn(settings.postgres_data_dir)
+    args: dict[str, str] = {}
+    if pg.sslmode:
+        args["sslmode"] = pg.sslmode
+    if pg.sslrootcert:
+        args["sslrootcert"] = str(pg.sslrootcert)
+    return dsn, args
 
 
 class Migrator:
@@ -139,10 +152,63 @@ class Migrator:
         self._lock = threading.Lock()
         self._last_merge: dict[str, float] = {}
         self._unmerged: dict[str, int] = {}
+        self._last_release = float("-inf")
+        self._noted: dict[str, int] = {}
+        self._round_since_release = False
+        self._releaser: threading.Thread | None = None
 
     def close(self) -> None:
-        for target in self.targets.values():
-            target.close()
+        """Write the noted acknowledgements, release what they allow, close every target."""
+        with self._lock:
+            try:
+                self._wait_for_release()
+                if self._round_since_release:
+                    self._release(self._take_noted())
+            except Exception as exc:  # the next round heals the acknowledgements from the ledgers
+                logger.warning("release on close failed: %s", exc)
+            finally:
+                for target in self.targets.values():
+                    target.close()
+
+    def _note_ack(self, name: str, batch_id: int, acks: dict[str, int]) -> None:
+        if batch_id > max(acks.get(name, 0), self._noted.get(name, 0)):
+            self._noted[name] = batch_id
+
+    def _take_noted(self) -> dict[str, int]:
+        noted = dict(self._noted)
+        self._noted.clear()
+        self._last_release = time.monotonic()
+        self._round_since_release = False
+        return noted
+
+    def _release(self, noted: dict[str, int]) -> None:
+        """Step 5: the noted acknowledgements into staging, then the release."""
+        staged = self.staged
+        for name, batch_id in sorted(noted.items()):
+            staged.acknowledge(name, batch_id)
+            if self.hook is not None:
+                self.hook("acked", name)
+        staged.release(self.release_targets, self.settings.retention_s)
+
+    def _release_in_background(self, noted: dict[str, int]) -> None:
+        def run() -> None:
+            try:
+                self._release(noted)
+            except Exception as exc:  # the next round heals the acknowledgements
+                logger.warning("background release failed: %s", exc)
+
+        self._releaser = threading.Thread(target=run, name="streamdi-release", daemon=True)
+        self._releaser.start()
+
+    def _wait_for_release(self) -> None:
+        if self._releaser is not None:
+            self._releaser.join()
+            self._releaser = None
+
+    def acknowledged(self) -> dict[str, int]:
+        """The last batch each target acknowledged (staging's record and the noted ones)."""
+        acks = self.staged.acks()
+        return {n: max(acks.get(n, 0), self._noted.get(n, 0)) for n in {*acks, *self._noted}}
 
     def _target_hook(self, name: str) -> Callable[[str], None] | None:
         hook = self.hook
@@ -212,8 +278,7 @@ class Migrator:
                     "(every other target had them); load it from a copy of another target",
                 )
             result.start = result.watermark = progress[name] = w
-            if acks.get(name, 0) < w:
-                staged.acknowledge(name, w)  # heals an acknowledgement lost in a crash
+            self._note_ack(name, w, acks)  # heals an acknowledgement lost in a crash
         # 3.
         step = self.settings.max_batches_per_load
         while True:
@@ -241,9 +306,7 @@ class Migrator:
                     result.rows += changes.rows
                     result.loads += 1
                     self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
-                staged.acknowledge(name, w)
-                if self.hook is not None:
-                    self.hook("acked", name)
+                self._note_ack(name, w, acks)
                 progress[name] = result.watermark = w
         # 4.
         for name in names:
@@ -258,7 +321,15 @@ class Migrator:
                 self._unmerged[name] = 0
                 self._last_merge[name] = time.monotonic()
         # 5.
-        report.released_through = staged.release(self.release_targets, self.settings.retention_s)
+        self._round_since_release = True
+        if self.settings.release_ms == 0:
+            self._release(self._take_noted())
+        elif (time.monotonic() - self._last_release) * 1000 >= self.settings.release_ms and (
+            self._releaser is None or not self._releaser.is_alive()
+        ):
+            self._wait_for_release()
+            self._release_in_background(self._take_noted())
+        report.released_through = staged.released_through()
         report.seconds = time.perf_counter() - started
         for name, result in report.targets.items():
             if result.loads or result.merge:
@@ -298,6 +369,16 @@ class Migrator:
             and self._merge_due(n, "auto")
         ]
 
+    def opened(self, name: str) -> BaseTarget:
+        """Target ``name``, connected (raises :class:`~migration.exceptions.TargetUnavailable`
+        when it cannot be reached). Readers use it to share the target's database; an open target
+        is returned at once, without waiting for a migration round."""
+        target = self.targets[name]
+        if target._opened:
+            return target
+        with self._lock:
+            return self._open(name)
+
     def target_busy(self, name: str) -> bool:
         """Whether another client is querying target ``name`` (raises
         :class:`~migration.exceptions.TargetUnavailable` when it cannot be reached)."""
@@ -306,7 +387,7 @@ class Migrator:
 
     def pending_batches(self, name: str) -> int:
         """Staged batches target ``name`` has not acknowledged."""
-        return max(0, self.staged.watermark() - self.staged.acks().get(name, 0))
+        return max(0, self.staged.watermark() - self.acknowledged().get(name, 0))
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
         """Merge now, on every reachable target of ``names`` (default: all)."""
@@ -321,7 +402,7 @@ class Migrator:
     def status(self) -> dict[str, Any]:
         """Staging's watermark and release point, and per target what it holds."""
         staged = self.staged
-        acks = staged.acks()
+        acks = self.acknowledged()
         top = staged.watermark()
         out: dict[str, Any] = {
             "stream": staged.flow_name,

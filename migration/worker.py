@@ -159,14 +159,18 @@ class MigrationWorker:
 
 
 def start_migration_worker(
-    store: StagingStore, settings: StreamdiSettings
+    store: StagingStore, settings: StreamdiSettings, *, migrator: Migrator | None = None
 ) -> MigrationWorker | None:
     """The running migration of a pipeline over ``store`` (``None`` when ``MIGRATION__TARGETS``
-    is empty). Targets connect lazily: one that is down does not stop the pipeline."""
+    is empty), with ``migrator`` when the caller shares one (the query service). Targets connect
+    lazily: one that is down does not stop the pipeline."""
     if not settings.migration.target_names:
         return None
-    layout = WarehouseLayout(store.flow, settings.migration.schema_name)
-    migrator = Migrator(StagedDeltas(store), build_targets(settings, layout), settings.migration)
+    if migrator is None:
+        layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+        migrator = Migrator(
+            StagedDeltas(store), build_targets(settings, layout), settings.migration
+        )
     worker = MigrationWorker(migrator, settings.migration)
     worker.start()
     logger.info(

@@ -98,7 +98,9 @@ class StagedDeltas:
     # -- reading -----------------------------------------------------------------------------------
 
     def read(self, after: int, upto: int) -> StagedChanges:
-        """The delta-log and output rows of batches ``(after, upto]``, read in one transaction.
+        """The delta-log and output rows of batches ``(after, upto]``, read in one transaction
+        (or served from the store's cache of recent commits, :mod:`staging.recent`, when it
+        holds the whole range).
 
         Raises ``ValueError`` when part of the range was already released (those rows are gone).
         """
@@ -109,6 +111,9 @@ class StagedDeltas:
                 "read again"
             )
         flow = self.store.flow
+        cached = self.store.recent.changes(after, upto, list(flow.tables), list(flow.sinks))
+        if cached is not None:
+            return StagedChanges(after, upto, cached[0], cached[1])
         cursor = self.store.cursor()
         try:
             cursor.execute("BEGIN TRANSACTION")
@@ -169,10 +174,14 @@ class StagedDeltas:
     # -- release -----------------------------------------------------------------------------------
 
     def released_through(self) -> int:
-        rows = self._rows(
-            f"SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = ?", [RELEASED_THROUGH]
-        )
-        return int(rows[0][0]) if rows else 0
+        """The last batch released from staging (read once, then kept on the store: only this
+        process writes it)."""
+        if self.store.released_through is None:
+            rows = self._rows(
+                f"SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = ?", [RELEASED_THROUGH]
+            )
+            self.store.released_through = int(rows[0][0]) if rows else 0
+        return self.store.released_through
 
     def releasable(self, targets: Iterable[str], retention_s: float) -> int:
         """The highest batch that may be released: acknowledged by every one of ``targets`` and
@@ -241,6 +250,8 @@ class StagedDeltas:
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
+                self.store.released_through = through
+                self.store.recent.forget_through(through)
                 self._released_rows += deleted
                 if self._released_rows >= self.vacuum_rows:
                     try:

@@ -9,14 +9,15 @@ newest version.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, q, qualified
-from staging.store import arrow_of
+from staging.store import StreamProgress, arrow_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -30,10 +31,20 @@ class StagingSnapshot:
     def __init__(self, store: StagingStore, con: duckdb.DuckDBPyConnection) -> None:
         self._store = store
         self._con = con
+        # one statement fixes the snapshot and reads what nearly every reader needs: the
+        # watermark, the release point, and the watermark batch's facts (see facts())
+        batches = qualified(SYSTEM, "batches")
         rows = con.execute(
-            f"SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')}"
+            f"WITH top AS (SELECT * FROM {batches} ORDER BY batch_id DESC LIMIT 1) "
+            f"SELECT (SELECT coalesce(max(batch_id), 0) FROM top), "
+            f"(SELECT value FROM {qualified(SYSTEM, 'meta')} WHERE key = 'released_through'), "
+            f"(SELECT committed_at FROM top), (SELECT streams FROM top), "
+            f"(SELECT max(max_ts) FROM {qualified(SYSTEM, 'streams')})"
         ).fetchall()
-        self.watermark: int = int(rows[0][0]) if rows else 0
+        watermark, released, committed_at, streams, newest = rows[0]
+        self.watermark: int = int(watermark)
+        self._released = int(released) if released is not None else 0
+        self._facts = _facts(committed_at, streams, newest) if self.watermark else None
 
     def _table_name(self, name: str) -> str:
         if name not in self._store.flow.tables:
@@ -48,35 +59,149 @@ class StagingSnapshot:
         order = ", ".join(q(c) for c in table.row_id())
         return arrow_of(self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}"))
 
-    def changes(self, name: str, *, after: int = 0) -> pa.Table:
-        """The newest change of each row of ``name`` in batches ``(after, watermark]``: the
-        row's image and ``op`` (``upsert`` or ``delete``) with the ``batch_id`` that made it."""
+    def _range(self, after: int, upto: int | None) -> str:
+        top = self.watermark if upto is None else min(int(upto), self.watermark)
+        return f"batch_id > {int(after)} AND batch_id <= {top}"
+
+    def changes(
+        self,
+        name: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """The newest change of each row of ``name`` in batches ``(after, upto]`` (``upto``
+        defaults to the watermark): ``batch_id``, ``op`` (``upsert`` or ``delete``) and the row's
+        image, or only its row id and ``columns`` when given. Batches at or below
+        :meth:`released_through` are gone: a caller reads ``after`` at least that."""
         table = self._store.flow.tables[self._table_name(name)]
-        ids = ", ".join(q(c) for c in table.row_id())
+        row_id = list(table.row_id())
+        ids = ", ".join(q(c) for c in row_id)
+        if columns is None:
+            picked = "* EXCLUDE (_rn)"
+        else:
+            wanted = ["batch_id", "op", *row_id, *[c for c in columns if c not in row_id]]
+            picked = ", ".join(q(c) for c in dict.fromkeys(wanted))
         sql = (
-            f"SELECT * EXCLUDE (_rn) FROM (SELECT *, row_number() OVER (PARTITION BY {ids} "
+            f"SELECT {picked} FROM (SELECT *, row_number() OVER (PARTITION BY {ids} "
             f"ORDER BY batch_id DESC) AS _rn FROM {qualified(DELTA, name)} "
-            f"WHERE batch_id > {int(after)} AND batch_id <= {self.watermark}) "
-            f"WHERE _rn = 1 ORDER BY {ids}"
+            f"WHERE {self._range(after, upto)}) WHERE _rn = 1 ORDER BY {ids}"
         )
         return arrow_of(self._con.sql(sql))
 
-    def outputs(self, sink: str, *, after: int = 0) -> pa.Table:
-        """Output rows of ``sink`` from batches ``(after, watermark]`` in batch order."""
+    def outputs(
+        self,
+        sink: str,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Output rows of ``sink`` from batches ``(after, upto]`` in batch order (``batch_id``
+        and every column, or ``batch_id`` and ``columns``)."""
         if sink not in self._store.flow.sinks:
             raise KeyError(f"no sink {sink!r}; the dataflow has {list(self._store.flow.sinks)}")
+        picked = (
+            "*"
+            if columns is None
+            else ", ".join(q(c) for c in dict.fromkeys(["batch_id", *columns]))
+        )
         return arrow_of(
             self._con.sql(
-                f"SELECT * FROM {qualified(OUTPUTS, sink)} WHERE batch_id > {int(after)} AND "
-                f"batch_id <= {self.watermark} ORDER BY batch_id, _pos"
+                f"SELECT {picked} FROM {qualified(OUTPUTS, sink)} WHERE "
+                f"{self._range(after, upto)} ORDER BY batch_id, _pos"
             )
         )
 
-    def batches(self) -> pa.Table:
-        """The batch ledger up to the watermark."""
-        return arrow_of(
-            self._con.sql(f"SELECT * FROM {qualified(SYSTEM, 'batches')} ORDER BY batch_id")
+    def change_count(self, name: str, *, after: int = 0, upto: int | None = None) -> int:
+        """Staged rows of state table or sink ``name`` in batches ``(after, upto]`` (delta-log
+        rows of a table, output rows of a sink): what a union reads from staging."""
+        if name in self._store.flow.tables:
+            relation = qualified(DELTA, name)
+        elif name in self._store.flow.sinks:
+            relation = qualified(OUTPUTS, name)
+        else:
+            raise KeyError(f"no state table or sink {name!r}")
+        rows = self._con.execute(
+            f"SELECT count(*) FROM {relation} WHERE {self._range(after, upto)}"
+        ).fetchall()
+        return int(rows[0][0])
+
+    def row_count(self, name: str) -> int:
+        """Rows of state table ``name`` at the watermark (every version of a history table)."""
+        rows = self._con.execute(
+            f"SELECT count(*) FROM {qualified(STATE, self._table_name(name))}"
+        ).fetchall()
+        return int(rows[0][0])
+
+    def released_through(self) -> int:
+        """The last batch whose deltas and outputs were released (deleted) from staging."""
+        return self._released
+
+    def streams(self) -> dict[str, StreamProgress]:
+        """Per stream, how far it was applied at the watermark."""
+        rows = self._con.execute(
+            "SELECT stream, last_batch, max_ts, events, last_pos FROM "
+            + qualified(SYSTEM, "streams")
+        ).fetchall()
+        return {
+            str(s): StreamProgress(int(b), None if m is None else int(m), int(e), int(p))
+            for s, b, m, e, p in rows
+        }
+
+    def batch(self, batch_id: int) -> dict[str, Any] | None:
+        """The ledger row of ``batch_id`` (``None`` if it is not committed at the snapshot), with
+        ``streams`` decoded: the last collector batch applied per stream at that batch."""
+        cursor = self._con.execute(
+            f"SELECT * FROM {qualified(SYSTEM, 'batches')} WHERE batch_id = ?", [int(batch_id)]
         )
+        names = [d[0] for d in cursor.description or []]
+        rows = cursor.fetchall()
+        if not rows:
+            return None
+        row = dict(zip(names, rows[0], strict=True))
+        try:
+            row["streams"] = {str(k): int(v) for k, v in json.loads(row["streams"] or "{}").items()}
+        except (TypeError, ValueError):
+            row["streams"] = {}
+        return row
+
+    def facts(self, batch_id: int) -> dict[str, Any]:
+        """What an answer at watermark ``batch_id`` says about its data, in one statement: when
+        the batch committed, the last collector batch per stream at it, and (when it is the
+        snapshot's watermark) the newest event time of any stream."""
+        if batch_id == self.watermark and self._facts is not None:
+            return dict(self._facts)
+        rows = self._con.execute(
+            f"SELECT committed_at, streams FROM {qualified(SYSTEM, 'batches')} WHERE batch_id = ?",
+            [int(batch_id)],
+        ).fetchall()
+        if not rows:
+            return {"committed_at": None, "streams": {}, "newest_event_us": None}
+        return _facts(rows[0][0], rows[0][1], None)
+
+    def batches(self, *, after: int = 0, limit: int | None = None) -> pa.Table:
+        """The batch ledger up to the watermark (batches after ``after``, at most ``limit``)."""
+        sql = (
+            f"SELECT * FROM {qualified(SYSTEM, 'batches')} WHERE batch_id > {int(after)} "
+            "ORDER BY batch_id"
+        )
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return arrow_of(self._con.sql(sql))
+
+
+def _facts(committed_at: Any, streams: str | None, newest: int | None) -> dict[str, Any]:
+    try:
+        decoded = {str(k): int(v) for k, v in json.loads(streams or "{}").items()}
+    except (TypeError, ValueError):
+        decoded = {}
+    return {
+        "committed_at": committed_at,
+        "streams": decoded,
+        "newest_event_us": None if newest is None else int(newest),
+    }
 
 
 @contextmanager

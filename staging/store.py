@@ -48,6 +48,7 @@ from staging.layout import (
     q,
     qualified,
 )
+from staging.recent import RecentCommit, RecentCommits
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class StagingStore:
         *,
         memory_limit: str | None = None,
         read_only: bool = False,
+        recent_cache_bytes: int = 256 * 2**20,
     ) -> None:
         self.path = Path(path)
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
@@ -135,6 +137,12 @@ class StagingStore:
         self._next_dead_letter = (
             int(self._scalar(f"SELECT coalesce(max(id), 0) FROM {_sys('dead_letters')}")) + 1
         )
+        self._read_schemas: dict[tuple[str, str], pa.Schema] = {}
+        #: The last batch released to the warehouses (staging.handoff), as this process last read
+        #: or wrote it; None until first asked.
+        self.released_through: int | None = None
+        #: What the last commits wrote, for migration to read without the file (staging.recent).
+        self.recent = RecentCommits(0 if read_only else recent_cache_bytes, self.read_schema)
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -236,6 +244,21 @@ class StagingStore:
         finally:
             cursor.close()
 
+    def read_schema(self, kind: str, name: str) -> pa.Schema:
+        """The Arrow schema a read of a delta log (``kind="table"``) or a sink's outputs
+        (``kind="sink"``) returns."""
+        key = (kind, name)
+        schema = self._read_schemas.get(key)
+        if schema is None:
+            relation = qualified(DELTA if kind == "table" else OUTPUTS, name)
+            cursor = self.cursor()
+            try:
+                schema = arrow_of(cursor.sql(f"SELECT * FROM {relation} LIMIT 0")).schema
+            finally:
+                cursor.close()
+            self._read_schemas[key] = schema
+        return schema
+
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection to the same database (its own transactions), for snapshot readers."""
         return self._con.cursor()
@@ -328,7 +351,8 @@ class StagingStore:
            batch's values.
         7. Insert one ledger row per batch.
         8. COMMIT: all of it becomes durable and visible at once.
-        9. Advance the in-memory watermark.
+        9. Advance the in-memory watermark and hand the committed delta-log and output rows to
+           :attr:`recent` (:mod:`staging.recent`), so migration need not read them back.
 
         Any error before step 8 rolls the transaction back and raises
         :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is visible and
@@ -422,6 +446,7 @@ class StagingStore:
         # 9.
         self._watermark = last.batch_id
         self._next_dead_letter = next_id
+        self.recent.add(RecentCommit(ids[0], ids[-1], deltas, outputs))
         logger.debug("committed batch_ids=%s..%s", ids[0], ids[-1])
 
     def _apply_delta(self, name: str, view: str, *, single: bool) -> None:
@@ -539,11 +564,15 @@ class StagingStore:
         pending_only: bool = False,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        after_id: int | None = None,
     ) -> pa.Table:
-        """Staged dead letters (oldest first), optionally of one stream, not yet replayed, or
-        with the given ids."""
+        """Staged dead letters (oldest first), optionally of one stream, not yet replayed, with
+        the given ids, or after id ``after_id`` (paging)."""
         where = ["TRUE"]
         params: list[Any] = []
+        if after_id is not None:
+            where.append("id > ?")
+            params.append(int(after_id))
         if stream is not None:
             where.append("stream = ?")
             params.append(stream)

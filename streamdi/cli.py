@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "etl_dataflows.cli",
     "ingest.cli",
     "migration.cli",
+    "api.cli",
     "tpcdi.cli",
     "benchmarks.cli",
     "streamdi.config_cli",

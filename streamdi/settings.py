@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
 
-ExecutorName = Literal["serial", "local"]
+ExecutorName = Literal["serial", "local", "spark"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -203,6 +203,12 @@ class MigrationSettings(BaseModel):
         description="Keep released deltas (acknowledged by every target) in staging this many "
         "seconds after their batch committed, then delete them.",
     )
+    release_ms: int = Field(
+        default=1_000,
+        ge=0,
+        description="Release acknowledged deltas from staging at most this often (0: after "
+        "every migration round).",
+    )
     retry_ms: int = Field(
         default=2_000, ge=1, description="Wait before retrying an unreachable target."
     )
@@ -252,6 +258,12 @@ class StagingSettings(BaseModel):
         description="DuckDB file of the staging store. Unset: <state_dir>/staging.duckdb.",
     )
     memory_limit: str = Field(default="2GB", description="DuckDB memory_limit for staging.")
+    recent_cache_mb: int = Field(
+        default=256,
+        ge=0,
+        description="Keep the last commits' deltas in memory (up to this many MiB) so migration "
+        "reads them without the file; 0 = always read the file.",
+    )
 
 
 class EngineSettings(BaseModel):
@@ -259,8 +271,15 @@ class EngineSettings(BaseModel):
 
     executor: ExecutorName = Field(
         default="local",
-        description="Executor running the dataflows: local (compiled, adaptive) or serial (the "
-        "plain-Python oracle).",
+        description="Executor running the dataflows: local (compiled, adaptive), spark (local "
+        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle).",
+    )
+    memory_budget: int | None = Field(
+        default=None,
+        gt=0,
+        description="Bytes the driver may spend running one batch of one transactional step "
+        "(accepts 512MiB, 1GiB, 2GB...). The spark executor sends a batch whose estimate exceeds "
+        "it to Spark. Unset: no limit.",
     )
 
     batch_size: int = Field(
@@ -270,12 +289,41 @@ class EngineSettings(BaseModel):
         default=500, ge=1, description="Close a partial batch after this many milliseconds."
     )
 
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _parse_bytes(cls, value: Any) -> Any:
+        return parse_bytes(value)
+
 
 class SparkSettings(BaseModel):
     """Spark (``SPARK__*``)."""
 
     master: str = Field(default="local[2]", description="Spark master URL: local[N] or spark://…")
     driver_memory: str = Field(default="2g", description="spark.driver.memory.")
+    partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tasks per pass of the spark executor. Unset: the cores of a local master, "
+        "the default parallelism of a cluster.",
+    )
+    placement: Literal["auto", "driver", "spark", "supersteps"] = Field(
+        default="auto",
+        description="Where the spark executor runs compiled steps: auto (chosen per batch from "
+        "its size, crossing transactions and measured costs), driver (always local), spark (at "
+        "least one Spark pass per batch), supersteps (as many passes as allowed).",
+    )
+    min_transactions: int = Field(
+        default=100_000,
+        ge=0,
+        description="Batches of a step with fewer transactions run on the driver (local) without "
+        "asking Spark.",
+    )
+    max_supersteps: int = Field(
+        default=8,
+        ge=1,
+        description="Most Spark passes of one batch; deeper crossing transactions run on the "
+        "driver.",
+    )
 
     @field_validator("master")
     @classmethod
@@ -293,6 +341,63 @@ class ApiSettings(BaseModel):
     token: SecretStr | None = Field(
         default=None, description="Bearer token required by every endpoint when set."
     )
+    default_target: MigrationTarget | None = Field(
+        default=None,
+        description="Warehouse a query reads when it names none. Unset: the first of "
+        "MIGRATION__TARGETS.",
+    )
+    query_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Time limit of each statement of a query."
+    )
+    max_rows: int = Field(
+        default=100_000, ge=1, description="Rows one answer keeps (more: the answer is truncated)."
+    )
+    max_union_rows: int = Field(
+        default=5_000_000,
+        ge=1,
+        description="Rows an island query may pull from a warehouse into the service.",
+    )
+    page_size: int = Field(default=1_000, ge=1, description="Rows per page unless asked.")
+    max_page_size: int = Field(default=10_000, ge=1, description="Most rows one page carries.")
+    answer_ttl_s: float = Field(
+        default=300.0, gt=0, description="How long an answer's pages stay available."
+    )
+    answer_cache_mb: int = Field(
+        default=256, ge=1, description="Memory the kept answers may use (oldest dropped first)."
+    )
+    auto_crossover: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Plan auto migrates first below this staged fraction until it has timings "
+        "of both plans on a target (S-Store measured the crossover near 25%).",
+    )
+    max_concurrent_queries: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Union queries that run at once; more wait their turn (a few cores serve a "
+        "few queries well, and the pipeline keeps its share).",
+    )
+    push_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest wait for the collector to produce pushed events."
+    )
+    sandbox_memory_limit: str = Field(
+        default="1GB", description="DuckDB memory_limit of the in-memory island."
+    )
+    postgres_pool: int = Field(
+        default=8, ge=1, le=256, description="PostgreSQL connections of the query service."
+    )
+    postgres_reader_role: str | None = Field(
+        default="streamdi_reader",
+        description="NOLOGIN role user queries run as on PostgreSQL (created when the connecting "
+        "user may). Empty: run as the connecting user.",
+    )
+
+    @field_validator("default_target", "postgres_reader_role", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
 class TpcdiSettings(BaseModel):
@@ -355,6 +460,33 @@ class StreamdiSettings(BaseSettings):
     def postgres_data_dir(self) -> Path:
         """The embedded PostgreSQL data directory, defaulting under the state directory."""
         return self.postgres.data_dir or self.streamdi.state_dir / "postgres"
+
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+}
+
+
+def parse_bytes(value: Any) -> Any:
+    """``"1GiB"``, ``"512MB"``, ``"1048576"`` as a number of bytes; empty as None; anything else
+    unchanged (for the field's own validation)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
+    if match is None or match.group(2).upper() not in _UNITS:
+        raise ValueError("expected a size in bytes such as 1073741824, 1GiB or 512MB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:

@@ -127,29 +127,40 @@ def shop_batch(batch_id: int, n: int, seed: int = 7) -> EngineBatch:
     )
 
 
-def stage_shop(path: Path, batches: range, events: int = 200, seed: int = 7) -> StagingStore:
+def stage_shop(
+    path: Path,
+    batches: range,
+    events: int = 200,
+    seed: int = 7,
+    *,
+    per_commit: int = 1,
+    recent_cache_bytes: int = 256 * 2**20,
+) -> StagingStore:
     """Run ``batches`` of the shop through the serial executor into staging at ``path`` (state
-    resumed from the file) and return the open store."""
+    resumed from the file), ``per_commit`` batches per staging transaction, and return the open
+    store."""
     flow = shop_dataflow().build()
-    store = StagingStore(path, flow)
+    store = StagingStore(path, flow, recent_cache_bytes=recent_cache_bytes)
     executor = create_executor("serial", flow, store.load_state())
+    pending: list[BatchCommit] = []
     for batch_id in batches:
         result = executor.run_batch(shop_batch(batch_id, events, seed))
-        store.commit(
-            [
-                BatchCommit(
-                    batch_id=batch_id,
-                    result=result,
-                    dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-                    offsets={("shop.events", 0): batch_id},
-                    streams={"events": StreamProgress(batch_id, None, batch_id * events, -1)},
-                    events=events,
-                    records=1,
-                    arrived_at=time.time(),
-                    executed_ms=1.0,
-                )
-            ]
+        pending.append(
+            BatchCommit(
+                batch_id=batch_id,
+                result=result,
+                dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+                offsets={("shop.events", 0): batch_id},
+                streams={"events": StreamProgress(batch_id, None, batch_id * events, -1)},
+                events=events,
+                records=1,
+                arrived_at=time.time(),
+                executed_ms=1.0,
+            )
         )
+        if len(pending) == per_commit or batch_id == batches[-1]:
+            store.commit(pending)
+            pending = []
     executor.close()
     return store
 

@@ -4,6 +4,7 @@
   keys (DIGen's layout) with a progress bar, and prints what it wrote.
 * ``streamdi tpcdi check DIR`` reads every file, then reports rejected lines, answer keys that
   differ from a recount of the files, and breaks of the data rules; exit code 1 if any.
+* ``streamdi tpcdi audit`` runs the automated audit against a warehouse (:mod:`tpcdi.audit.cli`).
 """
 
 from __future__ import annotations
@@ -92,3 +93,7 @@ def register(commands: Commands) -> None:
     from tpcdi.run.cli import register as register_run
 
     register_run(sub)
+
+    from tpcdi.audit.cli import register_audit
+
+    register_audit(sub)

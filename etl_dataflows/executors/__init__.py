@@ -11,6 +11,7 @@ from etl_dataflows.executors.base import BaseExecutor
 from etl_dataflows.executors.baselines import LockExecutor, PatExecutor, TStreamExecutor
 from etl_dataflows.executors.local import LocalExecutor
 from etl_dataflows.executors.serial import SerialExecutor
+from etl_dataflows.executors.spark import SparkExecutor
 from etl_dataflows.state import StateImage
 
 _REGISTRY: dict[str, type[BaseExecutor]] = {
@@ -19,6 +20,7 @@ _REGISTRY: dict[str, type[BaseExecutor]] = {
     LockExecutor.name: LockExecutor,
     PatExecutor.name: PatExecutor,
     TStreamExecutor.name: TStreamExecutor,
+    SparkExecutor.name: SparkExecutor,
 }
 
 
@@ -48,6 +50,7 @@ __all__ = [
     "BaseExecutor",
     "LocalExecutor",
     "SerialExecutor",
+    "SparkExecutor",
     "create_executor",
     "register_executor",
 ]

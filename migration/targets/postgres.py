@@ -79,6 +79,15 @@ class PostgresTarget(BaseTarget):
         self._con: Any = None
         self._in_txn = False
 
+    @property
+    def dsn(self) -> str:
+        """The libpq DSN this target connects with (readers of the same warehouse reuse it)."""
+        return self._dsn
+
+    @property
+    def connect_args(self) -> dict[str, str]:
+        return dict(self._connect_args)
+
     def _new_connection(self) -> psycopg2.extensions.connection:
         return psycopg2.connect(self._dsn, **self._connect_args)
 

@@ -3,6 +3,7 @@ the stream and the total is every event exactly once."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -36,7 +37,11 @@ def test_sigterm_commits_the_batch_in_hand_and_exits_cleanly(
     log = tmp_path / "run.log"
     process = start_streamdi(["run", "tests.integration.ledger_run:run"], env, log)
     staging = tmp_path / "state" / "staging.duckdb"
-    time.sleep(3.0)
+    # signal once the progress line shows committed batches (a busy machine starts slowly)
+    deadline = time.monotonic() + 60
+    while not re.search(r"batches [1-9]", log.read_text()) and time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0, log.read_text()
     con = duckdb.connect(str(staging), read_only=True)

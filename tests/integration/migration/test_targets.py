@@ -26,7 +26,12 @@ def _settings(tmp: Path, dsn: str, **migration: Any) -> StreamdiSettings:
     return load_settings(
         streamdi={"state_dir": str(tmp)},
         postgres={"dsn": dsn},
-        migration={"targets": "duckdb,postgres", "max_batches_per_load": 4, **migration},
+        migration={
+            "targets": "duckdb,postgres",
+            "max_batches_per_load": 4,
+            "release_ms": 0,
+            **migration,
+        },
     )
 
 

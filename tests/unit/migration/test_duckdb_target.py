@@ -25,7 +25,7 @@ from tests.migration_shop import stage_shop
 def _settings(tmp: Path, **migration: Any) -> StreamdiSettings:
     return load_settings(
         streamdi={"state_dir": str(tmp)},
-        migration={"targets": "duckdb", "max_batches_per_load": 3, **migration},
+        migration={"targets": "duckdb", "max_batches_per_load": 3, "release_ms": 0, **migration},
     )
 
 
@@ -210,4 +210,35 @@ def test_worker_pushes_after_k_batches_and_pulls_when_idle(tmp_path: Path) -> No
     assert [v for _, _, v in target.ledger_rows()][-2:] == ["pull", "pull"]
     assert target.delta_rows() == 0  # a pull merges at once
     target.close()
+    store.close()
+
+
+def test_releases_run_in_the_background_at_most_every_release_ms_and_on_close(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path, release_ms=60_000)
+    path = tmp_path / "staging.duckdb"
+    store = stage_shop(path, range(1, 5), events=60)
+    migrator = _migrator(store, settings)
+    first = migrator.migrate(merge="never")  # the first round's release is due: in the background
+    assert first.targets["duckdb"].watermark == 4
+    migrator._wait_for_release()
+    staged = StagedDeltas(store)
+    assert staged.acks() == {"duckdb": 4} and staged.released_through() == 4
+    assert store.query('SELECT count(*) AS n FROM delta_log."accounts"').column("n")[0].as_py() == 0
+
+    store.close()
+    migrator.close()
+    store = stage_shop(path, range(5, 9), events=60)
+    migrator = _migrator(store, settings)
+    migrator._last_release = time.monotonic()  # a release just happened: the next is not due
+    second = migrator.migrate(merge="never")
+    assert second.targets["duckdb"].watermark == 8
+    staged = StagedDeltas(store)
+    # loaded and noted, but neither acknowledged in staging nor released yet
+    assert staged.acks() == {"duckdb": 4} and staged.released_through() == 4
+    assert migrator.acknowledged() == {"duckdb": 8}
+    assert migrator.pending_batches("duckdb") == 0
+    migrator.close()  # writes the acknowledgement and releases
+    assert staged.acks() == {"duckdb": 8} and staged.released_through() == 8
     store.close()

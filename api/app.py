@@ -1,0 +1,328 @@
+"""The FastAPI app of the query service: routes, errors as JSON, bearer-token auth, metrics.
+
+``create_app(service, settings)`` serves a :class:`~api.service.QueryService`:
+
+=================================  ===============================================================
+``POST /query``                    a union query (SQL or structured); the first page of its answer
+``GET /query/{answer_id}``         another page of the same answer (same watermark)
+``GET /tables``                    logical tables: schema, rows staged, changes pending, per target
+``GET /batches``                   the batch ledger
+``GET /migration``                 migration status per target
+``POST /migration/push|pull``      a migration round now
+``GET /deadletters``               dead letters (paged by id)
+``POST /deadletters/replay``       re-offer dead letters, as stored or fixed
+``POST /streams/{stream}/events``  the HTTP push source (JSON, or an Arrow IPC stream)
+``GET /health``, ``GET /ready``    liveness and readiness
+``GET /metrics``                   Prometheus text
+``GET /docs``, ``/openapi.json``   the OpenAPI description
+=================================  ===============================================================
+
+Every error is ``{"error": {"code", "reason", "detail"?}}`` with a stable code
+(:data:`api.exceptions.ErrorCode`). With ``API__TOKEN`` set, every route wants
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import pyarrow as pa
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.exceptions import ApiError, InvalidRequest
+from api.models import (
+    AnswerPage,
+    ErrorBody,
+    MigrateBody,
+    PushedEvents,
+    PushReceiptBody,
+    QueryBody,
+    ReplayBody,
+    ReplayResult,
+    TableInfo,
+)
+from api.service import QueryService
+from streamdi import __version__
+from streamdi.settings import StreamdiSettings
+
+logger = logging.getLogger(__name__)
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in {
+        400: "the request or the query was refused (see error.code)",
+        401: "a bearer token is required (API__TOKEN)",
+        404: "no such answer, stream or dead letter",
+        408: "the query ran past its time limit",
+        409: "a pinned watermark is not reached or no longer readable; the stream takes no pushes",
+        422: "the request does not match the schema",
+        503: "a warehouse or the collector is unavailable, or the service is not ready",
+    }.items()
+}
+
+
+def _error(
+    http_status: int, code: str, reason: str, detail: dict[str, Any] | None = None
+) -> JSONResponse:
+    error: dict[str, Any] = {"code": code, "reason": reason}
+    if detail:
+        error["detail"] = detail
+    headers = {"WWW-Authenticate": "Bearer"} if http_status == 401 else None
+    return JSONResponse({"error": error}, status_code=http_status, headers=headers)
+
+
+def _authorized(request: Request, token: str) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    """Tell the OpenAPI description that every route wants a bearer token."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "API__TOKEN"}
+            }
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
+    """The app serving ``service``; see the module docstring."""
+    token = settings.api.token.get_secret_value() if settings.api.token is not None else None
+
+    app = FastAPI(
+        title="streamdi query service",
+        version=__version__,
+        description="Union queries over rows still staged in the ETL engine and rows already "
+        "in the PostgreSQL and DuckDB warehouses, at a batch watermark, with their freshness; "
+        "tables, batches, migration control, dead letters, an HTTP push source, health and "
+        "metrics.",
+    )
+    if token is not None:
+        _declare_bearer(app)
+    app.state.service = service
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        response = JSONResponse(exc.body(), status_code=exc.status)
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+            for e in exc.errors()
+        ]
+        return _error(422, "invalid_request", "; ".join(problems)[:2000] or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error(404, "not_found", f"no route {request.url.path}")
+        if exc.status_code == 405:
+            return _error(405, "method_not_allowed", f"{request.method} is not allowed here")
+        return _error(exc.status_code, "invalid_request", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("request failed path=%s", request.url.path)
+        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}"[:500])
+
+    @app.middleware("http")
+    async def measure(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        if token is not None and not _authorized(request, token):
+            response: Response = _error(
+                401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)"
+            )
+            service.metrics.requests.labels(request.method, "unauthorized", "401").inc()
+            return response
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        service.metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+        service.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+        return response
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    @app.post(
+        "/query",
+        response_model=None,
+        responses={200: {"model": AnswerPage}, **_ERRORS},
+        summary="Run a union query over staged and migrated data",
+        tags=["query"],
+    )
+    def query(body: QueryBody) -> JSONResponse:
+        """One read-only SELECT over the logical tables (or a structured query). ``plan``:
+        ``island`` unions staging and the warehouse in the service, ``migrate`` pushes the
+        pending deltas and queries the warehouse, ``auto`` chooses. The answer carries its
+        ``watermark``, freshness and the first page; ``GET /query/{answer_id}`` pages on."""
+        return JSONResponse(service.query(body))
+
+    @app.get(
+        "/query/{answer_id}",
+        response_model=None,
+        responses={200: {"model": AnswerPage}, **_ERRORS},
+        summary="Another page of an answer",
+        tags=["query"],
+    )
+    def page(
+        answer_id: str,
+        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    ) -> JSONResponse:
+        return JSONResponse(service.page(answer_id, offset, limit))
+
+    # -- tables, batches, migration ----------------------------------------------------------------
+
+    @app.get("/tables", response_model=list[TableInfo], responses=_ERRORS, tags=["data"])
+    def tables() -> list[dict[str, Any]]:
+        """The logical tables: columns, row id, rows staged, changes pending migration, and per
+        warehouse target its watermark and rows."""
+        return service.tables()
+
+    @app.get("/batches", responses=_ERRORS, tags=["data"])
+    def batches(
+        after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> list[dict[str, Any]]:
+        """The batch ledger: batches after ``after``, oldest first."""
+        return service.batches(after, limit)
+
+    @app.get("/migration", responses=_ERRORS, tags=["migration"])
+    def migration_status() -> dict[str, Any]:
+        """Staging's watermark and release point; per target what it holds and whether it is
+        pushed to or pulls."""
+        return service.migration_status()
+
+    @app.post("/migration/push", responses=_ERRORS, tags=["migration"])
+    def push_now(body: MigrateBody | None = None) -> dict[str, Any]:
+        """Push every pending batch to the targets now (merge when due, unless told)."""
+        return service.migrate("push", body or MigrateBody())
+
+    @app.post("/migration/pull", responses=_ERRORS, tags=["migration"])
+    def pull_now(body: MigrateBody | None = None) -> dict[str, Any]:
+        """The targets take every pending batch now and merge it."""
+        return service.migrate("pull", body or MigrateBody())
+
+    # -- dead letters and the push source ----------------------------------------------------------
+
+    @app.get("/deadletters", responses=_ERRORS, tags=["ingest"])
+    def dead_letters(
+        stream: Annotated[str | None, Query(max_length=256)] = None,
+        pending: bool = False,
+        after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> list[dict[str, Any]]:
+        """Rejected records and events with their position and reason, oldest first."""
+        return service.dead_letters(stream, pending, after_id, limit)
+
+    @app.post(
+        "/deadletters/replay", response_model=ReplayResult, responses=_ERRORS, tags=["ingest"]
+    )
+    def replay(body: ReplayBody) -> dict[str, Any]:
+        """Re-offer dead letters through Kafka: by id (the stored event unchanged) or as fixed
+        events; the batch that applies one marks it replayed."""
+        return service.replay(body)
+
+    @app.post(
+        "/streams/{stream}/events",
+        response_model=PushReceiptBody,
+        responses=_ERRORS,
+        tags=["ingest"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": PushedEvents.model_json_schema(
+                            ref_template="#/components/schemas/{model}"
+                        )
+                    },
+                    ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+    )
+    async def push(stream: str, request: Request) -> dict[str, Any]:
+        """Events for ``stream``, collected like a file's: JSON ``{"events": [...]}`` or an Arrow
+        IPC stream with the stream's columns (and ``_ts``). Returns once the events are in Kafka,
+        with their positions and logical batch ids; rows that do not parse become dead letters."""
+        body = await request.body()
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        events: list[dict[str, Any]] | pa.Table
+        if kind == ARROW_STREAM:
+            try:
+                with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
+                    events = reader.read_all()
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InvalidRequest(f"not an Arrow IPC stream: {exc}") from exc
+        else:
+            try:
+                events = PushedEvents.model_validate_json(body).events
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                    for e in exc.errors()[:10]
+                )
+                raise InvalidRequest(f"expected {{'events': [objects]}}: {problems}") from exc
+        result: dict[str, Any] = await run_in_threadpool(service.push, stream, events)
+        return result
+
+    # -- health and metrics ------------------------------------------------------------------------
+
+    @app.get("/health", tags=["service"], responses={503: {"model": ErrorBody}})
+    def health() -> JSONResponse:
+        """Liveness: 200 while the process serves and its pipeline has not failed."""
+        alive, body = service.health()
+        if alive:
+            return JSONResponse(body)
+        return _error(503, "not_ready", f"the pipeline failed: {body['error']}", body)
+
+    @app.get("/ready", tags=["service"], responses={503: {"model": ErrorBody}})
+    def ready() -> JSONResponse:
+        """Readiness: 200 once the hosted pipeline consumes."""
+        ok, body = service.ready()
+        if ok:
+            return JSONResponse(body)
+        return _error(503, "not_ready", "; ".join(body["reasons"]), body)
+
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def metrics() -> Response:
+        """Prometheus metrics: requests, queries by plan and target, pushed events, watermarks,
+        staging's age, kept answers."""
+        return Response(service.metrics.render(), media_type=service.metrics.content_type)
+
+    return app

@@ -1,0 +1,49 @@
+"""``streamdi serve``: the pipeline, the migration and the REST query service in one process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from streamdi.commands import Commands
+from streamdi.settings import StreamdiSettings
+
+
+def _serve(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from api.serve import serve
+    from ingest.pipeline import PipelineOptions
+    from ingest.runspec import load_run_spec
+
+    if not args.verbose:
+        logging.getLogger("kafka").setLevel(logging.WARNING)
+    spec = load_run_spec(args.spec)
+    options = PipelineOptions(
+        executor=args.executor or settings.engine.executor,
+        collect=True,
+        progress=args.progress,
+    )
+    return serve(
+        spec,
+        settings,
+        options,
+        host=args.host or settings.api.host,
+        port=args.port if args.port is not None else settings.api.port,
+    )
+
+
+def register(commands: Commands) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the pipeline, the migration and the REST query service in one process",
+        description="Consume and stage the dataflow's streams (files bound to it, or events "
+        "POSTed to /streams/<stream>/events), migrate into MIGRATION__TARGETS, and answer union "
+        "queries over staged and migrated data on API__HOST:API__PORT (127.0.0.1:8000 by "
+        "default; OpenAPI docs at /docs). SIGTERM or Ctrl-C stops the server, then the pipeline "
+        "(which commits the batch in hand and pushes what is pending).",
+    )
+    serve.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec")
+    serve.add_argument("--host", help="bind address (default: API__HOST)")
+    serve.add_argument("--port", type=int, help="bind port (default: API__PORT)")
+    serve.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
+    serve.add_argument("--progress", action="store_true", help="print the pipeline's live line")
+    serve.set_defaults(handler=_serve)

@@ -1,0 +1,254 @@
+"""The request and response bodies of the REST API (pydantic models; they are the OpenAPI spec)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlglot import exp
+
+from api.safety import Dialect
+
+Scalar = str | int | float | bool | None
+
+
+class Condition(BaseModel):
+    """One condition of a structured query: ``column op value``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    column: str = Field(min_length=1, max_length=128)
+    op: Literal["=", "!=", "<", "<=", ">", ">=", "in", "like", "is_null", "not_null"] = "="
+    value: Scalar | list[Scalar] = None
+
+
+class OrderBy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    column: str = Field(min_length=1, max_length=128)
+    descending: bool = False
+
+
+class StructuredQuery(BaseModel):
+    """A query without SQL: some columns of one table, conditions joined by AND, an order and a
+    limit. It is turned into SQL and checked like any other query."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: str = Field(min_length=1, max_length=128)
+    columns: list[str] | None = Field(default=None, max_length=256)
+    where: list[Condition] = Field(default_factory=list, max_length=64)
+    order_by: list[OrderBy] = Field(default_factory=list, max_length=16)
+    limit: int | None = Field(default=None, ge=0)
+
+    def to_sql(self) -> str:
+        """The query as DuckDB SQL, every name quoted and every value a literal."""
+
+        def ident(name: str) -> exp.Expression:
+            return exp.column(name, quoted=True)
+
+        columns = [ident(c) for c in self.columns] if self.columns else [exp.Star()]
+        select = exp.select(*columns).from_(
+            exp.Table(this=exp.to_identifier(self.table, quoted=True))
+        )
+        for cond in self.where:
+            select = select.where(_condition(cond, ident(cond.column)), copy=False)
+        for order in self.order_by:
+            select = select.order_by(
+                exp.Ordered(this=ident(order.column), desc=order.descending), copy=False
+            )
+        if self.limit is not None:
+            select = select.limit(self.limit, copy=False)
+        return select.sql(dialect="duckdb")
+
+
+def _literal(value: Scalar) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | float):
+        return exp.Literal.number(value)
+    return exp.Literal.string(value)
+
+
+def _condition(cond: Condition, column: exp.Expression) -> exp.Expression:
+    if cond.op == "is_null":
+        return exp.Is(this=column, expression=exp.Null())
+    if cond.op == "not_null":
+        return exp.Not(this=exp.Is(this=column, expression=exp.Null()))
+    if cond.op == "in":
+        values = cond.value if isinstance(cond.value, list) else [cond.value]
+        return exp.In(this=column, expressions=[_literal(v) for v in values])
+    if isinstance(cond.value, list):
+        raise ValueError(f"operator {cond.op} takes one value, not a list")
+    value = _literal(cond.value)
+    builders: dict[str, type[exp.Expression]] = {
+        "=": exp.EQ,
+        "!=": exp.NEQ,
+        "<": exp.LT,
+        "<=": exp.LTE,
+        ">": exp.GT,
+        ">=": exp.GTE,
+        "like": exp.Like,
+    }
+    return builders[cond.op](this=column, expression=value)
+
+
+class QueryBody(BaseModel):
+    """A union query: ``sql`` (one read-only SELECT over the logical tables, in ``dialect``) or
+    ``structured``; the plan; whether rows still staged count; the warehouse; a pinned watermark
+    (answer exactly at this batch); and the first page's size."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sql: str | None = Field(default=None, max_length=100_000)
+    structured: StructuredQuery | None = None
+    dialect: Dialect = "duckdb"
+    plan: Literal["island", "migrate", "auto"] = "auto"
+    include_staged: bool = True
+    target: Literal["postgres", "duckdb"] | None = None
+    watermark: int | None = Field(default=None, ge=0, le=2**62)
+    page_size: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _one_query(self) -> QueryBody:
+        if (self.sql is None) == (self.structured is None):
+            raise ValueError("give exactly one of sql and structured")
+        return self
+
+    def text(self) -> str:
+        if self.structured is not None:
+            return self.structured.to_sql()
+        assert self.sql is not None
+        return self.sql
+
+
+class ColumnInfo(BaseModel):
+    name: str
+    type: str
+
+
+class Freshness(BaseModel):
+    """How fresh an answer is: when its watermark batch committed and how long ago, and the event
+    time of the newest visible event and its age (known when the watermark is staging's newest
+    batch; event times are the data's own clock)."""
+
+    committed_at: str | None = None
+    committed_age_ms: float | None = None
+    newest_event_time: str | None = None
+    newest_event_age_ms: float | None = None
+
+
+class AutoDecision(BaseModel):
+    plan: Literal["island", "migrate"]
+    staged_fraction: float
+    estimates: dict[str, float | None]
+    rule: Literal["timings", "crossover"]
+
+
+class AnswerPage(BaseModel):
+    """One page of an answer. ``answer_id`` with ``next_offset`` fetches the next page of the same
+    answer (``GET /query/{answer_id}``): every page comes from one read at ``watermark``."""
+
+    answer_id: str
+    plan: Literal["island", "migrate", "warehouse", "staging"]
+    requested_plan: Literal["island", "migrate", "auto"]
+    target: str | None
+    include_staged: bool
+    watermark: int
+    warehouse_watermark: int
+    staged_watermark: int
+    streams: dict[str, int]
+    freshness: Freshness
+    staged_rows: int
+    warehouse_rows: int | None
+    staged_fraction: float | None
+    pushed_rows: int
+    decision: AutoDecision | None
+    seconds: float
+    timings: dict[str, float]
+    columns: list[ColumnInfo]
+    rows: list[list[Any]]
+    offset: int
+    total_rows: int
+    truncated: bool
+    next_offset: int | None
+    expires_in_s: float
+
+
+class TableInfo(BaseModel):
+    name: str
+    kind: Literal["table", "history", "window", "output"]
+    columns: list[ColumnInfo]
+    row_id: list[str]
+    staged_rows: int | None
+    pending_changes: int
+    targets: dict[str, dict[str, Any]]
+
+
+class MigrateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[Literal["postgres", "duckdb"]] | None = Field(default=None, max_length=2)
+    merge: Literal["auto", "force", "never"] | None = None
+
+
+class PushedEvents(BaseModel):
+    """Events for ``POST /streams/{stream}/events`` as JSON: objects with the stream's columns
+    and optionally ``_ts`` (event time, µs since the epoch)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
+
+
+class PushReceiptBody(BaseModel):
+    stream: str
+    events: int
+    rejects: int
+    first_pos: int
+    last_pos: int
+    first_batch: int
+    last_batch: int
+
+
+class ReplayEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: int | None = None
+    stream: str = Field(min_length=1, max_length=256)
+    event: dict[str, Any]
+
+
+class ReplayBody(BaseModel):
+    """Re-offer dead letters: ``ids`` re-offers stored events unchanged (those whose payload is a
+    JSON object); ``entries`` offers fixed events (with the dead letter's id to mark it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int] = Field(default_factory=list, max_length=100_000)
+    entries: list[ReplayEntry] = Field(default_factory=list, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _something(self) -> ReplayBody:
+        if not self.ids and not self.entries:
+            raise ValueError("give ids or entries to re-offer")
+        return self
+
+
+class ReplayResult(BaseModel):
+    sent: int
+    refused: list[dict[str, Any]]
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    reason: str
+    detail: dict[str, Any] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable ``code`` (see :data:`api.exceptions.ErrorCode`) and a ``reason``."""
+
+    error: ErrorInfo

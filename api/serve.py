@@ -1,0 +1,212 @@
+"""``streamdi serve``: the pipeline, the migration and the query service in one process.
+
+DuckDB allows one writing process per file, so the process that runs the pipeline (staging) and
+the migration (the DuckDB warehouse) also answers the queries. The run, in order:
+
+1. Start (or join) the broker: ``KAFKA__BOOTSTRAP_SERVERS`` or the embedded one.
+2. Bind every source of the dataflow that has no input to an :class:`~ingest.push.HttpPushSource`
+   (``POST /streams/{stream}/events``); sources bound to a file keep their file.
+3. Open staging and, with ``MIGRATION__TARGETS``, the migrator the pipeline pushes with; the
+   query service reads through the same store and targets.
+4. Run the pipeline in a thread (collectors, engine, commits, migration worker).
+5. Serve the app with uvicorn on ``API__HOST:API__PORT`` (127.0.0.1 by default) until SIGTERM or
+   Ctrl-C, or until the pipeline fails (then exit 1: a process whose pipeline died should be
+   restarted, not left answering from a frozen staging file).
+6. Stop: the server, then the pipeline (it finishes and commits the batch in hand, pushes what
+   is pending), then the readers, the migrator and staging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from api.app import create_app
+from api.service import PipelineState, QueryService
+from ingest.broker import open_broker
+from ingest.deadletters import replay_entries
+from ingest.pipeline import Pipeline, PipelineOptions
+from ingest.push import HttpPushSource
+from ingest.runspec import RunSpec, StreamBinding
+from migration.migrator import Migrator, build_targets
+from migration.schema import WarehouseLayout
+from staging.handoff import StagedDeltas
+from staging.store import StagingStore
+from streamdi.commands import EXIT_FAILED, EXIT_OK
+from streamdi.settings import StreamdiSettings
+
+logger = logging.getLogger(__name__)
+
+
+def with_push_sources(spec: RunSpec) -> tuple[RunSpec, dict[str, HttpPushSource]]:
+    """``spec`` with an HTTP push source bound to every source that has no input (step 2)."""
+    streams = dict(spec.streams)
+    sources: dict[str, HttpPushSource] = {}
+    for stream in spec.flow.sources:
+        binding = streams.get(stream) or StreamBinding()
+        if binding.input is not None:
+            continue
+        source = HttpPushSource(
+            f"{spec.flow.name}.{stream}",
+            {c: t or "string" for c, t in spec.flow.schemas[stream].items()},
+        )
+        sources[stream] = source
+        streams[stream] = dataclasses.replace(binding, input=source)
+    return RunSpec(spec.flow, streams), sources
+
+
+class _PipelineThread:
+    """The pipeline in a thread, and what became of it."""
+
+    def __init__(self, pipeline: Pipeline, store: StagingStore) -> None:
+        self.pipeline = pipeline
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(store,), name="pipeline", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, store: StagingStore) -> None:
+        try:
+            self.pipeline.run(self.stop, store=store)
+        except BaseException as exc:
+            logger.error("pipeline failed: %s", exc)
+            self.error = exc
+        finally:
+            self.finished.set()
+
+    def state(self) -> tuple[PipelineState, str | None]:
+        if self.error is not None:
+            return "failed", f"{type(self.error).__name__}: {self.error}"
+        if self.finished.is_set():
+            return "stopped", None
+        if self.pipeline.started.is_set():
+            return "running", None
+        return "starting", None
+
+    def join(self, timeout: float | None = None) -> None:
+        self.stop.set()
+        self._thread.join(timeout)
+
+
+def serve(
+    spec: RunSpec,
+    settings: StreamdiSettings,
+    options: PipelineOptions,
+    *,
+    host: str,
+    port: int,
+) -> int:
+    """Run the service until stopped; see the module docstring. Returns the exit code."""
+    import uvicorn
+
+    # the pipeline's threads keep the interpreter busy; queries hand it back and forth between
+    # DuckDB calls, so a shorter switch interval keeps their latency down
+    sys.setswitchinterval(float(os.environ.get("STREAMDI_SWITCH_INTERVAL_S", "0.001")))
+    # 1.
+    with open_broker(settings.kafka) as broker:
+        if broker.embedded:
+            print(
+                f"streamdi serve: embedded in-memory broker at {broker.bootstrap_servers} "
+                "(development only: its messages vanish when this process ends)",
+                file=sys.stderr,
+            )
+        # 2.
+        spec, push_sources = with_push_sources(spec)
+        # 3.
+        store = StagingStore(
+            settings.staging_path,
+            spec.flow,
+            memory_limit=settings.staging.memory_limit,
+            recent_cache_bytes=settings.staging.recent_cache_mb * 2**20,
+        )
+        migrator = None
+        if settings.migration.target_names:
+            layout = WarehouseLayout(spec.flow, settings.migration.schema_name)
+            migrator = Migrator(
+                StagedDeltas(store), build_targets(settings, layout), settings.migration
+            )
+        # 4.
+        runner = _PipelineThread(
+            Pipeline(spec, settings, broker, options, migrator=migrator), store
+        )
+
+        def replay(entries: list[tuple[int, Any]]) -> tuple[int, list[tuple[int, str]]]:
+            return replay_entries(spec, settings.kafka, broker.bootstrap_servers, entries)
+
+        service = QueryService(
+            store,
+            settings,
+            migrator=migrator,
+            push_sources=push_sources,
+            pushable={s: s in push_sources for s in spec.flow.sources},
+            replayer=replay,
+            pipeline_state=runner.state,
+        )
+        runner.start()
+        # 5.
+        config = uvicorn.Config(
+            create_app(service, settings),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=10,
+        )
+        server = uvicorn.Server(config)
+        watcher = threading.Thread(
+            target=_watch, args=(server, runner, host, port), name="serve-watch", daemon=True
+        )
+        watcher.start()
+        # uvicorn hands a signal it caught back to the handler it found when it stops: ours
+        # only notes it, so the shutdown below runs instead of the default handler's exit
+        stopping = threading.Event()
+
+        def note(signum: int, frame: Any) -> None:
+            stopping.set()
+
+        signal.signal(signal.SIGTERM, note)
+        signal.signal(signal.SIGINT, note)
+        try:
+            server.run()
+        finally:
+            # 6.
+            for source in push_sources.values():
+                source.close()
+            runner.join(timeout=120)
+            service.close()
+            if migrator is not None:
+                migrator.close()
+            store.close()
+    if runner.error is not None:
+        print(f"streamdi serve: the pipeline failed: {runner.error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _watch(server: Any, runner: _PipelineThread, host: str, port: int) -> None:
+    """Announce the address once the server listens; stop the server if the pipeline fails."""
+    announced = False
+    while not server.should_exit:
+        if not announced and server.started:
+            print(
+                f"streamdi serve: http://{host}:{port} (OpenAPI docs at /docs)",
+                file=sys.stderr,
+                flush=True,
+            )
+            announced = True
+        if runner.error is not None:
+            logger.error("stopping the service: the pipeline failed")
+            server.should_exit = True
+            return
+        time.sleep(0.1)

@@ -1,0 +1,470 @@
+"""The query service's operations, independent of HTTP: the FastAPI app (:mod:`api.app`), the
+benchmarks and the tests call the same :class:`QueryService`.
+
+It works on the staging store and migrator the pipeline uses (one process owns the DuckDB files),
+so a union query, a push trigger and the pipeline's own migration rounds share one ledger and one
+lock. :meth:`QueryService.build` makes the warehouse readers from the migrator's targets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from api.answers import AnswerCache, json_rows, type_name
+from api.exceptions import (
+    ApiError,
+    DeadLetterNotFound,
+    InvalidRequest,
+    PushUnavailable,
+    StreamNotPushable,
+    TargetUnreachable,
+    UnknownStream,
+    UnknownTarget,
+)
+from api.metrics import ServiceMetrics
+from api.models import MigrateBody, QueryBody, ReplayBody
+from api.planner import PlanModel
+from api.safety import check_query
+from api.sandbox import UnionSandbox
+from api.union import UnionPlanner, UnionRequest, mapped_errors
+from ingest.exceptions import PushRefused, PushTimedOut
+from ingest.push import HttpPushSource
+from migration.exceptions import TargetUnavailable
+from migration.migrator import Migrator
+from migration.reader import DuckDBReader, PostgresReader, WarehouseReader
+from staging.snapshot import open_snapshot
+from staging.store import StagingStore
+from streamdi.settings import StreamdiSettings
+
+logger = logging.getLogger(__name__)
+
+PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
+#: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
+Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]
+
+
+def build_readers(
+    migrator: Migrator | None, settings: StreamdiSettings
+) -> dict[str, WarehouseReader]:
+    """A reader per target of ``migrator``, sharing its targets (their layout, the DuckDB
+    instance, the PostgreSQL server)."""
+    if migrator is None:
+        return {}
+    from migration.targets.duckdb_file import DuckDBTarget
+    from migration.targets.postgres import PostgresTarget
+
+    readers: dict[str, WarehouseReader] = {}
+    for name, target in migrator.targets.items():
+
+        def ensure(name: str = name) -> object:
+            return migrator.opened(name)
+
+        if isinstance(target, DuckDBTarget):
+            readers[name] = DuckDBReader(
+                target.layout, ensure, _connection_of(target), target.mark_busy
+            )
+        elif isinstance(target, PostgresTarget):
+            readers[name] = PostgresReader(
+                target.layout,
+                ensure,
+                target.dsn,
+                target.connect_args,
+                pool_size=settings.api.postgres_pool,
+                role=settings.api.postgres_reader_role,
+            )
+    return readers
+
+
+def _connection_of(target: Any) -> Callable[[], Any]:
+    def connection() -> Any:
+        return target.connection
+
+    return connection
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.replace(tzinfo=UTC).isoformat()
+
+
+class QueryService:
+    """See the module docstring. ``push_sources`` are the streams the HTTP push source feeds;
+    ``replayer`` re-offers dead letters (needs the broker); ``pipeline_state`` tells whether a
+    hosted pipeline runs (``absent`` when none is hosted)."""
+
+    def __init__(
+        self,
+        store: StagingStore,
+        settings: StreamdiSettings,
+        *,
+        migrator: Migrator | None = None,
+        readers: Mapping[str, WarehouseReader] | None = None,
+        push_sources: Mapping[str, HttpPushSource] | None = None,
+        pushable: Mapping[str, bool] | None = None,
+        replayer: Replayer | None = None,
+        pipeline_state: Callable[[], tuple[PipelineState, str | None]] | None = None,
+        model: PlanModel | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.migrator = migrator
+        api = settings.api
+        self.sandbox = UnionSandbox(memory_limit=api.sandbox_memory_limit)
+        self.readers = dict(readers) if readers is not None else build_readers(migrator, settings)
+        self.planner = UnionPlanner(store, migrator, self.readers, self.sandbox, api, model)
+        self.answers = AnswerCache(ttl_s=api.answer_ttl_s, max_bytes=api.answer_cache_mb << 20)
+        self._running = threading.BoundedSemaphore(api.max_concurrent_queries)
+        self.push_sources = dict(push_sources or {})
+        self._pushable = dict(pushable or {})
+        self.replayer = replayer
+        self._pipeline_state = pipeline_state
+        self.metrics = ServiceMetrics(self._gauges)
+        self.started_at = time.time()
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()
+        self.sandbox.close()
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    def query(self, body: QueryBody) -> dict[str, Any]:
+        """Run a union query; the first page of its answer."""
+        checked = check_query(body.text(), self._columns(), body.dialect)
+        request = UnionRequest(checked, body.plan, body.include_staged, body.target, body.watermark)
+        label = body.plan if body.include_staged else "warehouse"
+        target = body.target or "default"
+        try:
+            with self._running:
+                result = self.planner.run(request)
+        except ApiError as exc:
+            self.metrics.queries.labels(label, target, exc.code).inc()
+            raise
+        self.metrics.queries.labels(result.plan, result.target or "none", "ok").inc()
+        self.metrics.query_seconds.labels(result.plan, result.target or "none").observe(
+            result.seconds
+        )
+        answer = self.answers.put(result, body.include_staged, self.planner.describe(result))
+        size = body.page_size or self.settings.api.page_size
+        return self._page(answer.answer_id, 0, size)
+
+    def page(self, answer_id: str, offset: int, limit: int | None) -> dict[str, Any]:
+        """A page of a kept answer."""
+        return self._page(answer_id, offset, limit or self.settings.api.page_size)
+
+    def _page(self, answer_id: str, offset: int, limit: int) -> dict[str, Any]:
+        answer = self.answers.get(answer_id)
+        limit = min(limit, self.settings.api.max_page_size)
+        result = answer.result
+        table = result.table
+        total = table.num_rows
+        start = min(max(offset, 0), total)
+        rows = table.slice(start, limit)
+        end = start + rows.num_rows
+        facts = answer.facts
+        now = time.time()
+        committed = facts.get("committed_at")
+        newest = facts.get("newest_event_us")
+        decision = result.decision
+        return {
+            "answer_id": answer.answer_id,
+            "plan": result.plan,
+            "requested_plan": result.requested_plan,
+            "target": result.target,
+            "include_staged": answer.include_staged,
+            "watermark": result.watermark,
+            "warehouse_watermark": result.warehouse_watermark,
+            "staged_watermark": result.staged_watermark,
+            "streams": facts.get("streams", {}),
+            "freshness": {
+                "committed_at": _iso(committed),
+                "committed_age_ms": None
+                if committed is None
+                else (now - committed.replace(tzinfo=UTC).timestamp()) * 1000,
+                "newest_event_time": None
+                if newest is None
+                else datetime.fromtimestamp(newest / 1e6, UTC).isoformat(),
+                "newest_event_age_ms": None if newest is None else now * 1000 - newest / 1000,
+            },
+            "staged_rows": result.staged_rows,
+            "warehouse_rows": result.warehouse_rows,
+            "staged_fraction": result.staged_fraction,
+            "pushed_rows": result.pushed_rows,
+            "decision": None
+            if decision is None
+            else {
+                "plan": decision.plan,
+                "staged_fraction": decision.staged_fraction,
+                "estimates": decision.estimates,
+                "rule": decision.rule,
+            },
+            "seconds": result.seconds,
+            "timings": result.timings,
+            "columns": [{"name": f.name, "type": type_name(f.type)} for f in table.schema],
+            "rows": json_rows(rows),
+            "offset": start,
+            "total_rows": total,
+            "truncated": result.truncated,
+            "next_offset": end if end < total else None,
+            "expires_in_s": max(0.0, answer.expires_at - time.monotonic()),
+        }
+
+    def _columns(self) -> dict[str, list[str]]:
+        return {name: list(t.columns) for name, t in self.planner.tables.items()}
+
+    # -- tables and batches ------------------------------------------------------------------------
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Every logical table with its schema, rows staged and changes pending, and what each
+        warehouse holds of it."""
+        acks = self.migrator.staged.acks() if self.migrator is not None else {}
+        out: list[dict[str, Any]] = []
+        with open_snapshot(self.store) as snap:
+            pending_from = min(
+                (acks.get(t, 0) for t in self.readers), default=snap.released_through()
+            )
+            for name, table in self.planner.tables.items():
+                out.append(
+                    {
+                        "name": name,
+                        "kind": table.kind,
+                        "columns": [{"name": c, "type": t} for c, t in table.columns.items()],
+                        "row_id": list(table.row_id),
+                        "staged_rows": snap.row_count(name) if table.is_state else None,
+                        "pending_changes": snap.change_count(name, after=pending_from),
+                        "targets": {},
+                    }
+                )
+        for target, reader in self.readers.items():
+            try:
+                with (
+                    mapped_errors(target),
+                    reader.snapshot(timeout_s=self.settings.api.query_timeout_s) as wh,
+                ):
+                    for entry in out:
+                        entry["targets"][target] = {
+                            "watermark": wh.watermark,
+                            "merged_through": wh.merged_through,
+                            "rows": wh.count(entry["name"], wh.watermark),
+                        }
+            except TargetUnreachable as exc:
+                for entry in out:
+                    entry["targets"][target] = {"error": exc.reason}
+        return out
+
+    def batches(self, after: int, limit: int) -> list[dict[str, Any]]:
+        with open_snapshot(self.store) as snap:
+            rows: list[dict[str, Any]] = snap.batches(after=after, limit=limit).to_pylist()
+        for row in rows:
+            for key in ("arrived_at", "committed_at"):
+                row[key] = _iso(row[key])
+            try:
+                row["streams"] = json.loads(row["streams"] or "{}")
+            except ValueError:
+                row["streams"] = {}
+        return rows
+
+    # -- migration ---------------------------------------------------------------------------------
+
+    def _migrator(self) -> Migrator:
+        if self.migrator is None:
+            raise UnknownTarget("no MIGRATION__TARGETS are configured", code="no_target")
+        return self.migrator
+
+    def migration_status(self) -> dict[str, Any]:
+        migrator = self._migrator()
+        status = migrator.status()
+        push = set(self.settings.migration.push_targets)
+        for name, entry in status["targets"].items():
+            entry["mode"] = "push" if name in push else "pull"
+        return status
+
+    def migrate(self, via: Literal["push", "pull"], body: MigrateBody) -> dict[str, Any]:
+        """One migration round now (the pipeline's worker and this share the migrator's lock)."""
+        migrator = self._migrator()
+        names = list(body.targets) if body.targets else list(migrator.targets)
+        unknown = [n for n in names if n not in migrator.targets]
+        if unknown:
+            raise UnknownTarget(
+                f"targets {unknown} are not configured; MIGRATION__TARGETS has "
+                f"{sorted(migrator.targets)}"
+            )
+        merge = body.merge or ("force" if via == "pull" else "auto")
+        try:
+            report = migrator.migrate(names, via=via, merge=merge)
+        except TargetUnavailable as exc:
+            raise TargetUnreachable(str(exc)) from exc
+        return {
+            "via": via,
+            "staged_watermark": report.staged_watermark,
+            "released_through": report.released_through,
+            "seconds": report.seconds,
+            "targets": {
+                n: {
+                    "from": r.start,
+                    "watermark": r.watermark,
+                    "batches": r.batches,
+                    "rows": r.rows,
+                    "merged_rows": r.merge.rows if r.merge else None,
+                    "error": r.error,
+                }
+                for n, r in report.targets.items()
+            },
+        }
+
+    # -- dead letters ------------------------------------------------------------------------------
+
+    def dead_letters(
+        self, stream: str | None, pending: bool, after_id: int | None, limit: int
+    ) -> list[dict[str, Any]]:
+        table = self.store.dead_letters(
+            stream=stream, pending_only=pending, after_id=after_id, limit=limit
+        )
+        return [_dead_letter(row) for row in table.to_pylist()]
+
+    def replay(self, body: ReplayBody) -> dict[str, Any]:
+        """Re-offer dead letters through Kafka (the broker the pipeline reads)."""
+        if self.replayer is None:
+            raise PushUnavailable("re-offering needs the broker of a running `streamdi serve`")
+        entries: list[tuple[int, Any]] = []
+        refused: list[dict[str, Any]] = []
+        if body.ids:
+            found = {
+                int(row["id"]): row for row in self.store.dead_letters(ids=body.ids).to_pylist()
+            }
+            missing = [i for i in body.ids if i not in found]
+            if missing and not body.entries and len(missing) == len(body.ids):
+                raise DeadLetterNotFound(f"no dead letters with ids {missing[:20]}", ids=missing)
+            for dead_id in body.ids:
+                row = found.get(dead_id)
+                if row is None:
+                    refused.append({"id": dead_id, "reason": "no such dead letter"})
+                    continue
+                event = _dead_letter(row)["event"]
+                entries.append((dead_id, {"id": dead_id, "stream": row["stream"], "event": event}))
+        for i, entry in enumerate(body.entries):
+            entries.append((entry.id if entry.id is not None else -1 - i, entry.model_dump()))
+        try:
+            sent, more = self.replayer(entries)
+        except ApiError:
+            raise
+        except Exception as exc:  # a broker error: the events were not re-offered
+            raise PushUnavailable(f"re-offering failed: {exc}") from exc
+        refused.extend({"id": n if n >= 0 else None, "reason": r} for n, r in more)
+        return {"sent": sent, "refused": refused}
+
+    # -- the HTTP push source ----------------------------------------------------------------------
+
+    def push(self, stream: str, events: list[dict[str, Any]] | pa.Table) -> dict[str, Any]:
+        if stream not in self.store.flow.sources:
+            raise UnknownStream(
+                f"no stream {stream!r}; the dataflow's sources are {list(self.store.flow.sources)}",
+                stream=stream,
+            )
+        source = self.push_sources.get(stream)
+        if source is None:
+            if self._pushable.get(stream) is False:
+                raise StreamNotPushable(
+                    f"stream {stream!r} is fed by its bound input; it takes no HTTP pushes",
+                    stream=stream,
+                )
+            raise PushUnavailable(
+                f"stream {stream!r} has no running collector (the service hosts no pipeline)"
+            )
+        try:
+            receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
+        except PushRefused as exc:
+            raise InvalidRequest(str(exc), stream=stream) from exc
+        except PushTimedOut as exc:
+            raise PushUnavailable(str(exc), stream=stream) from exc
+        self.metrics.pushed.labels(stream).inc(receipt.events)
+        return {
+            "stream": stream,
+            "events": receipt.events,
+            "rejects": receipt.rejects,
+            "first_pos": receipt.first_pos,
+            "last_pos": receipt.last_pos,
+            "first_batch": receipt.first_batch,
+            "last_batch": receipt.last_batch,
+        }
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def pipeline(self) -> tuple[PipelineState, str | None]:
+        if self._pipeline_state is None:
+            return "absent", None
+        return self._pipeline_state()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        state, error = self.pipeline()
+        alive = state != "failed"
+        return alive, {
+            "status": "ok" if alive else "failed",
+            "pipeline": state,
+            "error": error,
+            "uptime_s": time.time() - self.started_at,
+        }
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        state, error = self.pipeline()
+        reasons = []
+        if state in ("starting", "stopped", "failed"):
+            reasons.append(f"pipeline {state}" + (f": {error}" if error else ""))
+        return not reasons, {
+            "status": "ready" if not reasons else "not ready",
+            "pipeline": state,
+            "staged_watermark": self.store.watermark,
+            "targets": sorted(self.readers),
+            "reasons": reasons,
+        }
+
+    def _gauges(self) -> dict[str, Any]:
+        acks = self.migrator.staged.acks() if self.migrator is not None else {}
+        released = self.migrator.staged.released_through() if self.migrator is not None else 0
+        age = 0.0
+        with open_snapshot(self.store) as snap:
+            info = snap.batch(snap.watermark) if snap.watermark else None
+        if info is not None and info.get("committed_at") is not None:
+            age = time.time() - info["committed_at"].replace(tzinfo=UTC).timestamp()
+        state, _ = self.pipeline()
+        return {
+            "staged": self.store.watermark,
+            "released": released,
+            "acks": acks,
+            "age_s": age,
+            "pipeline_up": 1 if state == "running" else 0,
+            "answers": len(self.answers),
+            "answer_bytes": self.answers.bytes,
+        }
+
+
+def _dead_letter(row: dict[str, Any]) -> dict[str, Any]:
+    payload: Any = row.get("payload")
+    event: Any = payload
+    try:
+        parsed = json.loads(payload) if isinstance(payload, str) else None
+        if isinstance(parsed, dict):
+            event = parsed
+    except ValueError:
+        pass
+    return {
+        "id": row["id"],
+        "batch_id": row["batch_id"],
+        "stream": row["stream"],
+        "step": row["step"],
+        "topic": row["topic"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+        "pos": row["pos"],
+        "ts": row["ts"],
+        "reason": row["reason"],
+        "replayed_in": row.get("replayed_in"),
+        "event": event,
+    }
