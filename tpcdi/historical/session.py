@@ -1,52 +1,62 @@
-"""The SparkSession of the historical load, built from ``SPARK__*`` settings.
+"""The SparkSession of the historical load: the process's one Spark session, shared with the
+engine's ``spark`` executor (:mod:`etl_dataflows.executors.spark.session`).
 
-Local mode (``local[2]`` by default) or a cluster (``spark://host:port``). Arrow moves the data in
-and out (``createDataFrame`` from Arrow tables, ``toArrow`` back), the session time zone is UTC so
-timestamps keep their wall-clock value, and the shuffle partition count follows the cores.
+The session is built from ``SPARK__*`` (``--spark-master`` overrides the master; local[2] by
+default, ``spark://host:port`` for a cluster) by the executor's builder, so a run with
+``--executor spark`` starts Spark once. The load then sets what it needs per session, all runtime
+SQL settings: UTC as the session time zone (timestamps keep their wall-clock value), Arrow for
+``toArrow``, shuffle partitions from the cores, and a broadcast threshold that covers the small
+dimensions.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from streamdi.settings import SparkSettings
 
 logger = logging.getLogger(__name__)
 
-
-def _cores(master: str) -> int:
-    match = re.fullmatch(r"local\[(\d+)\]", master)
-    if match:
-        return max(1, int(match.group(1)))
-    return 2 if master.startswith("local") else 8
+#: Dimensions up to this size are broadcast to the fact joins.
+BROADCAST_BYTES = 32 << 20
 
 
 def spark_session(settings: SparkSettings, *, master: str | None = None) -> Any:
-    """A new (or the running) SparkSession for the historical load."""
-    from pyspark.sql import SparkSession
+    """The process's SparkSession (started on first use), configured for the historical load.
 
-    chosen = master or settings.master
-    partitions = 2 * _cores(chosen)
-    builder = (
-        SparkSession.builder.master(chosen)
-        .appName("streamdi-tpcdi-historical")
-        .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.default.parallelism", str(partitions))
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200000")
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.sql.autoBroadcastJoinThreshold", str(32 << 20))
-        .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+    Raises :class:`~etl_dataflows.executors.spark.exceptions.SparkUnavailable` when Spark cannot
+    start, or when the session already runs on another master."""
+    from etl_dataflows.executors.spark.session import (
+        configure_spark,
+        current_config,
     )
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    logger.info("spark session master=%s partitions=%s", chosen, partitions)
+    from etl_dataflows.executors.spark.session import (
+        spark_session as shared_session,
+    )
+
+    configure_spark(
+        current_config(),
+        master=master or settings.master,
+        driver_memory=settings.driver_memory,
+        partitions=settings.partitions,
+    )
+    session = shared_session()
+    cores = max(1, int(session.sparkContext.defaultParallelism))
+    partitions = 2 * cores
+    for key, value in (
+        ("spark.sql.session.timeZone", "UTC"),
+        ("spark.sql.shuffle.partitions", str(partitions)),
+        ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+        ("spark.sql.execution.arrow.maxRecordsPerBatch", "200000"),
+        ("spark.sql.adaptive.enabled", "true"),
+        ("spark.sql.autoBroadcastJoinThreshold", str(BROADCAST_BYTES)),
+    ):
+        session.conf.set(key, value)
+    logger.info(
+        "spark session master=%s cores=%s partitions=%s",
+        session.sparkContext.master,
+        cores,
+        partitions,
+    )
     return session

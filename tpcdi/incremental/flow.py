@@ -610,7 +610,9 @@ def build_flow(reference: Reference | None = None) -> Dataflow:
         set={
             "sk_brokerid": broker["sk_brokerid"],
             "sk_customerid": owner_row["sk_customerid"],
-            "status": col("status_name"),
+            # 4.6.1.3: the accounts of an inactive customer are inactive (DIGen sends an
+            # occasional ACTV account update for a customer that is already inactive)
+            "status": if_else(owner_row["status"] == "Inactive", "Inactive", col("status_name")),
             "accountdesc": col("CA_NAME"),
             "taxstatus": col("CA_TAX_ST"),
             "batchid": batchid,
@@ -727,6 +729,8 @@ def build_flow(reference: Reference | None = None) -> Dataflow:
             **copied,
             "sk_closedateid": if_else(closing, col("sk_dateid"), old("sk_closedateid")),
             "sk_closetimeid": if_else(closing, col("sk_timeid"), old("sk_closetimeid")),
+            # the batch of the row's latest change (what the audit's date window expects)
+            "batchid": batchid,
         },
         if_missing="skip",
         when=~is_new,

@@ -12,37 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, write_json
 from streamdi.errors import StreamdiError
 from streamdi.settings import StreamdiSettings
 
 _TARGETS = {"duckdb": ("duckdb",), "postgres": ("postgres",), "both": ("duckdb", "postgres")}
-
-
-def _print_summary(data: dict[str, Any], out: TextIO) -> None:
-    out.write(f"\nTPC-DI run on {data['data_dir']} into {', '.join(data['targets'])}\n")
-    out.write(f"{'phase':<16}{'seconds':>10}{'rows':>12}{'dw rows':>12}{'freshness s':>14}\n")
-    for name, phase in data["phases"].items():
-        fresh = phase["freshness_s"]
-        out.write(
-            f"{name:<16}{phase['seconds']:>10.2f}{phase['rows']:>12,}{phase['dw_rows']:>12,}"
-            f"{'' if fresh is None else f'{fresh:.2f}':>14}\n"
-        )
-    audit = data["audit"]
-    if audit["ran"]:
-        out.write(f"audit: {audit['ok']} OK, {audit['fail']} FAIL\n")
-        for check in audit["checks"]:
-            if not check["ok"]:
-                out.write(f"  FAIL {check['name']}: {check['detail']}\n")
-    else:
-        out.write("audit: did not run\n")
-    rps = data["tpc_di_rps"]
-    out.write(f"TPC_DI_RPS: {'n/a' if rps is None else rps}\n")
-    out.write(f"peak memory (process tree): {data['peak_mem_mb']:,.0f} MB\n")
-    for note in data["notes"]:
-        out.write(f"note: {note}\n")
 
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
@@ -72,11 +48,11 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     except StreamdiError as exc:
         print(f"streamdi tpcdi run: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    data = record.as_json()
-    if not phases.report(record, args.json, args.png, sys.stdout):
-        _print_summary(data, sys.stdout)
-        if args.json:
-            write_json(data, args.json)
+    document = phases.report(
+        record, args.json, args.png, sys.stderr if args.json == "-" else sys.stdout
+    )
+    if args.json == "-":
+        write_json(document, "-")
     if args.serve:
         from tpcdi.run.serve import serve
 
@@ -121,7 +97,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="generator seed (with --sf)")
     parser.add_argument("--spark-master", help="Spark master (default SPARK__MASTER, local[2])")
     parser.add_argument(
-        "--executor", choices=("local", "serial"), help="engine executor (default ENGINE__EXECUTOR)"
+        "--executor",
+        choices=("local", "serial", "spark"),
+        help="engine executor (default ENGINE__EXECUTOR)",
     )
     parser.add_argument("--workdir", help="run files (default <STREAMDI__STATE_DIR>/tpcdi)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

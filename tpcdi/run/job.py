@@ -69,7 +69,7 @@ class RunOptions:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    return phases.now()
 
 
 def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -> Path:
@@ -105,6 +105,14 @@ def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -
         root = located
     check_data(root)
     return root
+
+
+def configure_spark_master(settings: StreamdiSettings, master: str | None) -> None:
+    """The process's one Spark session (historical load, ``--executor spark``) is built from the
+    run's settings and ``--spark-master``."""
+    from etl_dataflows.executors.spark.session import config_from_settings, configure_spark
+
+    configure_spark(config_from_settings(settings, master))
 
 
 def check_data(root: Path) -> None:
@@ -168,6 +176,7 @@ def run_tpcdi(
     workdir = options.workdir or base.streamdi.state_dir / "tpcdi"
     settings = run_settings(base, workdir, options.targets)
     executor = options.executor or settings.engine.executor
+    configure_spark_master(settings, options.spark_master)
     data = prepare_data(options, base, out)
     record = RunRecord(
         data_dir=str(data),
@@ -176,8 +185,6 @@ def run_tpcdi(
         executor=executor,
         spark_master=options.spark_master or settings.spark.master,
     )
-    if not phases.available():
-        record.notes.append(phases.MISSING)
     flow = build_flow().build()
     layout = WarehouseLayout(flow, settings.migration.schema_name)
     bar = tqdm(total=5, desc="tpcdi run", unit="phase", file=out, disable=not options.progress)
@@ -197,7 +204,7 @@ def run_tpcdi(
         warehouse.reset()
         _status(warehouse, 0, "Phase started", "initialization")
         phase.step("reset")
-        phases.batch_complete(warehouse, 0, _now())
+        phases.batch_complete(warehouse, 0)
         phase.step("validation")
         phase.done()
         # 3. historical load
@@ -205,20 +212,26 @@ def run_tpcdi(
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
-        with UpdateStream(incremental, settings, warehouse, executor=executor) as updates:
+        with (
+            UpdateStream(incremental, settings, warehouse, executor=executor) as updates,
+            phases.VisibilityWriter(warehouse) as visibility,
+        ):
+            visibility.start(2)
             for name, batch_id in (("incremental1", 2), ("incremental2", 3)):
-                _incremental(name, batch_id, data, updates, warehouse, record, bar)
+                visibility.batch_id = batch_id
+                _incremental(name, batch_id, data, updates, warehouse, record, bar, visibility)
         # 5. audit
         phase = _Phase(record, "audit", None, bar)
-        _status(warehouse, 3, "Phase started", "audit")
-        record.audit = phases.audit_phase(warehouse, data)
+        phases.final_visibility(warehouse, 3)
+        phase.step("visibility")
+        record.audits = phases.audit_phase(warehouse, data)
         phase.step("audit")
         phase.done()
         record.table_rows = {
             t: {n: warehouse.count(n, t) for n in sorted(layout.tables) + _static()}
             for t in options.targets
         }
-        record.tpc_di_rps = phases.metric(warehouse, record)
+        record.metric = phases.metric(warehouse, record)
     record.peak_mem_mb = memory.peak_mb
     return record
 
@@ -259,7 +272,8 @@ def _historical(
             data / "Batch1", flow, layout, settings.spark, workdir, master=options.spark_master
         )
     finally:
-        _stop_spark()
+        # the Spark session stays up: it is the process's one session, which the engine's spark
+        # executor shares (it ends with the process)
         shutil.rmtree(workdir, ignore_errors=True)
     phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
     phase.step("transform")
@@ -270,24 +284,13 @@ def _historical(
     ) as store:
         store.seed(result.seed)
     phase.step("seed_staging")
-    phases.batch_complete(warehouse, 1, _now())
+    phases.batch_complete(warehouse, 1)
     phase.step("validation")
     phase.phase.rows = result.source_rows
     phase.phase.dw_rows = sum(counts.values())
     phase.phase.details = {"rejects": result.rejects, "tables": counts}
     record.batch_rows[1] = result.source_rows
     phase.done()
-
-
-def _stop_spark() -> None:
-    try:
-        from pyspark.sql import SparkSession
-
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
-    except Exception as exc:  # the load's outcome does not depend on a clean Spark stop
-        logger.warning("stopping spark failed: %s", exc)
 
 
 def _incremental(
@@ -298,6 +301,7 @@ def _incremental(
     warehouse: Warehouse,
     record: RunRecord,
     bar: Any,
+    visibility: phases.VisibilityWriter,
 ) -> None:
     phase = _Phase(record, name, batch_id, bar)
     _status(warehouse, batch_id, "Phase started", name)
@@ -312,7 +316,9 @@ def _incremental(
     phase.phase.steps["merged"] = offered.freshness_s - offered.staged_s
     phase.step("update")
     _prospect_status(warehouse, batch_id, source, before)
-    phases.batch_complete(warehouse, batch_id, _now())
+    if batch_id == 3:
+        visibility.stop()  # the last Visibility_2 comes before CT3
+    phases.batch_complete(warehouse, batch_id)
     phase.step("validation")
     phase.phase.rows = offered.events + offered.rejects
     phase.phase.dw_rows = _dw_rows(warehouse) - rows_before

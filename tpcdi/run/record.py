@@ -1,17 +1,25 @@
-"""What one ``streamdi tpcdi run`` measured: :class:`RunRecord`, shared with the report writer.
+"""What one ``streamdi tpcdi run`` measured while it ran: :class:`RunRecord`.
 
-The run fills the phases, the memory peak and the table counts; the audit phase fills
-:attr:`RunRecord.audit` (an ``AuditResult`` of :mod:`tpcdi.audit.checks`) and
-:attr:`RunRecord.tpc_di_rps`; :meth:`RunRecord.as_json` is the machine-readable result. Its keys
-always include ``phases.historical|incremental1|incremental2.{seconds,rows}``,
-``audit.{ok,fail,checks}``, ``tpc_di_rps`` and ``peak_mem_mb``.
+The run fills the phases (with their own steps), the memory peak and the table counts; the audit
+phase fills :attr:`RunRecord.audits` (an ``AuditResult`` per target) and :attr:`RunRecord.metric`.
+:meth:`RunRecord.figures` hands the report writer of the audit side
+(:func:`tpcdi.audit.report.write_run_report`) its :class:`~tpcdi.audit.report.RunFigures`: one
+:class:`~tpcdi.audit.report.PhaseFigures` per phase, and the run's own details (steps, DW rows,
+table counts, other targets' audits, notes) as ``extra``. The JSON it writes always has
+``phases.historical|incremental1|incremental2.{seconds,rows}``, ``audit.{ok,fail,checks}``,
+``tpc_di_rps`` and ``peak_mem_mb``.
 """
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpcdi.audit.checks import AuditResult
+    from tpcdi.audit.metric import Metric
+    from tpcdi.audit.report import RunFigures
 
 #: The phases of a run (clause 7.2), in order.
 PHASES = ("initialization", "historical", "incremental1", "incremental2", "audit")
@@ -68,38 +76,54 @@ class RunRecord:
     peak_mem_mb: float = 0.0
     #: rows per DW table per target after the run
     table_rows: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: the audit result (``tpcdi.audit.checks.AuditResult``) or None when it did not run
-    audit: Any = None
-    tpc_di_rps: float | None = None
-    #: DIGen's source row counts per batch (RH, RI1, RI2) when known
+    #: the audit result per target (``tpcdi.audit.checks.AuditResult``); empty when it did not run
+    audits: dict[str, AuditResult] = field(default_factory=dict)
+    metric: Metric | None = None
+    #: the source rows per batch (RH, RI1, RI2 of clause 7.5)
     batch_rows: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def phase(self, name: str) -> PhaseRecord:
-        return self.phases[name]
+    @property
+    def audit(self) -> AuditResult | None:
+        """The first target's audit result."""
+        return next(iter(self.audits.values()), None)
 
-    def audit_json(self) -> dict[str, Any]:
-        audit = self.audit
-        if audit is None:
-            return {"ok": 0, "fail": 0, "checks": [], "ran": False}
-        checks = [
-            {"name": c.name, "ok": bool(c.ok), "detail": getattr(c, "detail", "")}
-            for c in getattr(audit, "checks", [])
-        ]
-        return {"ok": int(audit.ok), "fail": int(audit.fail), "checks": checks, "ran": True}
+    @property
+    def tpc_di_rps(self) -> int | None:
+        return None if self.metric is None else self.metric.tpc_di_rps
 
-    def as_json(self) -> dict[str, Any]:
-        """The machine-readable result (see the module docstring)."""
+    def figures(self) -> RunFigures:
+        """The report writer's view of this run (see the module docstring)."""
+        from tpcdi.audit.report import PhaseFigures, RunFigures
+
+        phases = {
+            name: PhaseFigures(p.seconds, p.rows, p.freshness_s)
+            for name, p in self.phases.items()
+            if name in ("historical", "incremental1", "incremental2")
+        }
+        return RunFigures(
+            phases=phases,
+            peak_mem_mb=self.peak_mem_mb,
+            sf=self.sf,
+            target="+".join(self.targets),
+            metric=self.metric,
+            audit=self.audit,
+            extra={"run": self.details()},
+        )
+
+    def details(self) -> dict[str, Any]:
+        """What the report's own fields do not hold: every phase with its steps and DW rows,
+        the audits of every target, the table counts, the notes."""
         return {
             "data_dir": self.data_dir,
-            "sf": self.sf,
             "targets": self.targets,
             "executor": self.executor,
             "spark_master": self.spark_master,
             "phases": {name: p.as_json() for name, p in self.phases.items()},
-            "audit": self.audit_json(),
-            "tpc_di_rps": self.tpc_di_rps,
-            "peak_mem_mb": round(self.peak_mem_mb, 1),
+            "audits": {
+                t: {"ok": a.ok, "fail": a.fail, "failed": [c.name for c in a.failed()]}
+                for t, a in self.audits.items()
+            },
             "table_rows": self.table_rows,
             "batch_rows": {str(k): v for k, v in self.batch_rows.items()},
             "notes": self.notes,

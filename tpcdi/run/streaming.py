@@ -35,7 +35,7 @@ from streamdi.settings import StreamdiSettings
 from tpcdi.incremental import build_flow
 from tpcdi.incremental.changes import CHANGE_COLUMNS
 from tpcdi.incremental.reference import Reference
-from tpcdi.run.job import RunOptions, prepare_data
+from tpcdi.run.job import RunOptions, configure_spark_master, prepare_data
 from tpcdi.run.settings import run_settings
 from tpcdi.run.updates import UpdateStream
 from tpcdi.warehouse.warehouse import Warehouse
@@ -133,7 +133,7 @@ def stream_events(inputs: dict[str, pa.Table]) -> pa.Table:
                     columns.append(f"CAST({line} AS BIGINT) AS line")
                 else:
                     expr = values.get(column, "NULL")
-                    columns.append(f"CAST({expr} AS {_DUCK_TYPES[column_type]}) AS \"{column}\"")
+                    columns.append(f'CAST({expr} AS {_DUCK_TYPES[column_type]}) AS "{column}"')
             columns.append(f"epoch_us({ts}) AS _ts")
             return ", ".join(columns)
 
@@ -283,6 +283,7 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
     workdir = options.workdir or base.streamdi.state_dir / "tpcdi-stream"
     settings = stream_settings(base, workdir)
     executor = options.executor or settings.engine.executor
+    configure_spark_master(settings, options.spark_master)
     data = prepare_data(
         RunOptions(sf=options.sf, data=options.data, seed=options.seed, progress=options.progress),
         base,
@@ -317,15 +318,17 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
         incremental = build_flow(reference).build()
         source = StreamSource(events, rate=options.rate)
         report.batch_events = settings.ingest.batch_events
-        with UpdateStream(
-            incremental,
-            settings,
-            warehouse,
-            executor=executor,
-            timeout_s=settings.tpcdi.update_timeout_s,
-        ) as updates:
-            with _CommitSampler(updates) as sampler:
-                offered = updates.offer(source)
+        with (
+            UpdateStream(
+                incremental,
+                settings,
+                warehouse,
+                executor=executor,
+                timeout_s=settings.tpcdi.update_timeout_s,
+            ) as updates,
+            _CommitSampler(updates) as sampler,
+        ):
+            offered = updates.offer(source)
     lat = latencies(source.offered, sampler.samples)
     report.events = offered.events
     report.trades = int(np.count_nonzero(np.asarray(events["kind"]) == "Trade"))

@@ -40,9 +40,13 @@ def test_phone_rule_in_sql_agrees() -> None:
             "C_LOCAL_1": [p[2] for p in rows],
             "C_EXT_1": [p[3] for p in rows],
         },
-        schema=pa.schema([(n, pa.string()) for n in ("C_CTRY_1", "C_AREA_1", "C_LOCAL_1", "C_EXT_1")]),
+        schema=pa.schema(
+            [(n, pa.string()) for n in ("C_CTRY_1", "C_AREA_1", "C_LOCAL_1", "C_EXT_1")]
+        ),
     )
-    got = duckdb.sql(f"SELECT {sql_dims.phone(1)} AS p FROM phones").fetchall()
+    con = duckdb.connect()
+    con.register("phones", phones)
+    got = con.sql(f"SELECT {sql_dims.phone(1)} AS p FROM phones").fetchall()
     assert [r[0] for r in got] == [p[4] for p in rows]
 
 
@@ -101,13 +105,17 @@ def test_matchkey_rule_in_both() -> None:
         }
     )
     arrow = rules.matchkey(t["f"], t["l"], t["a1"], t["a2"], t["p"]).to_pylist()
-    sql = duckdb.sql(f"SELECT {sql_dims.matchkey('f', 'l', 'a1', 'a2', 'p')} AS k FROM t").fetchall()
+    sql = duckdb.sql(
+        f"SELECT {sql_dims.matchkey('f', 'l', 'a1', 'a2', 'p')} AS k FROM t"
+    ).fetchall()
     assert arrow == ["ANNLEE1 MAIN ST12345", "BOBRAY2 ELMAPT 454321", None]
     assert [r[0] for r in sql] == arrow
 
 
 def test_surrogate_date_and_time_ids() -> None:
-    stamps = pa.array([datetime.datetime(2017, 7, 8, 9, 5, 7), datetime.datetime(1999, 12, 31, 23, 59, 59)])
+    stamps = pa.array(
+        [datetime.datetime(2017, 7, 8, 9, 5, 7), datetime.datetime(1999, 12, 31, 23, 59, 59)]
+    )
     assert rules.sk_dateid(stamps).to_pylist() == [20170708, 19991231]
     assert rules.sk_timeid(stamps).to_pylist() == [90507, 235959]
     days = pa.array([datetime.date(1950, 1, 1)], pa.date32())
