@@ -56,6 +56,15 @@ DAY_US = 86_400_000_000
 #: The 52-week window (clause 4.6.10.1: back to, not including, the same date one year earlier);
 #: exact for dates whose previous year has 365 days, as both incremental batch dates of DIGen.
 WINDOW_SPAN = 365 * DAY_US
+#: The DW table an incremental file feeds (the ``messagesource`` of its alerts, as in Batch1's).
+TABLE_OF_KIND: dict[str, str] = {
+    "Account": "DimAccount",
+    "Trade": "DimTrade",
+    "CashTransaction": "FactCashBalances",
+    "HoldingHistory": "FactHoldings",
+    "DailyMarket": "FactMarketHistory",
+    "WatchHistory": "FactWatches",
+}
 #: Sinks whose warehouse table has exactly the output columns (no engine columns).
 PLAIN_SINKS = ("factholdings", "factmarkethistory", "dimessages")
 
@@ -234,12 +243,7 @@ def build_flow(reference: Reference | None = None) -> Dataflow:
             data = pc.binary_join_element_wise(
                 _text(table.column("problem_data")), _where(FILE_OF[source], table), ""
             )
-            return _alerts(
-                table,
-                f"Dim{source}" if source != "DailyMarket" else source,
-                table.column("problem"),
-                data,
-            )
+            return _alerts(table, TABLE_OF_KIND[source], table.column("problem"), data)
 
         alerts.append(flow.map(f"{step}_alerts", to_alert, schema=ALERT_COLUMNS))
 
