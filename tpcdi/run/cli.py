@@ -56,7 +56,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if args.serve:
         from tpcdi.run.serve import serve
 
-        return serve(settings, options)
+        workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
+        return serve(settings, workdir, options.targets, executor=options.executor)
     failed = record.audit is not None and int(record.audit.fail) > 0
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -25,6 +25,7 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +146,20 @@ def _postgres_dsn(settings: StreamdiSettings) -> str:
     return embedded_postgres_dsn(settings.postgres_data_dir)
 
 
+def open_warehouse(
+    settings: StreamdiSettings, layout: WarehouseLayout, targets: Sequence[str]
+) -> Warehouse:
+    """The run's warehouse in ``targets`` (the DuckDB file under the work directory; PostgreSQL
+    at ``POSTGRES__DSN`` or the embedded server)."""
+    return Warehouse(
+        layout,
+        targets,  # type: ignore[arg-type]
+        duckdb_path=settings.warehouse_path if "duckdb" in targets else None,
+        postgres_dsn=_postgres_dsn(settings) if "postgres" in targets else None,
+        memory_limit=settings.tpcdi.duckdb_memory_limit,
+    )
+
+
 class _Phase:
     """Times one phase into the record and moves the progress bar."""
 
@@ -190,13 +205,7 @@ def run_tpcdi(
     bar = tqdm(total=5, desc="tpcdi run", unit="phase", file=out, disable=not options.progress)
     with ExitStack() as stack, MemorySampler() as memory:
         stack.callback(bar.close)
-        warehouse = Warehouse(
-            layout,
-            options.targets,
-            duckdb_path=settings.warehouse_path if "duckdb" in options.targets else None,
-            postgres_dsn=_postgres_dsn(settings) if "postgres" in options.targets else None,
-            memory_limit=settings.tpcdi.duckdb_memory_limit,
-        )
+        warehouse = open_warehouse(settings, layout, options.targets)
         stack.callback(warehouse.close)
         # 2. initialization
         phase = _Phase(record, "initialization", 0, bar)
