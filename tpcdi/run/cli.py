@@ -53,13 +53,18 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     )
     if args.json == "-":
         write_json(document, "-")
+    out = sys.stderr if args.json == "-" else sys.stdout
+    for target, result in list(record.audits.items())[1:]:
+        out.write(f"audit on {target}: {result.ok} OK, {result.fail} FAIL\n")
+        for check in result.failed():
+            out.write(f"  FAIL {check.name}: {check.detail}\n")
     if args.serve:
         from tpcdi.run.serve import serve
 
         workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
         return serve(settings, workdir, options.targets, executor=options.executor)
-    failed = record.audit is not None and int(record.audit.fail) > 0
-    return EXIT_FAILED if failed else EXIT_OK
+    passed = bool(record.audits) and all(a.passed for a in record.audits.values())
+    return EXIT_OK if passed else EXIT_FAILED
 
 
 def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:

@@ -1,4 +1,4 @@
-"""``streamdi tpcdi run`` end to end on a tiny generated data set, DuckDB target.
+"""``streamdi tpcdi run`` end to end on a tiny generated data set, into DuckDB and PostgreSQL.
 
 One real run (a child process: the generator, the historical load on Spark local mode, both
 incremental updates through the embedded broker, the engine, staging and migration, the audit)
@@ -27,7 +27,7 @@ import pytest
 
 from tests.integration.conftest import REPO
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
 
 SF = 0.05
 SCHEMA = "tpcdi"
@@ -82,7 +82,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("tpcdi-run")
     log = root / "run.log"
     code = run_cli(
-        ["tpcdi", "run", "--sf", str(SF), "--workdir", str(root / "work"),
+        ["tpcdi", "run", "--sf", str(SF), "--target", "both", "--workdir", str(root / "work"),
          "--json", str(root / "run.json"), "--png", str(root / "run.png"), "--no-progress"],
         root / "state",
         root / "cache",
@@ -98,6 +98,7 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     failed = [c for c in audit["checks"] if not c["ok"]]
     assert failed == [], failed
     assert audit["fail"] == 0 and audit["ok"] == len(audit["checks"]) >= 180
+    assert report["run"]["audits"]["postgres"] == {"ok": audit["ok"], "fail": 0, "failed": []}
     assert run.code == 0, run.log.read_text()[-4000:]
     for name in ("historical", "incremental1", "incremental2"):
         phase = report["phases"][name]
@@ -107,6 +108,13 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
     assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
     assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_both_warehouses_hold_the_same_tables(run: Run) -> None:
+    counts = run.report["run"]["table_rows"]
+    assert set(counts) == {"duckdb", "postgres"}
+    assert counts["duckdb"]["dimtrade"] > 0
+    assert counts["postgres"] == counts["duckdb"]
 
 
 #: SCD type 2 tables: (table, natural key, surrogate key).
