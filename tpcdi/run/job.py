@@ -116,6 +116,21 @@ def configure_spark_master(settings: StreamdiSettings, master: str | None) -> No
     configure_spark(config_from_settings(settings, master))
 
 
+def scale_factor_of(root: Path) -> float | None:
+    """The scale factor a data set was generated at, from its ``Generator_audit.csv`` (DIGen and
+    our generator write ``SF`` as the scale factor times 1000); None when it does not say."""
+    import csv
+
+    try:
+        with (root / "Generator_audit.csv").open(newline="") as handle:
+            for row in csv.reader(handle):
+                if len(row) >= 6 and row[3].strip() == "SF" and row[5].strip():
+                    return float(row[5]) / 1000
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def check_data(root: Path) -> None:
     """Fail at start, listing every file a run needs that ``root`` lacks."""
     from tpcdi.historical.inputs import missing_batch1_files
@@ -196,7 +211,7 @@ def run_tpcdi(
     record = RunRecord(
         data_dir=str(data),
         targets=list(options.targets),
-        sf=options.sf,
+        sf=options.sf if options.sf is not None else scale_factor_of(data),
         executor=executor,
         spark_master=options.spark_master or settings.spark.master,
     )
