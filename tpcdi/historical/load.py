@@ -633,13 +633,10 @@ def seed_state(
     last_cash = pa.table(
         {"accountid": cash["accountid"], "sk_dateid": cash["sk_dateid"], "cash": cash["cash"]}
     ).sort_by([("accountid", "ascending"), ("sk_dateid", "descending")])
-    first = pc.not_equal(
-        last_cash["accountid"],
-        pa.concat_arrays(
-            [pa.array([None], pa.int64()), last_cash["accountid"].combine_chunks()[:-1]]
-        ),
-    )
-    first = pc.fill_null(first, True)
+    accounts = last_cash["accountid"].combine_chunks()
+    previous = pa.concat_arrays([pa.array([None], pa.int64()), accounts[:-1]])
+    # the newest row of each account (the first of its run); none at all without cash rows
+    first = pc.fill_null(pc.not_equal(accounts, previous[: len(accounts)]), True)
     put("aux_cash", last_cash.filter(first).select(["accountid", "cash"]))
     customers = current("dimcustomer").filter(pc.is_valid(current("dimcustomer")["matchkey"]))
     matches = customers.group_by("matchkey").aggregate([("customerid", "max"), ("status", "list")])
