@@ -303,3 +303,20 @@ def test_incremental_accounts_hold_their_last_record(run: Run) -> None:
     total, missing, wrong = rows
     assert total > 0
     assert (missing, wrong) == (0, 0)
+
+
+@pytest.mark.slow
+def test_the_run_on_the_spark_executor_passes_the_audit(tmp_path: Path) -> None:
+    """The incremental updates on ``--executor spark`` (the same Spark session as the load)."""
+    log = tmp_path / "run.log"
+    code = run_cli(
+        ["tpcdi", "run", "--sf", "0.02", "--executor", "spark", "--workdir", str(tmp_path / "w"),
+         "--json", str(tmp_path / "run.json"), "--no-progress"],
+        tmp_path / "state",
+        tmp_path / "cache",
+        log,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["run"]["executor"] == "spark"
+    assert [c["name"] for c in report["audit"]["checks"] if not c["ok"]] == []
+    assert code == 0, log.read_text()[-3000:]
