@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,17 @@ from streamdi.settings import StreamdiSettings
 _TARGETS = {"duckdb": ("duckdb",), "postgres": ("postgres",), "both": ("duckdb", "postgres")}
 
 
+def _quiet_clients(args: argparse.Namespace) -> None:
+    """kafka-python and py4j log every connection at INFO; the run's own lines say enough."""
+    if not getattr(args, "verbose", False):
+        for name in ("kafka", "py4j"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.run import phases
+
+    _quiet_clients(args)
     from tpcdi.run.job import RunOptions, run_tpcdi
 
     if args.sf is not None and args.data is not None:
@@ -69,6 +79,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
 
 def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.run.streaming import StreamOptions, stream_tpcdi
+
+    _quiet_clients(args)
 
     options = StreamOptions(
         sf=args.sf,
