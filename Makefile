@@ -30,8 +30,11 @@ install: $(VENV)/.installed ## install streamdi and its runtime dependencies int
 
 install-dev: $(VENV)/.installed-dev ## install streamdi with the development tools
 
-run: install ## install everything and run the main job (the engine demo until the TPC-DI job lands)
-	$(BIN)/streamdi demo
+# The TPC-DI run on a data set generated at SF (DIGen's volumes at 3); `make run SF=0.1` for a
+# quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
+SF ?= 3
+run: install ## install everything and run the main job: the TPC-DI run (make run SF=3)
+	$(BIN)/streamdi tpcdi run --sf $(SF) --json reports/tpcdi-run.json --png reports/tpcdi-run.png
 
 test: install-dev ## install everything; run ruff, mypy and the tests (not the slow ones)
 	$(BIN)/ruff check .

@@ -339,13 +339,17 @@ class Migrator:
         for name, result in report.targets.items():
             if result.loads or result.merge:
                 logger.info(
-                    "migrated via=%s target=%s batches=%s..%s rows=%s merge_rows=%s",
+                    "migrated via=%s target=%s batches=%s..%s rows=%s merge_rows=%s "
+                    "load_ms=%.0f merge_ms=%.0f round_s=%.3f",
                     via,
                     name,
                     result.start + 1,
                     result.watermark,
                     result.rows,
                     result.merge.rows if result.merge else 0,
+                    result.load_ms,
+                    result.merge.ms if result.merge else 0.0,
+                    report.seconds,
                 )
         return report
 

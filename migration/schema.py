@@ -15,6 +15,11 @@ dataflow's name):
 ``streamdi_migration.streams``  the dataflow's layout fingerprint (a schema serves one layout)
 ==============================  ===================================================================
 
+A *plain* sink (:func:`declare_plain_sinks`) keeps only its output columns in ``S.<sink>`` — no
+``batch_id`` and no ``_ts``/``_pos``/``_src`` — for a warehouse table whose columns are fixed by
+someone else (TPC-DI's DImessages, which the official validation query fills with a positional
+``INSERT``); its delta table keeps every column.
+
 DDL is emitted from the metadata by each target's SQLAlchemy dialect (psycopg2 for PostgreSQL,
 duckdb-engine for DuckDB). Integer primary keys carry ``autoincrement=False``: streamdi assigns
 every key itself, and duckdb-engine would otherwise emit SERIAL types DuckDB lacks.
@@ -22,6 +27,8 @@ every key itself, and duckdb-engine would otherwise emit SERIAL types DuckDB lac
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,10 +37,26 @@ import sqlalchemy as sa
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.types import ColumnType
 from migration.exceptions import WarehouseLayoutError
-from staging.layout import fingerprint, output_columns, q
+from staging.layout import fingerprint, output_columns, q, sink_columns
 
 LEDGER_SCHEMA = "streamdi_migration"
 Kind = Literal["state", "output"]
+
+_PLAIN_SINKS: dict[str, frozenset[str]] = {}
+
+
+def declare_plain_sinks(flow_name: str, sinks: Iterable[str]) -> None:
+    """Declare that the warehouse tables of ``sinks`` of dataflow ``flow_name`` hold only the
+    sinks' output columns (see the module docstring). The module that defines the dataflow
+    declares it when imported, so every layout of the dataflow (the pipeline's migration worker,
+    ``streamdi migrate``) agrees; a target created with another layout fails its fingerprint
+    check."""
+    _PLAIN_SINKS[flow_name] = frozenset(sinks)
+
+
+def plain_sinks(flow_name: str) -> frozenset[str]:
+    """The sinks declared plain for ``flow_name`` (none by default)."""
+    return _PLAIN_SINKS.get(flow_name, frozenset())
 
 
 def sql_type(kind: ColumnType | None) -> sa.types.TypeEngine[Any]:
@@ -60,17 +83,35 @@ class WarehouseTable:
     row_id: tuple[str, ...]
     """Primary key of the full table (empty for sinks)."""
     history: bool = False
+    delta_columns: tuple[str, ...] = ()
+    """The columns of the delta table after ``batch_id`` and ``op`` (state tables) or of the whole
+    delta table (sinks: ``batch_id`` first); equal to ``columns`` but for a plain sink."""
 
 
 class WarehouseLayout:
     """See the module docstring. ``tables`` lists state tables first, then sinks."""
 
-    def __init__(self, flow: CompiledDataflow, schema: str | None = None) -> None:
+    def __init__(
+        self,
+        flow: CompiledDataflow,
+        schema: str | None = None,
+        *,
+        plain: Iterable[str] | None = None,
+    ) -> None:
         self.flow = flow
         self.stream = flow.name
         self.schema = schema or _identifier(flow.name)
         self.delta_schema = f"{self.schema}_delta"
+        self.plain = frozenset(plain) if plain is not None else plain_sinks(flow.name)
+        unknown = sorted(self.plain - set(flow.sinks))
+        if unknown:
+            raise WarehouseLayoutError(
+                f"plain sinks {unknown} are not sinks of dataflow {flow.name!r}"
+            )
         self.fingerprint = fingerprint(flow)
+        if self.plain:
+            digest = hashlib.sha256(",".join(sorted(self.plain)).encode()).hexdigest()[:8]
+            self.fingerprint = f"{self.fingerprint}-plain-{digest}"
         self.metadata = sa.MetaData()
         self.tables: dict[str, WarehouseTable] = {}
         self.full: dict[str, sa.Table] = {}
@@ -85,7 +126,12 @@ class WarehouseLayout:
             image = table.image_columns()
             row_id = table.row_id()
             self.tables[name] = WarehouseTable(
-                name, "state", tuple(image), tuple(row_id), history=table.kind == "history"
+                name,
+                "state",
+                tuple(image),
+                tuple(row_id),
+                history=table.kind == "history",
+                delta_columns=tuple(image),
             )
             self.full[name] = _table(
                 name,
@@ -112,15 +158,34 @@ class WarehouseLayout:
             )
         for sink in flow.sinks:
             columns = output_columns(flow, sink)
-            self.tables[sink] = WarehouseTable(sink, "output", ("batch_id", *columns), ())
-            for target, schema in ((self.full, self.schema), (self.delta, self.delta_schema)):
-                target[sink] = _table(
+            every = ("batch_id", *columns)
+            if sink in self.plain:
+                kept = sink_columns(flow, sink)
+                self.tables[sink] = WarehouseTable(
+                    sink, "output", tuple(kept), (), delta_columns=every
+                )
+                self.full[sink] = _table(
+                    sink,
+                    self.metadata,
+                    *[_column(c, sql_type(t)) for c, t in kept.items()],
+                    schema=self.schema,
+                )
+            else:
+                self.tables[sink] = WarehouseTable(sink, "output", every, (), delta_columns=every)
+                self.full[sink] = _table(
                     sink,
                     self.metadata,
                     _column("batch_id", sa.BigInteger(), nullable=False),
                     *[_column(c, sql_type(t)) for c, t in columns.items()],
-                    schema=schema,
+                    schema=self.schema,
                 )
+            self.delta[sink] = _table(
+                sink,
+                self.metadata,
+                _column("batch_id", sa.BigInteger(), nullable=False),
+                *[_column(c, sql_type(t)) for c, t in columns.items()],
+                schema=self.delta_schema,
+            )
         self.ledger = _table(
             "ledger",
             self.metadata,
@@ -178,9 +243,10 @@ class WarehouseLayout:
         overlaid with the newest unmerged delta of each row id (the two-space read)."""
         table = self.tables[name]
         if table.kind != "state":
+            listed = ", ".join(q(c) for c in table.columns)
             return (
-                f"SELECT * FROM {self.full_name(name)} UNION ALL "
-                f"SELECT * FROM {self.delta_name(name)}"
+                f"SELECT {listed} FROM {self.full_name(name)} UNION ALL "
+                f"SELECT {listed} FROM {self.delta_name(name)}"
             )
         cols = ", ".join(q(c) for c in table.columns)
         ids = ", ".join(q(c) for c in table.row_id)
@@ -194,6 +260,21 @@ class WarehouseLayout:
             f"(SELECT 1 FROM {self.delta_name(name)} d WHERE {match}) "
             f"UNION ALL SELECT {cols} FROM ({newest}) n WHERE _rn = 1 AND op = 'upsert'"
         )
+
+
+def create_statements(
+    metadata: sa.MetaData, dialect: sa.engine.Dialect, schemas: Iterable[str]
+) -> list[str]:
+    """``CREATE SCHEMA``/``CREATE TABLE ... IF NOT EXISTS`` statements for ``metadata``, compiled
+    by ``dialect`` without a connection (a DuckDB file is then created through the one plain
+    connection its process holds: DuckDB refuses a second connection to a file with another
+    configuration, which duckdb-engine's own connections have)."""
+    from sqlalchemy.schema import CreateTable
+
+    statements = [f"CREATE SCHEMA IF NOT EXISTS {q(schema)}" for schema in schemas]
+    for table in metadata.sorted_tables:
+        statements.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
+    return statements
 
 
 def _column(name: str, *args: Any, **kwargs: Any) -> sa.Column[Any]:

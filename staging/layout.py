@@ -91,6 +91,11 @@ def output_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | 
     return columns
 
 
+def sink_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
+    """The data columns a sink delivers (its output columns without the meta columns)."""
+    return {n: t for n, t in output_columns(flow, sink).items() if n not in META_COLUMNS}
+
+
 def fingerprint(flow: CompiledDataflow) -> str:
     """A digest of everything the file's layout depends on (tables, sources, sinks)."""
     shape = {

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -261,6 +262,74 @@ class StagingStore:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection to the same database (its own transactions), for snapshot readers."""
         return self._con.cursor()
+
+    # -- seeding -----------------------------------------------------------------------------------
+
+    def seed(self, image: StateImage) -> None:
+        """Load the engine's starting state in bulk into a store nothing was committed to, e.g. the
+        state a historical load leaves (the warehouse already holds those rows, so they are not
+        changes to migrate and do not enter the delta log).
+
+        The protocol, in this order:
+
+        1. Refuse unless the watermark is 0 and every state table is empty
+           (:class:`~staging.exceptions.StagingCommitFailed`).
+        2. Check every image against its table's image schema (casting, names in order).
+        3. BEGIN.
+        4. Append each table's rows (one Arrow insert per table).
+        5. Replace the sequences with the image's.
+        6. COMMIT: the state appears whole, or not at all.
+        """
+        if self.read_only:
+            raise StagingCommitFailed([0], "the store is read-only")
+        # 1.
+        if self._watermark != 0:
+            raise StagingCommitFailed(
+                [0], f"cannot seed: batches up to {self._watermark} are already committed"
+            )
+        for name in self.flow.tables:
+            if self._scalar(f"SELECT count(*) FROM {qualified(STATE, name)}"):
+                raise StagingCommitFailed([0], f"cannot seed: state table {name!r} is not empty")
+        unknown = sorted(set(image.tables) - set(self.flow.tables))
+        if unknown:
+            raise StagingCommitFailed([0], f"cannot seed unknown state tables {unknown}")
+        # 2.
+        rows = {
+            name: data.select(image_schema(self.flow.tables[name]).names).cast(
+                image_schema(self.flow.tables[name])
+            )
+            for name, data in image.tables.items()
+        }
+        con = self._con
+        with self.write_lock:
+            try:
+                # 3.
+                con.execute("BEGIN TRANSACTION")
+                # 4.
+                for name, data in rows.items():
+                    if data.num_rows == 0:
+                        continue
+                    view = f"_seed_{name}"
+                    con.register(view, data)
+                    try:
+                        con.execute(f"INSERT INTO {qualified(STATE, name)} SELECT * FROM {view}")
+                    finally:
+                        con.unregister(view)
+                # 5.
+                con.execute(f"DELETE FROM {_sys('sequences')}")
+                for name, value in sorted(image.sequences.items()):
+                    con.execute(f"INSERT INTO {_sys('sequences')} VALUES (?, ?)", [name, value])
+                # 6.
+                con.execute("COMMIT")
+            except Exception as exc:
+                with suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise StagingCommitFailed([0], f"seeding failed: {exc}") from exc
+        logger.info(
+            "seeded staging tables=%s rows=%s",
+            len(rows),
+            sum(t.num_rows for t in rows.values()),
+        )
 
     # -- writing -----------------------------------------------------------------------------------
 

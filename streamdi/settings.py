@@ -413,6 +413,16 @@ class TpcdiSettings(BaseModel):
         default=Path(tempfile.gettempdir()) / "streamdi-tpcdi",
         description="Where an archived data set is unpacked, once.",
     )
+    duckdb_memory_limit: str = Field(
+        default="2GB",
+        description="DuckDB memory_limit of the TPC-DI run's warehouse (and its in-memory "
+        "dimension step); DuckDB's default is 80% of RAM.",
+    )
+    update_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Longest wait for an incremental update to reach every warehouse.",
+    )
 
 
 class StreamdiSettings(BaseSettings):

@@ -90,6 +90,10 @@ def register(commands: Commands) -> None:
     check.add_argument("directory", help="the staging area (holding Batch1..Batch3)")
     check.add_argument("--show", type=int, default=10, help="examples to print per kind")
     check.set_defaults(handler=_check)
+    from tpcdi.run.cli import register as register_run
+
+    register_run(sub)
+
     from tpcdi.audit.cli import register_audit
 
     register_audit(sub)

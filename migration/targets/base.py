@@ -280,7 +280,11 @@ class BaseTarget(ABC):
                 first = True
                 for table in layout.tables.values():
                     # 2. / 3.
+                    step = time.perf_counter()
                     rows += self._merge_table(table.name)
+                    logger.debug(
+                        "merged table=%s ms=%.1f", table.name, (time.perf_counter() - step) * 1000
+                    )
                     if first and hook is not None:
                         hook("merge")
                     first = False
@@ -334,17 +338,25 @@ class BaseTarget(ABC):
         deleted = self._execute(
             f"DELETE FROM {full} AS f USING ({newest} AND op = 'delete') d WHERE {match}"
         )
-        values = [q(c) for c in table.columns if c not in table.row_id]
+        upserted = self._upsert(full, f"({newest} AND op = 'upsert')", table.columns, table.row_id)
+        return deleted + upserted
+
+    def _upsert(
+        self, full: str, rows: str, columns: tuple[str, ...], row_id: tuple[str, ...]
+    ) -> int:
+        """Insert ``rows`` (a subquery) into ``full``, replacing the rows with the same row id;
+        the number of rows written. ``INSERT ... ON CONFLICT DO UPDATE`` by default."""
+        cols = ", ".join(q(c) for c in columns)
+        ids = ", ".join(q(c) for c in row_id)
+        values = [q(c) for c in columns if c not in row_id]
         action = (
             "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in values)
             if values
             else "DO NOTHING"
         )
-        upserted = self._execute(
-            f"INSERT INTO {full} ({cols}) SELECT {cols} FROM ({newest} AND op = 'upsert') u "
-            f"ON CONFLICT ({', '.join(ids)}) {action}"
+        return self._execute(
+            f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u ON CONFLICT ({ids}) {action}"
         )
-        return deleted + upserted
 
     def _empty_deltas(self) -> None:
         for name in self.layout.tables:

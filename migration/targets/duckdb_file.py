@@ -1,7 +1,9 @@
 """A DuckDB warehouse file as a migration target: rows moved as Arrow tables.
 
-SQLAlchemy (the duckdb-engine dialect) emits the DDL from the layout's metadata and is then
-released; the rows travel through a plain DuckDB connection: each Arrow table is registered as a
+SQLAlchemy (the duckdb-engine dialect) compiles the DDL from the layout's metadata; it runs, and
+the rows travel, through one plain DuckDB connection (a duckdb-engine connection would carry
+another configuration, which DuckDB refuses while another connection of the process holds the
+file): each Arrow table is registered as a
 view and appended with one ``INSERT ... SELECT`` (DuckDB reads Arrow without copying it row by
 row). The file has one writing process, so the stream lock is a lock of this process.
 
@@ -21,10 +23,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
 from migration.exceptions import TargetUnavailable
-from migration.schema import WarehouseLayout
+from migration.schema import WarehouseLayout, create_statements
 from migration.targets.base import BaseTarget, Hook
 from staging.layout import q
 
@@ -43,16 +44,21 @@ class DuckDBTarget(BaseTarget):
         self._view = 0
 
     def _connect(self) -> None:
+        from duckdb_engine import Dialect
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(f"duckdb:///{self.path}", poolclass=NullPool)
+        con = duckdb.connect(str(self.path))
         try:
-            with engine.begin() as conn:
-                for schema in self.layout.schemas:
-                    conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}"))
-                self.layout.metadata.create_all(conn, checkfirst=True)
-        finally:
-            engine.dispose()
-        self._con = duckdb.connect(str(self.path))
+            con.execute("BEGIN TRANSACTION")
+            for statement in create_statements(
+                self.layout.metadata, Dialect(), self.layout.schemas
+            ):
+                con.execute(statement)
+            con.execute("COMMIT")
+        except BaseException:
+            con.close()
+            raise
+        self._con = con
         # Loads append to index-free delta tables; checkpointing belongs to the merges (which
         # rewrite the full tables anyway), not to whichever load crosses DuckDB's 16 MB default.
         self._con.execute("SET checkpoint_threshold = '256MB'")
@@ -130,6 +136,18 @@ class DuckDBTarget(BaseTarget):
                 con.execute(f"INSERT INTO {qualified} ({cols}) SELECT {cols} FROM {view}")
             finally:
                 con.unregister(view)
+
+    def _upsert(
+        self, full: str, rows: str, columns: tuple[str, ...], row_id: tuple[str, ...]
+    ) -> int:
+        """Delete the rows being replaced, then insert: DuckDB's ``ON CONFLICT DO UPDATE`` that
+        sets every column of a wide table is pathologically slow (measured on TPC-DI's Prospect,
+        15 k rows of 28 columns: 20 s against 0.1 s for the delete and insert), and the two
+        statements run in the merge's transaction, so the result is the same."""
+        cols = ", ".join(q(c) for c in columns)
+        match = " AND ".join(f"f.{q(c)} = u.{q(c)}" for c in row_id)
+        self._execute(f"DELETE FROM {full} AS f USING {rows} u WHERE {match}")
+        return self._execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u")
 
     def _after_merge(self) -> None:
         """Checkpoint after a merge (loads leave it to the merges, see ``_connect``); skipped

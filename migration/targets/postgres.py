@@ -56,7 +56,13 @@ class _HookedReader(io.RawIOBase):
 
 
 def csv_bytes(rows: pa.Table) -> bytes:
-    """``rows`` as headerless CSV in the form PostgreSQL's COPY reads."""
+    """``rows`` as headerless CSV in the form PostgreSQL's COPY reads.
+
+    Empty record batches are dropped first (no copy): pyarrow 26's CSV writer turns a table that
+    starts with zero-length chunks into garbage (NUL bytes, then unrelated memory), which
+    PostgreSQL rejects as ``invalid byte sequence for encoding "UTF8": 0x00``."""
+    batches = [b for b in rows.to_batches() if b.num_rows]
+    rows = pa.Table.from_batches(batches, schema=rows.schema)
     sink = pa.BufferOutputStream()
     pacsv.write_csv(rows, sink, _CSV)
     data: bytes = sink.getvalue().to_pybytes()

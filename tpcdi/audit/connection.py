@@ -256,6 +256,8 @@ class WarehouseConnection:
         import pyarrow.csv as pacsv
 
         buffer = io.BytesIO()
+        # without empty chunks: pyarrow 26's CSV writer corrupts a table that starts with one
+        data = pa.Table.from_batches([b for b in data.to_batches() if b.num_rows], data.schema)
         pacsv.write_csv(data, buffer, write_options=pacsv.WriteOptions(include_header=False))
         buffer.seek(0)
         sql = f"COPY {target} FROM STDIN WITH (FORMAT csv)"

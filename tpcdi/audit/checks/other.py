@@ -212,9 +212,13 @@ CHECKS: tuple[Check, ...] = (
         "Financial EPS",
         "4.5.14.2",
         "SELECT count(*) FROM {financial} WHERE "
-        "abs(round(fi_net_earn / nullif(fi_out_basic, 0), 2) - fi_basic_eps) > 0.4 "
-        "OR abs(round(fi_net_earn / nullif(fi_out_dilut, 0), 2) - fi_dilut_eps) > 0.4 "
-        "OR abs(round(fi_net_earn / nullif(fi_revenue, 0), 2) - fi_margin) > 0.4",
+        # NUMERIC: PostgreSQL has no round(double precision, integer)
+        "abs(round(CAST(fi_net_earn / nullif(fi_out_basic, 0) AS NUMERIC(38, 6)), 2) "
+        "- fi_basic_eps) > 0.4 "
+        "OR abs(round(CAST(fi_net_earn / nullif(fi_out_dilut, 0) AS NUMERIC(38, 6)), 2) "
+        "- fi_dilut_eps) > 0.4 "
+        "OR abs(round(CAST(fi_net_earn / nullif(fi_revenue, 0) AS NUMERIC(38, 6)), 2) "
+        "- fi_margin) > 0.4",
         "rows whose EPS, diluted EPS or margin disagree with earnings (by more than 0.4)",
     ),
     violations(

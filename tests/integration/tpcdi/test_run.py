@@ -1,0 +1,322 @@
+"""``streamdi tpcdi run`` end to end on a tiny generated data set, into DuckDB and PostgreSQL.
+
+One real run (a child process: the generator, the historical load on Spark local mode, both
+incremental updates through the embedded broker, the engine, staging and migration, the audit)
+and then the warehouse it left is checked directly:
+
+* the run's report: every audit check OK, the JSON keys the issue names, the chart;
+* the DW invariants of clause 4.4.1 (one current version per key, versions that neither overlap
+  nor leave gaps, no same-day versions, unique surrogate keys) and every fact key resolving;
+* the incremental updates against an independent oracle: the same rules computed straight from
+  the Batch2/Batch3 files with DuckDB SQL (running cash balances, the trades' final state and
+  batch, the accounts' current versions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tests.integration.conftest import REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
+
+SF = 0.05
+SCHEMA = "tpcdi"
+
+
+def run_cli(args: list[str], state: Path, cache: Path, log: Path, timeout: float = 600) -> int:
+    """``streamdi`` as a child process with its state and the data cache under the test's
+    directories; returns the exit code (the output goes to ``log``)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KAFKA__", "STAGING__", "MIGRATION__", "STREAMDI__", "TPCDI__"))
+    }
+    env.update(
+        STREAMDI__STATE_DIR=str(state),
+        STREAMDI__LOG_LEVEL="WARNING",
+        TPCDI__CACHE_DIR=str(cache),
+        PYTHONPATH=str(REPO),
+    )
+    with log.open("wb") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "streamdi.cli", *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        ).returncode
+
+
+class Run:
+    """What one run left: its JSON report, chart, warehouse file and data set."""
+
+    def __init__(self, root: Path, code: int, log: Path) -> None:
+        self.root = root
+        self.code = code
+        self.log = log
+        self.report: dict[str, Any] = json.loads((root / "run.json").read_text())
+        self.chart = root / "run.png"
+        self.warehouse = root / "work" / "warehouse.duckdb"
+        self.data = Path(self.report["run"]["data_dir"])
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(str(self.warehouse), read_only=True)
+        con.execute(f"SET search_path = '{SCHEMA}'")
+        return con
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("tpcdi-run")
+    log = root / "run.log"
+    code = run_cli(
+        ["tpcdi", "run", "--sf", str(SF), "--target", "both", "--workdir", str(root / "work"),
+         "--json", str(root / "run.json"), "--png", str(root / "run.png"), "--no-progress"],
+        root / "state",
+        root / "cache",
+        log,
+    )  # fmt: skip
+    assert (root / "run.json").exists(), log.read_text()[-4000:]
+    yield Run(root, code, log)
+
+
+def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> None:
+    report = run.report
+    audit = report["audit"]
+    failed = [c for c in audit["checks"] if not c["ok"]]
+    assert failed == [], failed
+    assert audit["fail"] == 0 and audit["ok"] == len(audit["checks"]) >= 180
+    assert report["run"]["audits"]["postgres"] == {"ok": audit["ok"], "fail": 0, "failed": []}
+    assert run.code == 0, run.log.read_text()[-4000:]
+    for name in ("historical", "incremental1", "incremental2"):
+        phase = report["phases"][name]
+        assert phase["seconds"] > 0 and phase["rows"] > 0, (name, phase)
+    for name in ("incremental1", "incremental2"):
+        assert 0 < report["phases"][name]["freshness_s"] < report["phases"][name]["seconds"] + 1
+    assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
+    assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
+    assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_both_warehouses_hold_the_same_tables(run: Run) -> None:
+    counts = run.report["run"]["table_rows"]
+    assert set(counts) == {"duckdb", "postgres"}
+    assert counts["duckdb"]["dimtrade"] > 0
+    assert counts["postgres"] == counts["duckdb"]
+
+
+#: SCD type 2 tables: (table, natural key, surrogate key).
+HISTORY = (
+    ("dimcustomer", "customerid", "sk_customerid"),
+    ("dimaccount", "accountid", "sk_accountid"),
+    ("dimsecurity", "symbol", "sk_securityid"),
+    ("dimcompany", "companyid", "sk_companyid"),
+    ("dimbroker", "brokerid", "sk_brokerid"),
+)
+
+
+@pytest.mark.parametrize(("table", "key", "surrogate"), HISTORY)
+def test_history_tables_keep_the_scd2_invariants(
+    run: Run, table: str, key: str, surrogate: str
+) -> None:
+    con = run.connect()
+    rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert rows is not None and rows[0] > 0
+    checks = {
+        "keys without exactly one current version": f"""
+            SELECT count(*) FROM (SELECT {key} FROM {table} GROUP BY {key}
+            HAVING count(*) FILTER (WHERE iscurrent) <> 1)""",
+        "current versions not open-ended": f"""
+            SELECT count(*) FROM {table}
+            WHERE iscurrent <> (enddate = DATE '9999-12-31')""",
+        "same-day or reversed versions": f"""
+            SELECT count(*) FROM {table} WHERE effectivedate >= enddate""",
+        "versions that overlap or leave a gap": f"""
+            SELECT count(*) FROM (SELECT enddate, lead(effectivedate) OVER
+              (PARTITION BY {key} ORDER BY effectivedate) AS next FROM {table})
+            WHERE next IS NOT NULL AND next <> enddate""",
+        "repeated surrogate keys": f"""
+            SELECT count(*) - count(DISTINCT {surrogate}) FROM {table}""",
+    }
+    found = {name: con.execute(sql).fetchone()[0] for name, sql in checks.items()}  # type: ignore[index]
+    assert found == dict.fromkeys(checks, 0)
+
+
+#: (fact table, its key column, the dimension, the dimension's key column)
+FACT_KEYS = (
+    ("dimtrade", "sk_accountid", "dimaccount", "sk_accountid"),
+    ("dimtrade", "sk_securityid", "dimsecurity", "sk_securityid"),
+    ("dimtrade", "sk_customerid", "dimcustomer", "sk_customerid"),
+    ("dimtrade", "sk_companyid", "dimcompany", "sk_companyid"),
+    ("dimtrade", "sk_createdateid", "dimdate", "sk_dateid"),
+    ("factcashbalances", "sk_accountid", "dimaccount", "sk_accountid"),
+    ("factcashbalances", "sk_dateid", "dimdate", "sk_dateid"),
+    ("factholdings", "sk_accountid", "dimaccount", "sk_accountid"),
+    ("factholdings", "sk_securityid", "dimsecurity", "sk_securityid"),
+    ("factholdings", "currenttradeid", "dimtrade", "tradeid"),
+    ("factmarkethistory", "sk_securityid", "dimsecurity", "sk_securityid"),
+    ("factmarkethistory", "sk_dateid", "dimdate", "sk_dateid"),
+    ("factwatches", "sk_customerid", "dimcustomer", "sk_customerid"),
+    ("factwatches", "sk_securityid", "dimsecurity", "sk_securityid"),
+    ("dimaccount", "sk_customerid", "dimcustomer", "sk_customerid"),
+    ("dimaccount", "sk_brokerid", "dimbroker", "sk_brokerid"),
+    ("dimsecurity", "sk_companyid", "dimcompany", "sk_companyid"),
+)
+
+
+def test_every_fact_key_resolves(run: Run) -> None:
+    con = run.connect()
+    dangling = {}
+    for fact, column, dimension, key in FACT_KEYS:
+        total, missing = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM {dimension} d "
+            f"WHERE d.{key} = f.{column})) FROM {fact} f"
+        ).fetchone()  # type: ignore[misc]
+        assert total > 0, fact
+        dangling[f"{fact}.{column}"] = missing
+    assert dangling == dict.fromkeys(dangling, 0)
+
+
+def _batch_view(con: duckdb.DuckDBPyConnection, data: Path, name: str, columns: str) -> str:
+    """A view over ``name`` of Batch2 and Batch3 (pipe-delimited, no header) with a ``batch``
+    column; ``columns`` lists the file's columns."""
+    view = name.split(".")[0].lower() + "_inc"
+    names = [c.strip() for c in columns.split(",")]
+    spec = "{" + ", ".join(f"'{c}': 'VARCHAR'" for c in names) + "}"
+    parts = [
+        f"SELECT {b} AS batch, * FROM read_csv('{data / f'Batch{b}' / name}', delim='|', "
+        f"header=false, columns={spec}, quote='', escape='')"
+        for b in (2, 3)
+    ]
+    con.execute(f"CREATE TEMP VIEW {view} AS {' UNION ALL '.join(parts)}")
+    return view
+
+
+def test_incremental_cash_balances_equal_a_running_sum_of_the_files(run: Run) -> None:
+    """4.6.8: one row per account and batch date, its cash the previous balance plus the
+    batch's transactions; computed here from the files and the Batch1 balances."""
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{run.warehouse}' AS dw (READ_ONLY)")
+    cash = _batch_view(
+        con, run.data, "CashTransaction.txt", "cdc_flag, cdc_dsn, ca_id, dts, amt, name"
+    )
+    expected = con.execute(f"""
+        WITH per_batch AS (
+            SELECT batch, CAST(ca_id AS BIGINT) AS accountid, sum(CAST(amt AS DOUBLE)) AS amt
+            FROM {cash} GROUP BY ALL
+        ), before AS (
+            SELECT accountid, cash FROM (
+                SELECT accountid, cash, row_number() OVER
+                    (PARTITION BY accountid ORDER BY sk_dateid DESC) AS newest
+                FROM dw.{SCHEMA}.factcashbalances WHERE batchid = 1) WHERE newest = 1
+        )
+        SELECT p.batch, p.accountid, round(coalesce(b.cash, 0) + sum(p.amt) OVER
+            (PARTITION BY p.accountid ORDER BY p.batch), 2) AS cash
+        FROM per_batch p LEFT JOIN before b USING (accountid) ORDER BY 1, 2
+    """).fetchall()
+    got = con.execute(f"""
+        SELECT batchid, accountid, round(cash, 2) FROM dw.{SCHEMA}.factcashbalances
+        WHERE batchid > 1 ORDER BY 1, 2
+    """).fetchall()
+    assert len(expected) > 0
+    assert got == expected
+
+
+def test_incremental_trades_end_in_their_last_record(run: Run) -> None:
+    """4.6.7: a trade's row holds its last record's status, type and prices, carries the batch
+    of its last change, and is closed exactly when completed or canceled."""
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{run.warehouse}' AS dw (READ_ONLY)")
+    trade = _batch_view(
+        con,
+        run.data,
+        "Trade.txt",
+        "cdc_flag, cdc_dsn, t_id, t_dts, t_st_id, t_tt_id, t_is_cash, t_s_symb, t_qty, "
+        "t_bid_price, t_ca_id, t_exec_name, t_trade_price, t_chrg, t_comm, t_tax",
+    )
+    rows = con.execute(f"""
+        WITH last AS (
+            SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY t_id
+                ORDER BY batch DESC, CAST(cdc_dsn AS BIGINT) DESC) AS n FROM {trade}) WHERE n = 1
+        )
+        SELECT count(*),
+            count(*) FILTER (WHERE t.tradeid IS NULL),
+            count(*) FILTER (WHERE t.status <> st.st_name OR t.type <> tt.tt_name
+                OR t.batchid <> l.batch OR t.quantity <> CAST(l.t_qty AS BIGINT)
+                OR (t.sk_closedateid IS NOT NULL) <> (l.t_st_id IN ('CMPT', 'CNCL'))
+                OR t.sk_createdateid IS NULL)
+        FROM last l
+        LEFT JOIN dw.{SCHEMA}.dimtrade t ON t.tradeid = CAST(l.t_id AS BIGINT)
+        LEFT JOIN dw.{SCHEMA}.statustype st ON st.st_id = l.t_st_id
+        LEFT JOIN dw.{SCHEMA}.tradetype tt ON tt.tt_id = l.t_tt_id
+    """).fetchone()
+    assert rows is not None
+    total, missing, wrong = rows
+    assert total > 0
+    assert (missing, wrong) == (0, 0)
+
+
+def test_incremental_accounts_hold_their_last_record(run: Run) -> None:
+    """4.6.1: the current version of every account in Account.txt has its last record's fields,
+    the current broker and customer versions, and the batch of the change."""
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{run.warehouse}' AS dw (READ_ONLY)")
+    account = _batch_view(
+        con, run.data, "Account.txt", "cdc_flag, cdc_dsn, ca_id, ca_b_id, ca_c_id, ca_name, "
+        "ca_tax_st, ca_st_id"
+    )  # fmt: skip
+    rows = con.execute(f"""
+        WITH last AS (
+            SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY ca_id
+                ORDER BY batch DESC, CAST(cdc_dsn AS BIGINT) DESC) AS n FROM {account})
+            WHERE n = 1
+        )
+        SELECT count(*),
+            count(*) FILTER (WHERE a.accountid IS NULL),
+            count(*) FILTER (WHERE a.accountdesc IS DISTINCT FROM l.ca_name
+                OR a.taxstatus <> CAST(l.ca_tax_st AS BIGINT)
+                OR a.batchid < l.batch
+                OR b.brokerid <> CAST(l.ca_b_id AS BIGINT) OR NOT b.iscurrent
+                OR c.customerid <> CAST(l.ca_c_id AS BIGINT) OR NOT c.iscurrent
+                OR a.status <> CASE WHEN c.status = 'Inactive' THEN 'Inactive'
+                                    ELSE st.st_name END)
+        FROM last l
+        LEFT JOIN dw.{SCHEMA}.dimaccount a
+            ON a.accountid = CAST(l.ca_id AS BIGINT) AND a.iscurrent
+        LEFT JOIN dw.{SCHEMA}.dimbroker b ON b.sk_brokerid = a.sk_brokerid
+        LEFT JOIN dw.{SCHEMA}.dimcustomer c ON c.sk_customerid = a.sk_customerid
+        LEFT JOIN dw.{SCHEMA}.statustype st ON st.st_id = l.ca_st_id
+    """).fetchone()
+    assert rows is not None
+    total, missing, wrong = rows
+    assert total > 0
+    assert (missing, wrong) == (0, 0)
+
+
+@pytest.mark.slow
+def test_the_run_on_the_spark_executor_passes_the_audit(tmp_path: Path) -> None:
+    """The incremental updates on ``--executor spark`` (the same Spark session as the load)."""
+    log = tmp_path / "run.log"
+    code = run_cli(
+        ["tpcdi", "run", "--sf", "0.02", "--executor", "spark", "--workdir", str(tmp_path / "w"),
+         "--json", str(tmp_path / "run.json"), "--no-progress"],
+        tmp_path / "state",
+        tmp_path / "cache",
+        log,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["run"]["executor"] == "spark"
+    assert [c["name"] for c in report["audit"]["checks"] if not c["ok"]] == []
+    assert code == 0, log.read_text()[-3000:]

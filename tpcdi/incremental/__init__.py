@@ -1,0 +1,14 @@
+"""Incremental updates (TPC-DI clause 4.6) as a streamdi dataflow.
+
+* :mod:`tpcdi.incremental.changes`: an incremental batch directory as one ordered event stream;
+* :mod:`tpcdi.incremental.flow`: the dataflow whose state tables are the warehouse tables;
+* :mod:`tpcdi.incremental.reference`: the static lookups its stateless steps use;
+* :mod:`tpcdi.incremental.rules`: clause 4's column rules in Arrow compute.
+"""
+
+from migration.schema import declare_plain_sinks
+from tpcdi.incremental.flow import FLOW_NAME, PLAIN_SINKS, build_flow
+
+declare_plain_sinks(FLOW_NAME, PLAIN_SINKS)
+
+__all__ = ["FLOW_NAME", "PLAIN_SINKS", "build_flow"]

@@ -1,0 +1,157 @@
+"""``streamdi tpcdi run`` and ``streamdi tpcdi stream`` (registered under ``streamdi tpcdi``).
+
+* ``run`` — the whole TPC-DI run (:mod:`tpcdi.run.job`): generate or read, initialization,
+  historical load on Spark, both incremental updates through the stream, audit; a report with
+  per-phase wall times, rows and freshness, TPC_DI_RPS, peak memory; ``--json PATH``.
+* ``stream`` — Batch1's trades, cash transactions and holdings as an event stream through the
+  incremental dataflow after the dimensions are loaded (:mod:`tpcdi.run.streaming`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, write_json
+from streamdi.errors import StreamdiError
+from streamdi.settings import StreamdiSettings
+
+_TARGETS = {"duckdb": ("duckdb",), "postgres": ("postgres",), "both": ("duckdb", "postgres")}
+
+
+def _quiet_clients(args: argparse.Namespace) -> None:
+    """kafka-python and py4j log every connection at INFO; the run's own lines say enough."""
+    if not getattr(args, "verbose", False):
+        for name in ("kafka", "py4j"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from tpcdi.run import phases
+
+    _quiet_clients(args)
+    from tpcdi.run.job import RunOptions, run_tpcdi
+
+    if args.sf is not None and args.data is not None:
+        print("streamdi tpcdi run: give --sf or --data, not both", file=sys.stderr)
+        return EXIT_USAGE
+    if args.sf is not None and not args.sf > 0:
+        print(f"streamdi tpcdi run: --sf must be > 0, got {args.sf}", file=sys.stderr)
+        return EXIT_USAGE
+    options = RunOptions(
+        sf=args.sf,
+        data=Path(args.data) if args.data else None,
+        targets=_TARGETS[args.target],  # type: ignore[arg-type]
+        spark_master=args.spark_master,
+        seed=args.seed,
+        json_path=args.json,
+        png_path=args.png,
+        progress=not args.no_progress,
+        workdir=Path(args.workdir) if args.workdir else None,
+        executor=args.executor,
+    )
+    try:
+        record = run_tpcdi(options, settings)
+    except StreamdiError as exc:
+        print(f"streamdi tpcdi run: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    document = phases.report(
+        record, args.json, args.png, sys.stderr if args.json == "-" else sys.stdout
+    )
+    if args.json == "-":
+        write_json(document, "-")
+    out = sys.stderr if args.json == "-" else sys.stdout
+    for target, result in list(record.audits.items())[1:]:
+        out.write(f"audit on {target}: {result.ok} OK, {result.fail} FAIL\n")
+        for check in result.failed():
+            out.write(f"  FAIL {check.name}: {check.detail}\n")
+    if args.serve:
+        from tpcdi.run.serve import serve
+
+        workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
+        return serve(settings, workdir, options.targets, executor=options.executor)
+    passed = bool(record.audits) and all(a.passed for a in record.audits.values())
+    return EXIT_OK if passed else EXIT_FAILED
+
+
+def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from tpcdi.run.streaming import StreamOptions, stream_tpcdi
+
+    _quiet_clients(args)
+
+    options = StreamOptions(
+        sf=args.sf,
+        data=Path(args.data) if args.data else None,
+        seed=args.seed,
+        limit=args.limit,
+        progress=not args.no_progress,
+        workdir=Path(args.workdir) if args.workdir else None,
+        executor=args.executor,
+        spark_master=args.spark_master,
+        rate=args.rate,
+    )
+    try:
+        report = stream_tpcdi(options, settings)
+    except StreamdiError as exc:
+        print(f"streamdi tpcdi stream: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    data = report.as_json()
+    print(report.summary())
+    if args.json:
+        write_json(data, args.json)
+    return EXIT_OK
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sf", type=float, help="generate a data set at this scale factor")
+    parser.add_argument(
+        "--data",
+        help="DIGen output: a staging area (Batch1..3) or an archive of one (default: "
+        "TPCDI__DIGEN_DATA, else ../shared/tpcdi)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (with --sf)")
+    parser.add_argument("--spark-master", help="Spark master (default SPARK__MASTER, local[2])")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "serial", "spark"),
+        help="engine executor (default ENGINE__EXECUTOR)",
+    )
+    parser.add_argument("--workdir", help="run files (default <STREAMDI__STATE_DIR>/tpcdi)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--json", metavar="PATH", help="write the result as JSON ('-': stdout)")
+
+
+def register(sub: Any) -> None:
+    """Add ``run`` and ``stream`` to the ``streamdi tpcdi`` subcommands."""
+    run = sub.add_parser(
+        "run",
+        help="the TPC-DI run: historical load on Spark, incremental updates through the stream, "
+        "audit, report",
+        description="Initialization, historical load (Spark), incremental updates 1 and 2 "
+        "through Kafka, the engine, staging and migration, and the audit; prints per-phase wall "
+        "times, rows, freshness, TPC_DI_RPS and peak memory.",
+    )
+    _common(run)
+    run.add_argument(
+        "--target",
+        choices=sorted(_TARGETS),
+        default="duckdb",
+        help="warehouse: duckdb (default), postgres (POSTGRES__DSN or embedded) or both",
+    )
+    run.add_argument("--png", metavar="PATH", help="write the chart here (audit report writer)")
+    run.add_argument("--serve", action="store_true", help="keep the query API up after the run")
+    run.set_defaults(handler=_run)
+    stream = sub.add_parser(
+        "stream",
+        help="Batch1's trades, cash and holdings as an event stream through the incremental "
+        "dataflow; events/s and latency",
+    )
+    _common(stream)
+    stream.add_argument("--limit", type=int, help="stream at most this many events")
+    stream.add_argument(
+        "--rate", type=float, help="offer at most this many events per second (default: all)"
+    )
+    stream.set_defaults(handler=_stream)

@@ -1,0 +1,385 @@
+"""``streamdi tpcdi run``: the whole TPC-DI benchmark run (clause 7) on embedded defaults.
+
+Phases, in order (each one's wall time, rows and steps go into the :class:`RunRecord`):
+
+1. **Data**: generate a staging area (``--sf``) or locate DIGen output (``--data``, default the
+   configured DIGen data set); every file of Batch1..3 must be there, or the run stops at once and
+   lists what is missing.
+2. **Initialization** (BatchID 0, untimed): the warehouse schema is dropped and created empty in
+   every target, staging and collector checkpoints start afresh; batch validation and PCR.
+3. **Historical load** (BatchID 1): Batch1 on Spark into every target; the engine's staging state
+   is seeded from the result; batch validation and PCR.
+4. **Incremental updates 1 and 2** (BatchID 2, 3): the pipeline of the incremental dataflow runs
+   on its own thread; each Batch directory is offered as the ``changes`` stream and the phase ends
+   when every target has merged it (freshness), followed by the Prospect status messages, batch
+   validation and PCR.
+5. **Audit**: answer keys into Audit, the automated audit.
+
+Then the report: TPC_DI_RPS, the JSON (``--json``), peak memory of the process tree.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from migration.schema import WarehouseLayout
+from staging.store import StagingStore
+from streamdi.settings import StreamdiSettings
+from tpcdi.exceptions import SourceNotFound
+from tpcdi.incremental import build_flow
+from tpcdi.incremental.changes import ChangesSource, missing_files
+from tpcdi.incremental.reference import Reference
+from tpcdi.run import phases
+from tpcdi.run.memory import MemorySampler
+from tpcdi.run.record import PhaseRecord, RunRecord
+from tpcdi.run.settings import run_settings
+from tpcdi.run.updates import UpdateStream
+from tpcdi.warehouse.warehouse import Target, Warehouse
+
+logger = logging.getLogger(__name__)
+
+JOB = "streamdi tpcdi run"
+
+
+@dataclass
+class RunOptions:
+    """What ``streamdi tpcdi run`` was asked to do."""
+
+    sf: float | None = None
+    data: Path | None = None
+    targets: tuple[Target, ...] = ("duckdb",)
+    spark_master: str | None = None
+    seed: int = 0
+    json_path: str | None = None
+    png_path: str | None = None
+    progress: bool = True
+    workdir: Path | None = None
+    executor: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _now() -> datetime.datetime:
+    return phases.now()
+
+
+def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -> Path:
+    """The staging area to load: generated (``--sf``), given (``--data``) or the configured
+    DIGen data set. Raises :class:`SourceNotFound` naming every missing file."""
+    from tpcdi.datasets import locate_digen, staging_root, unpack
+
+    if options.sf is not None:
+        from tpcdi.generator import generate
+
+        root = settings.tpcdi.cache_dir / f"generated-sf{options.sf:g}-seed{options.seed}"
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            generate(root, options.sf, seed=options.seed, progress=options.progress)
+            (root / ".complete").touch()
+    elif options.data is not None:
+        given = Path(options.data)
+        if given.is_file():
+            root = unpack(given, settings.tpcdi.cache_dir)
+        else:
+            found = staging_root(given) if given.is_dir() else None
+            if found is None:
+                raise SourceNotFound(f"{given} holds no Batch1 directory", path=str(given))
+            root = found
+    else:
+        located = locate_digen(settings.tpcdi)
+        if located is None:
+            raise SourceNotFound(
+                "no TPC-DI data: pass --sf N to generate a data set or --data DIR for DIGen "
+                "output (or set TPCDI__DIGEN_DATA)"
+            )
+        root = located
+    check_data(root)
+    return root
+
+
+def configure_spark_master(settings: StreamdiSettings, master: str | None) -> None:
+    """The process's one Spark session (historical load, ``--executor spark``) is built from the
+    run's settings and ``--spark-master``."""
+    from etl_dataflows.executors.spark.session import config_from_settings, configure_spark
+
+    configure_spark(config_from_settings(settings, master))
+
+
+def scale_factor_of(root: Path) -> float | None:
+    """The scale factor a data set was generated at, from its ``Generator_audit.csv`` (DIGen and
+    our generator write ``SF`` as the scale factor times 1000); None when it does not say."""
+    import csv
+
+    try:
+        with (root / "Generator_audit.csv").open(newline="") as handle:
+            for row in csv.reader(handle):
+                if len(row) >= 6 and row[3].strip() == "SF" and row[5].strip():
+                    return float(row[5]) / 1000
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def check_data(root: Path) -> None:
+    """Fail at start, listing every file a run needs that ``root`` lacks."""
+    from tpcdi.historical.inputs import missing_batch1_files
+
+    missing = [f"Batch1/{n}" for n in missing_batch1_files(root / "Batch1")]
+    for batch in (2, 3):
+        missing += [f"Batch{batch}/{n}" for n in missing_files(root / f"Batch{batch}")]
+    if missing:
+        raise SourceNotFound(
+            f"{root} lacks {len(missing)} file(s) the run needs: " + ", ".join(missing),
+            path=str(root),
+        )
+
+
+def _status(warehouse: Warehouse, batch_id: int, text: str, data: str) -> None:
+    """A ``Status`` row in DImessages of every target."""
+    warehouse.execute(
+        "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
+        [_now(), batch_id, JOB, text, "Status", data],
+    )
+
+
+def _postgres_dsn(settings: StreamdiSettings) -> str:
+    if settings.postgres.dsn is not None:
+        return settings.postgres.dsn.get_secret_value()
+    from migration.embedded import embedded_postgres_dsn
+
+    return embedded_postgres_dsn(settings.postgres_data_dir)
+
+
+def open_warehouse(
+    settings: StreamdiSettings, layout: WarehouseLayout, targets: Sequence[str]
+) -> Warehouse:
+    """The run's warehouse in ``targets`` (the DuckDB file under the work directory; PostgreSQL
+    at ``POSTGRES__DSN`` or the embedded server)."""
+    return Warehouse(
+        layout,
+        targets,  # type: ignore[arg-type]
+        duckdb_path=settings.warehouse_path if "duckdb" in targets else None,
+        postgres_dsn=_postgres_dsn(settings) if "postgres" in targets else None,
+        memory_limit=settings.tpcdi.duckdb_memory_limit,
+    )
+
+
+class _Phase:
+    """Times one phase into the record and moves the progress bar."""
+
+    def __init__(self, record: RunRecord, name: str, batch_id: int | None, bar: Any) -> None:
+        self.phase = PhaseRecord(name, batch_id, _now())
+        record.phases[name] = self.phase
+        self.bar = bar
+        self._started = time.perf_counter()
+        self._lap = self._started
+        bar.set_postfix_str(name)
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phase.steps[name] = self.phase.steps.get(name, 0.0) + now - self._lap
+        self._lap = now
+
+    def done(self) -> PhaseRecord:
+        self.phase.ended_at = _now()
+        self.phase.seconds = time.perf_counter() - self._started
+        self.bar.update(1)
+        return self.phase
+
+
+def run_tpcdi(
+    options: RunOptions, base: StreamdiSettings, *, out: TextIO | None = None
+) -> RunRecord:
+    """Run every phase (see the module docstring) and return the record."""
+    out = out or sys.stderr
+    workdir = options.workdir or base.streamdi.state_dir / "tpcdi"
+    settings = run_settings(base, workdir, options.targets)
+    executor = options.executor or settings.engine.executor
+    configure_spark_master(settings, options.spark_master)
+    data = prepare_data(options, base, out)
+    record = RunRecord(
+        data_dir=str(data),
+        targets=list(options.targets),
+        sf=options.sf if options.sf is not None else scale_factor_of(data),
+        executor=executor,
+        spark_master=options.spark_master or settings.spark.master,
+    )
+    flow = build_flow().build()
+    layout = WarehouseLayout(flow, settings.migration.schema_name)
+    bar = tqdm(total=5, desc="tpcdi run", unit="phase", file=out, disable=not options.progress)
+    with ExitStack() as stack, MemorySampler() as memory:
+        stack.callback(bar.close)
+        warehouse = open_warehouse(settings, layout, options.targets)
+        stack.callback(warehouse.close)
+        # 2. initialization
+        phase = _Phase(record, "initialization", 0, bar)
+        _fresh_state(settings)
+        warehouse.reset()
+        _status(warehouse, 0, "Phase started", "initialization")
+        phase.step("reset")
+        phases.batch_complete(warehouse, 0)
+        phase.step("validation")
+        phase.done()
+        # 3. historical load
+        _historical(options, settings, flow, layout, warehouse, data, record, bar)
+        # 4. incremental updates
+        reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
+        incremental = build_flow(reference).build()
+        with (
+            UpdateStream(incremental, settings, warehouse, executor=executor) as updates,
+            phases.VisibilityWriter(warehouse) as visibility,
+        ):
+            visibility.start(2)
+            for name, batch_id in (("incremental1", 2), ("incremental2", 3)):
+                visibility.batch_id = batch_id
+                _incremental(name, batch_id, data, updates, warehouse, record, bar, visibility)
+        # 5. audit
+        phase = _Phase(record, "audit", None, bar)
+        phases.final_visibility(warehouse, 3)
+        phase.step("visibility")
+        record.audits = phases.audit_phase(warehouse, data)
+        phase.step("audit")
+        phase.done()
+        record.table_rows = {
+            t: {n: warehouse.count(n, t) for n in sorted(layout.tables) + _static()}
+            for t in options.targets
+        }
+        record.metric = phases.metric(warehouse, record)
+    record.peak_mem_mb = memory.peak_mb
+    return record
+
+
+def _static() -> list[str]:
+    from tpcdi.warehouse.tables import STATIC_TABLES
+
+    return list(STATIC_TABLES)
+
+
+def _fresh_state(settings: StreamdiSettings) -> None:
+    """Staging and collector checkpoints of an earlier run are removed (clause 7.2.3: a clean
+    SUT)."""
+    staging = settings.staging_path
+    for path in (staging, staging.with_name(staging.name + ".wal")):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
+    shutil.rmtree(settings.streamdi.state_dir / "spark", ignore_errors=True)
+
+
+def _historical(
+    options: RunOptions,
+    settings: StreamdiSettings,
+    flow: Any,
+    layout: WarehouseLayout,
+    warehouse: Warehouse,
+    data: Path,
+    record: RunRecord,
+    bar: Any,
+) -> None:
+    from tpcdi.historical.load import load_warehouse, transform
+
+    phase = _Phase(record, "historical", 1, bar)
+    _status(warehouse, 1, "Phase started", "historical load")
+    workdir = settings.streamdi.state_dir / "spark"
+    try:
+        result = transform(
+            data / "Batch1", flow, layout, settings.spark, workdir, master=options.spark_master
+        )
+    finally:
+        # the Spark session stays up: it is the process's one session, which the engine's spark
+        # executor shares (it ends with the process)
+        shutil.rmtree(workdir, ignore_errors=True)
+    phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
+    phase.step("transform")
+    counts = load_warehouse(result, warehouse)
+    phase.step("load")
+    with StagingStore(
+        settings.staging_path, flow, memory_limit=settings.staging.memory_limit
+    ) as store:
+        store.seed(result.seed)
+    phase.step("seed_staging")
+    phases.batch_complete(warehouse, 1)
+    phase.step("validation")
+    phase.phase.rows = result.source_rows
+    phase.phase.dw_rows = sum(counts.values())
+    phase.phase.details = {"rejects": result.rejects, "tables": counts}
+    record.batch_rows[1] = result.source_rows
+    phase.done()
+
+
+def _incremental(
+    name: str,
+    batch_id: int,
+    data: Path,
+    updates: UpdateStream,
+    warehouse: Warehouse,
+    record: RunRecord,
+    bar: Any,
+    visibility: phases.VisibilityWriter,
+) -> None:
+    phase = _Phase(record, name, batch_id, bar)
+    _status(warehouse, batch_id, "Phase started", name)
+    before = warehouse.count("prospect")
+    rows_before = _dw_rows(warehouse)
+    phase.step("status")
+    source = ChangesSource(data / f"Batch{batch_id}", batch_id)
+    offered = updates.offer(source)
+    phase.phase.freshness_s = offered.freshness_s
+    phase.phase.steps["collect"] = offered.collect_s
+    phase.phase.steps["staged"] = offered.staged_s - offered.collect_s
+    phase.phase.steps["merged"] = offered.freshness_s - offered.staged_s
+    phase.step("update")
+    _prospect_status(warehouse, batch_id, source, before)
+    if batch_id == 3:
+        visibility.stop()  # the last Visibility_2 comes before CT3
+    phases.batch_complete(warehouse, batch_id)
+    phase.step("validation")
+    phase.phase.rows = offered.events + offered.rejects
+    phase.phase.dw_rows = _dw_rows(warehouse) - rows_before
+    phase.phase.details = {
+        "events": offered.events,
+        "rejects": offered.rejects,
+        "staged_through_batch": offered.staged_through,
+    }
+    record.batch_rows[batch_id] = offered.events + offered.rejects
+    phase.done()
+
+
+def _dw_rows(warehouse: Warehouse) -> int:
+    from tpcdi.warehouse.tables import TABLES
+
+    return sum(warehouse.count(n) for n in TABLES if n != "audit")
+
+
+def _prospect_status(
+    warehouse: Warehouse, batch_id: int, source: ChangesSource, before: int
+) -> None:
+    """The three Status messages of clause 4.6.14.2, counted in the warehouse after the update."""
+    day = source.batch_date
+    sk = day.year * 10000 + day.month * 100 + day.day
+    counts = warehouse.query(
+        f"SELECT count(*) FILTER (WHERE sk_recorddateid = {sk}) AS source_rows, "
+        f"count(*) FILTER (WHERE sk_updatedateid = {sk}) AS changed, count(*) AS total "
+        "FROM prospect"
+    ).to_pylist()[0]
+    inserted = int(counts["total"]) - before
+    updated = int(counts["changed"]) - inserted
+    for text, value in (
+        ("Source rows", counts["source_rows"]),
+        ("Inserted rows", inserted),
+        ("Updated rows", updated),
+    ):
+        warehouse.execute(
+            "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
+            [_now(), batch_id, "Prospect", text, "Status", str(value)],
+        )

@@ -1,0 +1,192 @@
+"""Every call the run makes into the audit side (:mod:`tpcdi.audit`), in one module.
+
+* :func:`connection` — a :class:`~tpcdi.audit.connection.WarehouseConnection` on one target,
+  opened on a connection of its own (a DuckDB cursor of the warehouse's database, or a new
+  psycopg2 connection), so the audit side's commits never touch the load's transactions;
+* :func:`batch_complete` — the end of a phase: the 24 Validation rows, then the PCR (CT_n);
+* :class:`VisibilityWriter` — the data visibility queries of clause 7.3 during the incremental
+  updates, on a thread and a connection of their own;
+* :func:`audit_phase` — the answer keys into Audit, then the automated audit;
+* :func:`metric` — TPC_DI_RPS from the PCR times and the batches' source rows;
+* :func:`report` — the run report (text, JSON, PNG) by the audit side's writer.
+
+Timestamps are the local wall clock (``datetime.datetime.now()``), as the audit side writes its
+own rows: CT_n, the Validation rows and the visibility rows must compare on one clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from tpcdi.run.record import RunRecord
+from tpcdi.warehouse.warehouse import Target, Warehouse
+
+if TYPE_CHECKING:
+    from tpcdi.audit.checks import AuditResult
+    from tpcdi.audit.connection import WarehouseConnection
+    from tpcdi.audit.metric import Metric
+
+logger = logging.getLogger(__name__)
+
+#: Clause 7.3.4: a visibility query at least every 5 minutes; we run one far more often, so a
+#: short run still has one between the first Visibility_1 and CT3.
+VISIBILITY_INTERVAL_S = 30.0
+
+
+def now() -> datetime.datetime:
+    """The run's clock (local wall time, as the audit side's rows use)."""
+    return datetime.datetime.now()
+
+
+def connection(warehouse: Warehouse, target: Target) -> WarehouseConnection:
+    """A ``WarehouseConnection`` on ``target`` over a connection of its own (closed by its
+    ``close``), naming the DW schema."""
+    from tpcdi.audit.connection import WarehouseConnection
+
+    if target == "duckdb":
+        return WarehouseConnection(
+            warehouse.duckdb().cursor(), "duckdb", warehouse.schema, owned=True
+        )
+    assert warehouse.postgres_dsn is not None
+    return WarehouseConnection.postgres(warehouse.postgres_dsn, schema=warehouse.schema)
+
+
+@contextmanager
+def _connections(warehouse: Warehouse) -> Iterator[list[WarehouseConnection]]:
+    opened = [connection(warehouse, t) for t in warehouse.targets]
+    try:
+        yield opened
+    finally:
+        for conn in opened:
+            conn.close()
+
+
+def batch_complete(warehouse: Warehouse, batch_id: int) -> datetime.datetime:
+    """The end of a phase (clauses 7.2.3.5, 7.2.4.2, 7.2.5.3) in every target: the batch
+    validation query's 24 rows, then the PCR. Returns CT_batch_id (of the last target)."""
+    from tpcdi.audit.pcr import write_pcr
+    from tpcdi.audit.validation import write_batch_validation
+
+    stamp = now()
+    with _connections(warehouse) as conns:
+        for conn in conns:
+            write_batch_validation(conn, batch_id)
+            stamp = write_pcr(conn, batch_id)
+    return stamp
+
+
+class VisibilityWriter:
+    """The visibility queries of clause 7.3 while the incremental updates run.
+
+    :meth:`start` (after CT1) writes Visibility_1 at once, then a thread writes Visibility_2 every
+    ``interval_s``; :meth:`stop` (before the last phase's validation) writes a last Visibility_2
+    and joins the thread. :func:`final_visibility` writes the Visibility_1 after CT3. Each runs on
+    connections of its own, never the load's. A failed visibility query is logged and the run
+    goes on: the audit reports the gap in the schedule.
+    """
+
+    def __init__(self, warehouse: Warehouse, interval_s: float = VISIBILITY_INTERVAL_S) -> None:
+        self.warehouse = warehouse
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.written = 0
+
+    def _write(self, query: int, batch_id: int) -> None:
+        from tpcdi.audit.visibility import write_visibility
+
+        try:
+            with _connections(self.warehouse) as conns:
+                for conn in conns:
+                    write_visibility(conn, query, batch_id)  # type: ignore[arg-type]
+            self.written += 1
+        except Exception as exc:  # a missed visibility query shows in the audit, not a crash
+            logger.warning("visibility query=%s batch_id=%s failed: %s", query, batch_id, exc)
+
+    def start(self, batch_id: int = 2) -> None:
+        self.batch_id = batch_id
+        self._write(1, batch_id)
+        self._thread = threading.Thread(target=self._loop, name="tpcdi-visibility", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._write(2, self.batch_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            self._write(2, self.batch_id)
+
+    def __enter__(self) -> VisibilityWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def final_visibility(warehouse: Warehouse, batch_id: int = 3) -> None:
+    """Visibility_1 at the start of the audit phase (clause 7.2.6.5)."""
+    VisibilityWriter(warehouse)._write(1, batch_id)
+
+
+def audit_phase(warehouse: Warehouse, data_dir: Path) -> dict[str, AuditResult]:
+    """The automated audit phase (clause 7.2.6) on each target: load the answer keys into Audit,
+    run the audit. Returns each target's ``AuditResult``."""
+    from tpcdi.audit.checks import run_audit
+    from tpcdi.audit.keys import load_audit_files
+
+    results: dict[str, AuditResult] = {}
+    with _connections(warehouse) as conns:
+        for target, conn in zip(warehouse.targets, conns, strict=True):
+            load_audit_files(conn, data_dir)
+            conn.commit()
+            result = run_audit(conn)
+            logger.info("audit target=%s ok=%s fail=%s", target, result.ok, result.fail)
+            results[target] = result
+    return results
+
+
+def metric(warehouse: Warehouse, record: RunRecord) -> Metric | None:
+    """TPC_DI_RPS (clause 7.6.1) from the first target's PCR times and the batches' source rows;
+    None when a PCR or a row count is missing (the reason is logged)."""
+    from tpcdi.audit.metric import metric_from_warehouse
+
+    rows = record.batch_rows
+    if any(b not in rows for b in (1, 2, 3)):
+        logger.warning("no metric: source rows known for batches %s only", sorted(rows))
+        return None
+    conn = connection(warehouse, warehouse.targets[0])
+    try:
+        return metric_from_warehouse(conn, rows[1], rows[2], rows[3])
+    except ValueError as exc:
+        logger.warning("no metric: %s", exc)
+        return None
+    finally:
+        conn.close()
+
+
+def report(
+    record: RunRecord, json_path: str | None, png_path: str | None, out: TextIO
+) -> dict[str, Any]:
+    """The run report (text on ``out``, JSON unless ``json_path`` is ``-``, PNG chart) by the
+    audit side's writer; returns the JSON document."""
+    from tpcdi.audit.report import write_run_report
+
+    return write_run_report(
+        record.figures(),
+        json_path=None if json_path is None or json_path == "-" else Path(json_path),
+        png_path=None if png_path is None else Path(png_path),
+        stream=out,
+    )

@@ -1,0 +1,348 @@
+"""``streamdi tpcdi stream``: S-Store's streaming TPC-DI on the incremental dataflow.
+
+After the dimensions of the historical load are in the warehouse and seeded into the engine,
+Batch1's TradeHistory (each status change of a trade, with the trade's fields from Trade.txt: the
+first as an insert, the others as updates), CashTransaction and HoldingHistory (at its trade's
+completion time) are offered in event-time order as the ``changes`` stream, through the same
+collector -> Kafka -> engine -> staging -> migration path the incremental updates take.
+
+Measured: events per second from the first event offered to the last one committed to staging,
+and each event's latency from being offered (read from the source by the collector) to being
+committed in staging (visible to union queries): the committed count is sampled every few
+milliseconds and matched to the offered count in stream order.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ingest.sources import BaseSource, SourceChunk
+from migration.schema import WarehouseLayout
+from staging.store import StagingStore, arrow_of
+from streamdi.settings import StreamdiSettings
+from tpcdi.incremental import build_flow
+from tpcdi.incremental.changes import CHANGE_COLUMNS
+from tpcdi.incremental.reference import Reference
+from tpcdi.run.job import RunOptions, configure_spark_master, prepare_data
+from tpcdi.run.settings import run_settings
+from tpcdi.run.updates import UpdateStream
+from tpcdi.warehouse.warehouse import Warehouse
+
+logger = logging.getLogger(__name__)
+
+_DUCK_TYPES = {
+    "int64": "BIGINT",
+    "float64": "DOUBLE",
+    "bool": "BOOLEAN",
+    "string": "VARCHAR",
+    "timestamp": "TIMESTAMP",
+    "date": "DATE",
+}
+
+
+@dataclass
+class StreamOptions:
+    sf: float | None = None
+    data: Path | None = None
+    seed: int = 0
+    limit: int | None = None
+    progress: bool = True
+    workdir: Path | None = None
+    executor: str | None = None
+    spark_master: str | None = None
+    rate: float | None = None
+
+
+@dataclass
+class StreamReport:
+    """What the stream measured (see the module docstring)."""
+
+    events: int = 0
+    trades: int = 0
+    seconds: float = 0.0
+    events_per_s: float = 0.0
+    trades_per_s: float = 0.0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    merged_s: float = 0.0
+    load_s: float = 0.0
+    executor: str = "local"
+    data_dir: str = ""
+    batch_events: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "trades": self.trades,
+            "seconds": round(self.seconds, 3),
+            "events_per_s": round(self.events_per_s, 1),
+            "trades_per_s": round(self.trades_per_s, 1),
+            "latency_ms": {k: round(v, 1) for k, v in self.latency_ms.items()},
+            "merged_s": round(self.merged_s, 3),
+            "dimension_load_s": round(self.load_s, 3),
+            "executor": self.executor,
+            "data_dir": self.data_dir,
+            "batch_events": self.batch_events,
+        }
+
+    def summary(self) -> str:
+        lat = self.latency_ms
+        return (
+            f"streamed {self.events:,} events ({self.trades:,} trade events) in "
+            f"{self.seconds:.2f} s: {self.events_per_s:,.0f} events/s, "
+            f"{self.trades_per_s:,.0f} trade events/s; latency offered -> staged "
+            f"p50 {lat.get('p50', 0):,.0f} ms, p99 {lat.get('p99', 0):,.0f} ms, "
+            f"max {lat.get('max', 0):,.0f} ms; merged into the warehouse "
+            f"{self.merged_s:.2f} s after the last event was offered"
+        )
+
+
+def stream_events(inputs: dict[str, pa.Table]) -> pa.Table:
+    """Batch1's trade, cash and holding records as ``changes`` events in event-time order."""
+    con = duckdb.connect()
+    try:
+        for name, view in (
+            ("Trade.txt", "trade"),
+            ("TradeHistory.txt", "tradehistory"),
+            ("CashTransaction.txt", "cashtransaction"),
+            ("HoldingHistory.txt", "holdinghistory"),
+        ):
+            con.register(view, inputs[name])
+
+        def select(kind: str, values: dict[str, str], ts: str, line: str, day: str) -> str:
+            columns = []
+            for column, column_type in CHANGE_COLUMNS.items():
+                if column == "kind":
+                    columns.append(f"'{kind}' AS kind")
+                elif column == "batchid":
+                    columns.append("CAST(1 AS BIGINT) AS batchid")
+                elif column == "batchdate":
+                    columns.append(f"CAST({day} AS DATE) AS batchdate")
+                elif column == "line":
+                    columns.append(f"CAST({line} AS BIGINT) AS line")
+                else:
+                    expr = values.get(column, "NULL")
+                    columns.append(f'CAST({expr} AS {_DUCK_TYPES[column_type]}) AS "{column}"')
+            columns.append(f"epoch_us({ts}) AS _ts")
+            return ", ".join(columns)
+
+        closing = "(SELECT TH_T_ID, max(TH_DTS) AS done FROM tradehistory GROUP BY 1)"
+        final = "th.TH_ST_ID = 'CMPT'"
+        trades = {
+            "CDC_FLAG": "CASE WHEN row_number() OVER (PARTITION BY th.TH_T_ID ORDER BY th.TH_DTS) "
+            "= 1 THEN 'I' ELSE 'U' END",
+            "T_ID": "t.T_ID",
+            "T_DTS": "th.TH_DTS",
+            "T_ST_ID": "th.TH_ST_ID",
+            "T_TT_ID": "t.T_TT_ID",
+            "T_IS_CASH": "t.T_IS_CASH",
+            "T_S_SYMB": "t.T_S_SYMB",
+            "T_QTY": "t.T_QTY",
+            "T_BID_PRICE": "t.T_BID_PRICE",
+            "T_CA_ID": "t.T_CA_ID",
+            "T_EXEC_NAME": "t.T_EXEC_NAME",
+            "T_TRADE_PRICE": f"CASE WHEN {final} THEN t.T_TRADE_PRICE END",
+            "T_CHRG": f"CASE WHEN {final} THEN t.T_CHRG END",
+            "T_COMM": f"CASE WHEN {final} THEN t.T_COMM END",
+            "T_TAX": f"CASE WHEN {final} THEN t.T_TAX END",
+        }
+        cash = {
+            "CDC_FLAG": "'I'",
+            "CT_CA_ID": "CT_CA_ID",
+            "CT_DTS": "CT_DTS",
+            "CT_AMT": "CT_AMT",
+            "CT_NAME": "CT_NAME",
+        }
+        holdings = {
+            "CDC_FLAG": "'I'",
+            "HH_H_T_ID": "hh.HH_H_T_ID",
+            "HH_T_ID": "hh.HH_T_ID",
+            "HH_BEFORE_QTY": "hh.HH_BEFORE_QTY",
+            "HH_AFTER_QTY": "hh.HH_AFTER_QTY",
+        }
+        query = f"""
+            SELECT * FROM (
+                SELECT 0 AS _rank, {select("Trade", trades, "th.TH_DTS", "t._line", "th.TH_DTS")}
+                FROM tradehistory th JOIN trade t ON t.T_ID = th.TH_T_ID
+                UNION ALL
+                SELECT 1, {select("CashTransaction", cash, "CT_DTS", "_line", "CT_DTS")}
+                FROM cashtransaction
+                UNION ALL
+                SELECT 2, {select("HoldingHistory", holdings, "c.done", "hh._line", "c.done")}
+                FROM holdinghistory hh JOIN {closing} c ON c.TH_T_ID = hh.HH_T_ID
+            ) ORDER BY _ts, _rank, line
+        """
+        events = arrow_of(con.sql(query)).drop_columns(["_rank"])
+    finally:
+        con.close()
+    return events.append_column("_pos", pa.array(np.arange(1, events.num_rows + 1)))
+
+
+class StreamSource(BaseSource):
+    """A prepared events table offered in chunks (optionally paced to ``rate`` events/s); records
+    when each chunk was offered."""
+
+    def __init__(self, events: pa.Table, *, chunk: int = 5_000, rate: float | None = None) -> None:
+        super().__init__(CHANGE_COLUMNS, None)
+        self.events = events.cast(self.schema)
+        self.chunk = chunk
+        self.rate = rate
+        self.offered: list[tuple[float, int]] = []
+
+    @property
+    def identity(self) -> str:
+        return "tpcdi-stream"
+
+    def read(self, start: int = 0) -> Iterator[SourceChunk]:
+        begin = time.perf_counter()
+        n = self.events.num_rows
+        first = max(0, start - 1)
+        for offset in range(first, n, self.chunk):
+            piece = self.events.slice(offset, self.chunk)
+            end = offset + piece.num_rows
+            if self.rate:
+                wait = begin + end / self.rate - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+            self.offered.append((time.perf_counter(), end))
+            yield SourceChunk(piece, last_pos=end)
+        yield SourceChunk(self.schema.empty_table(), last_pos=n, punctuation=True)
+
+
+class _CommitSampler:
+    """Samples the pipeline's committed event count every ``interval`` seconds."""
+
+    def __init__(self, updates: UpdateStream, interval: float = 0.002) -> None:
+        self.updates = updates
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="commit-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        pipeline = self.updates.pipeline
+        assert pipeline is not None
+        base = pipeline.report.events
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), pipeline.report.events - base))
+            time.sleep(self.interval)
+
+    def __enter__(self) -> _CommitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def latencies(offered: list[tuple[float, int]], committed: list[tuple[float, int]]) -> np.ndarray:
+    """Per event (in stream order): seconds from offered to committed, from the two cumulative
+    curves (events are committed in stream order)."""
+    if not offered or not committed:
+        return np.zeros(0)
+    o_time = np.array([t for t, _ in offered])
+    o_count = np.array([c for _, c in offered])
+    c_time = np.array([t for t, _ in committed])
+    c_count = np.maximum.accumulate(np.array([c for _, c in committed]))
+    total = int(min(o_count[-1], c_count[-1]))
+    events = np.arange(1, total + 1)
+    offered_at = o_time[np.searchsorted(o_count, events, side="left")]
+    committed_at = c_time[np.searchsorted(c_count, events, side="left")]
+    return np.asarray(committed_at - offered_at)
+
+
+def stream_settings(base: StreamdiSettings, workdir: Path) -> StreamdiSettings:
+    """The run's settings with event-stream batching: 5,000-event logical batches, cut after
+    50 ms, engine batches of up to 20,000 events."""
+    settings = run_settings(base, workdir, ("duckdb",))
+    ingest = settings.ingest.model_copy(update={"batch_events": 5_000, "batch_ms": 50})
+    engine = settings.engine.model_copy(update={"batch_size": 20_000, "batch_timeout_ms": 50})
+    migration = settings.migration.model_copy(
+        update={"push_batches": 16, "push_rows": 200_000, "push_ms": 500, "merge_ms": 1_000,
+                "merge_rows": 500_000}
+    )  # fmt: skip
+    return settings.model_copy(update={"ingest": ingest, "engine": engine, "migration": migration})
+
+
+def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport:
+    """Load the dimensions, stream Batch1's facts, measure (see the module docstring)."""
+    from tpcdi.historical.load import load_warehouse, transform_dimensions
+
+    workdir = options.workdir or base.streamdi.state_dir / "tpcdi-stream"
+    settings = stream_settings(base, workdir)
+    executor = options.executor or settings.engine.executor
+    configure_spark_master(settings, options.spark_master)
+    data = prepare_data(
+        RunOptions(sf=options.sf, data=options.data, seed=options.seed, progress=options.progress),
+        base,
+        sys.stderr,
+    )
+    report = StreamReport(executor=executor, data_dir=str(data))
+    flow = build_flow().build()
+    layout = WarehouseLayout(flow, settings.migration.schema_name)
+    for path in (settings.staging_path, settings.staging_path.with_suffix(".duckdb.wal")):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
+    started = time.perf_counter()
+    with Warehouse(
+        layout,
+        ("duckdb",),
+        duckdb_path=settings.warehouse_path,
+        memory_limit=settings.tpcdi.duckdb_memory_limit,
+    ) as warehouse:
+        warehouse.reset()
+        result = transform_dimensions(data / "Batch1", flow, layout)
+        load_warehouse(result, warehouse)
+        with StagingStore(
+            settings.staging_path, flow, memory_limit=settings.staging.memory_limit
+        ) as store:
+            store.seed(result.seed)
+        assert result.inputs is not None
+        events = stream_events(result.inputs.tables)
+        if options.limit is not None:
+            events = events.slice(0, options.limit)
+        report.load_s = time.perf_counter() - started
+        reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
+        incremental = build_flow(reference).build()
+        source = StreamSource(events, rate=options.rate)
+        report.batch_events = settings.ingest.batch_events
+        with (
+            UpdateStream(
+                incremental,
+                settings,
+                warehouse,
+                executor=executor,
+                timeout_s=settings.tpcdi.update_timeout_s,
+            ) as updates,
+            _CommitSampler(updates) as sampler,
+        ):
+            offered = updates.offer(source)
+    lat = latencies(source.offered, sampler.samples)
+    report.events = offered.events
+    report.trades = int(np.count_nonzero(np.asarray(events["kind"]) == "Trade"))
+    first = source.offered[0][0] if source.offered else 0.0
+    reached = [t for t, c in sampler.samples if c >= offered.events]
+    last = reached[0] if reached else time.perf_counter()
+    report.seconds = max(last - first, 1e-9)
+    report.events_per_s = report.events / report.seconds
+    report.trades_per_s = report.trades / report.seconds
+    report.merged_s = offered.freshness_s - (source.offered[-1][0] - first) if source.offered else 0
+    if len(lat):
+        report.latency_ms = {
+            "p50": float(np.percentile(lat, 50) * 1000),
+            "p99": float(np.percentile(lat, 99) * 1000),
+            "max": float(lat.max() * 1000),
+        }
+    return report

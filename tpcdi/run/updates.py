@@ -1,0 +1,225 @@
+"""Incremental updates through the whole system: files -> collector -> Kafka -> engine -> staging
+-> migration -> warehouse, with the pipeline kept running between updates.
+
+:class:`UpdateStream` starts the broker (embedded Tansu unless ``KAFKA__BOOTSTRAP_SERVERS``) and
+the pipeline of the incremental dataflow on its own thread; :meth:`UpdateStream.offer` collects a
+batch directory into the ``changes`` topic and waits until every event of it is committed to
+staging and every warehouse target has merged the batches that hold them. The time from offering
+the files to that moment is the update's *freshness*.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from etl_dataflows.dataflow import CompiledDataflow
+from ingest.broker import BrokerHandle, EmbeddedBroker, wait_until_answering
+from ingest.collector import BatchCollector
+from ingest.pipeline import Pipeline, PipelineOptions
+from ingest.runspec import RunSpec, StreamBinding, bind
+from ingest.sources import BaseSource
+from streamdi.settings import StreamdiSettings
+from tpcdi.incremental.flow import SOURCE
+from tpcdi.run.exceptions import UpdateFailed
+from tpcdi.warehouse.warehouse import Warehouse
+
+logger = logging.getLogger(__name__)
+
+#: How often the waits look at staging and the warehouses.
+POLL_S = 0.01
+
+
+@dataclass
+class OfferResult:
+    """One offered source: events and rejects it carried, the staging batch that holds its last
+    event, and the seconds to collect it and until it was merged everywhere (freshness)."""
+
+    events: int
+    rejects: int
+    staged_through: int
+    collect_s: float
+    staged_s: float
+    freshness_s: float
+
+
+class UpdateStream:
+    """See the module docstring. Use as a context manager (starts and stops everything)."""
+
+    def __init__(
+        self,
+        flow: CompiledDataflow,
+        settings: StreamdiSettings,
+        warehouse: Warehouse,
+        *,
+        executor: str,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.flow = flow
+        self.settings = settings
+        self.warehouse = warehouse
+        self.executor = executor
+        self.timeout_s = timeout_s
+        self.topic = f"{flow.name}.{SOURCE}"
+        self.spec: RunSpec = bind(
+            flow, **{SOURCE: StreamBinding(topic=self.topic, allowed_lateness_ms=None)}
+        )
+        self._embedded: EmbeddedBroker | None = None
+        self.broker: BrokerHandle | None = None
+        self.pipeline: Pipeline | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._produced = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> UpdateStream:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        kafka = self.settings.kafka
+        if kafka.bootstrap_servers:
+            wait_until_answering(kafka.bootstrap_servers)
+            self.broker = BrokerHandle(
+                kafka.bootstrap_servers, f"external:{kafka.bootstrap_servers}", False
+            )
+        else:
+            self._embedded = EmbeddedBroker()
+            self.broker = self._embedded.start()
+        options = PipelineOptions(executor=self.executor, collect=False)
+        self.pipeline = Pipeline(self.spec, self.settings, self.broker, options)
+
+        def work() -> None:
+            assert self.pipeline is not None
+            try:
+                self.pipeline.run(self._stop)
+            except BaseException as exc:
+                logger.error("pipeline failed: %s", exc)
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name="tpcdi-pipeline", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the pipeline (it commits what it holds and pushes what is pending), then the
+        broker."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s)
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise UpdateFailed(f"the pipeline stopped with an error: {error}") from error
+
+    # -- offering ------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise UpdateFailed(f"the pipeline stopped with an error: {self._error}")
+        if self._thread is None or not self._thread.is_alive():
+            raise UpdateFailed("the pipeline is not running")
+
+    def offer(self, source: BaseSource) -> OfferResult:
+        """Collect ``source`` into the ``changes`` topic; return once it is merged into every
+        warehouse target (see the module docstring)."""
+        assert self.broker is not None and self.pipeline is not None
+        self._check()
+        settings = self.settings
+        started = time.perf_counter()
+        collector = BatchCollector(
+            stream=SOURCE,
+            topic=self.topic,
+            source=source,
+            kafka=settings.kafka,
+            bootstrap=self.broker.bootstrap_servers,
+            log_id=self.broker.log_id,
+            checkpoint_dir=settings.streamdi.state_dir / "collector" / self.flow.name,
+            batch_events=settings.ingest.batch_events,
+            batch_ms=settings.ingest.batch_ms,
+            buffer_bytes=settings.ingest.producer_buffer_bytes,
+        )
+        report = collector.run()
+        collected = time.perf_counter()
+        self._produced += report.events
+        deadline = started + self.timeout_s
+        pipeline = self.pipeline
+        while pipeline.report.events < self._produced:
+            self._check()
+            if time.perf_counter() > deadline:
+                raise UpdateFailed(
+                    f"after {self.timeout_s:.0f} s the pipeline had committed "
+                    f"{pipeline.report.events} of {self._produced} events"
+                )
+            time.sleep(POLL_S)
+        staged = time.perf_counter()
+        through = self._staged_watermark()
+        self._wait_merged(through, deadline)
+        done = time.perf_counter()
+        logger.info(
+            "offered events=%s rejects=%s staged_through=%s freshness_s=%.3f",
+            report.events,
+            report.rejects,
+            through,
+            done - started,
+        )
+        return OfferResult(
+            events=report.events,
+            rejects=report.rejects,
+            staged_through=through,
+            collect_s=collected - started,
+            staged_s=staged - started,
+            freshness_s=done - started,
+        )
+
+    def _staged_watermark(self) -> int:
+        """The last batch committed to staging (a cursor of the pipeline's own DuckDB instance,
+        opened with the same configuration)."""
+        config: dict[str, Any] = {"memory_limit": self.settings.staging.memory_limit}
+        con = duckdb.connect(str(self.settings.staging_path), config=config)
+        try:
+            row = con.execute('SELECT coalesce(max(batch_id), 0) FROM "streamdi"."batches"')
+            return int(row.fetchall()[0][0])
+        finally:
+            con.close()
+
+    def _merged_through(self) -> int:
+        """The lowest batch every warehouse target has loaded and merged."""
+        lowest: int | None = None
+        stream = self.flow.name.replace("'", "''")
+        for target in self.warehouse.targets:
+            rows = self.warehouse.query(
+                "SELECT (SELECT coalesce(max(batch_id), 0) FROM streamdi_migration.ledger "
+                f"WHERE stream = '{stream}') AS loaded, "
+                "(SELECT coalesce(max(through_batch), 0) FROM streamdi_migration.merges "
+                f"WHERE stream = '{stream}') AS merged",
+                target,
+            ).to_pylist()[0]
+            value = min(int(rows["loaded"]), int(rows["merged"]))
+            lowest = value if lowest is None else min(lowest, value)
+        return lowest or 0
+
+    def _wait_merged(self, through: int, deadline: float) -> None:
+        while self._merged_through() < through:
+            self._check()
+            if time.perf_counter() > deadline:
+                raise UpdateFailed(
+                    f"the warehouses merged only up to batch {self._merged_through()} of {through}"
+                )
+            time.sleep(POLL_S)
+
+
+def collector_dir(settings: StreamdiSettings) -> Path:
+    return settings.streamdi.state_dir / "collector"
