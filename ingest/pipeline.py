@@ -22,6 +22,12 @@ The run, in order:
 6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand, drain the queue,
    commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
 
+:meth:`Pipeline.pause` stops step 4 from polling (the batch in hand is still cut, run and
+committed; collectors keep producing into Kafka, so nothing is lost and the consumer lag grows);
+:meth:`Pipeline.resume` polls again from where it stopped. Every committed batch is reported to
+the :attr:`Pipeline.observers` (the service's metrics), and the consumer lag per stream (the
+brokers' end offsets minus the committed ones) is refreshed every two seconds.
+
 After a crash anywhere, restarting repeats from step 1: batches that were executed but not
 committed run again from the same records and the same state, so nothing is lost or applied twice.
 """
@@ -36,6 +42,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -86,6 +93,18 @@ class PipelineReport:
         return float(np.percentile(np.asarray(self.commit_latency_ms), q))
 
 
+@dataclass(frozen=True)
+class CommittedBatch:
+    """What :attr:`Pipeline.observers` learn of each committed batch."""
+
+    batch_id: int
+    events: int
+    #: time the engine spent running the batch
+    executed_s: float
+    #: from the batch's first record arriving to its staging commit
+    latency_s: float
+
+
 @dataclass
 class _Queued:
     commit: BatchCommit
@@ -127,6 +146,24 @@ class Pipeline:
         self._committed_offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._migration: MigrationWorker | None = None
+        #: Set while ingest is paused (no polling); see :meth:`pause`.
+        self.paused = threading.Event()
+        #: Called by the committer with every committed batch; must be quick and not raise.
+        self.observers: list[Callable[[CommittedBatch], None]] = []
+        #: Records in Kafka not committed to staging yet, per stream (refreshed every 2 s).
+        self.consumer_lag: dict[str, int] = {}
+
+    def pause(self) -> None:
+        """Stop polling Kafka; the batch in hand still commits. Idempotent."""
+        if not self.paused.is_set():
+            logger.info("ingest paused dataflow=%s", self.spec.flow.name)
+        self.paused.set()
+
+    def resume(self) -> None:
+        """Poll again from the next uncommitted offset. Idempotent."""
+        if self.paused.is_set():
+            logger.info("ingest resumed dataflow=%s", self.spec.flow.name)
+        self.paused.clear()
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -221,7 +258,8 @@ class Pipeline:
             buffered: deque[RawRecord] = deque()
             added: dict[tuple[str, int], int] = {}
             while not stop.is_set():
-                did_poll = not buffered
+                paused = self.paused.is_set()
+                did_poll = not buffered and not paused
                 polled = consumer.poll(settings.ingest.poll_timeout_ms) if did_poll else []
                 buffered.extend(polled)
                 if polled:
@@ -237,6 +275,7 @@ class Pipeline:
                     assembler.pending_events >= batch_size
                     or assembler.punctuated
                     or (did_poll and not polled)
+                    or paused
                     or (arrived is not None and time.time() - arrived >= timeout_s)
                 )
                 if cut:
@@ -254,8 +293,12 @@ class Pipeline:
                     raise self._migration.error
                 if now - last_monitor >= 2.0:
                     with self._lock:
-                        consumer.commit_for_monitoring(self._committed_offsets)
+                        committed = dict(self._committed_offsets)
+                    consumer.commit_for_monitoring(committed)
+                    self.consumer_lag = _lag_per_stream(consumer, committed, topics)
                     last_monitor = now
+                if paused and not buffered and not assembler.pending:
+                    stop.wait(0.05)
                 if options.progress and now - last_print >= 1.0:
                     self._print_progress(started, fetched_events)
                     last_print = now
@@ -397,6 +440,18 @@ class Pipeline:
             if self._migration is not None:
                 self._migration.notify(len(group), committed_rows(g.commit for g in group))
             now = time.monotonic()
+            for g in group:
+                seen = CommittedBatch(
+                    g.commit.batch_id,
+                    g.commit.events,
+                    g.commit.executed_ms / 1000,
+                    now - g.arrived_mono,
+                )
+                for observe in self.observers:
+                    try:
+                        observe(seen)
+                    except Exception as exc:  # an observer must never stop the pipeline
+                        logger.warning("batch observer failed: %s", exc)
             with self._lock:
                 for g in group:
                     self.report.commit_latency_ms.append((now - g.arrived_mono) * 1000)
@@ -423,3 +478,23 @@ class Pipeline:
         else:
             self.out.write(line + "\n")
         self.out.flush()
+
+
+def _lag_per_stream(
+    consumer: RecordConsumer,
+    committed: dict[tuple[str, int], int],
+    topics: dict[str, list[str]],
+) -> dict[str, int]:
+    """Records the brokers hold beyond the committed offsets, per stream (streams sharing a
+    topic share its lag). Empty when the brokers do not answer: monitoring never stops the run."""
+    ends = consumer.end_offsets()
+    if not ends:
+        return {}
+    lag: dict[str, int] = {}
+    for topic, streams in topics.items():
+        behind = sum(
+            max(0, end - committed.get((t, p), 0)) for (t, p), end in ends.items() if t == topic
+        )
+        for stream in streams:
+            lag[stream] = behind
+    return lag
