@@ -47,9 +47,10 @@ ENV SPARK_HOME=/opt/spark \
     STREAMDI__STATE_DIR=/var/lib/streamdi \
     API__HOST=0.0.0.0
 
+# State lives in /var/lib/streamdi: the compose file mounts a named volume there (no VOLUME
+# here, which would give the Spark master an anonymous volume it does not need).
 USER streamdi
 WORKDIR /var/lib/streamdi
-VOLUME ["/var/lib/streamdi"]
 EXPOSE 8000
 
 # tini reaps Spark's and the embedded services' children and forwards SIGTERM to streamdi.

@@ -19,8 +19,9 @@ The run, in order:
    Kafka the committed offsets for monitoring, and the migration worker (``MIGRATION__TARGETS``)
    what it staged; the worker pushes to the warehouses in this process (see
    :mod:`migration.worker`).
-6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand, drain the queue,
-   commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
+6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand (with
+   ``drain_s``, first consume what Kafka already holds, until a poll comes back empty or the
+   time is up), drain the queue, commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
 
 :meth:`Pipeline.pause` stops step 4 from polling (the batch in hand is still cut, run and
 committed; collectors keep producing into Kafka, so nothing is lost and the consumer lag grows);
@@ -73,6 +74,9 @@ class PipelineOptions:
     collect: bool = True
     progress: bool = False
     crash_at: tuple[str, int] | None = None
+    #: On stop, keep consuming what is already in Kafka for up to this long (``streamdi serve``:
+    #: ``INGEST__DRAIN_S``); 0 stops after the batch in hand.
+    drain_s: float = 0.0
 
 
 @dataclass
@@ -148,16 +152,25 @@ class Pipeline:
         self._migration: MigrationWorker | None = None
         #: Set while ingest is paused (no polling); see :meth:`pause`.
         self.paused = threading.Event()
+        self._pause_seen = threading.Event()
+        self._consuming = False
         #: Called by the committer with every committed batch; must be quick and not raise.
         self.observers: list[Callable[[CommittedBatch], None]] = []
         #: Records in Kafka not committed to staging yet, per stream (refreshed every 2 s).
         self.consumer_lag: dict[str, int] = {}
 
-    def pause(self) -> None:
-        """Stop polling Kafka; the batch in hand still commits. Idempotent."""
+    def pause(self, timeout_s: float = 30.0) -> None:
+        """Stop polling Kafka; the batch in hand still commits. Returns once the consuming loop
+        has seen the pause (a poll in flight when it was asked has returned), so records produced
+        after this returns stay in Kafka until :meth:`resume`. Idempotent."""
         if not self.paused.is_set():
             logger.info("ingest paused dataflow=%s", self.spec.flow.name)
+        self._pause_seen.clear()
         self.paused.set()
+        deadline = time.monotonic() + timeout_s
+        while self._consuming and time.monotonic() < deadline:
+            if self._pause_seen.wait(0.05):
+                return
 
     def resume(self) -> None:
         """Poll again from the next uncommitted offset. Idempotent."""
@@ -257,8 +270,27 @@ class Pipeline:
             # 4.
             buffered: deque[RawRecord] = deque()
             added: dict[tuple[str, int], int] = {}
-            while not stop.is_set():
+            self._consuming = True
+            drain_until: float | None = None
+            drain_to: dict[tuple[str, int], int] = {}
+            drained = limit_reached = False
+            while True:
+                if stop.is_set():
+                    if drain_until is None:
+                        drain_until = time.monotonic() + options.drain_s
+                        # what Kafka holds now is what the drain consumes (an empty poll alone
+                        # can come back while a fetch is still on its way)
+                        drain_to = consumer.end_offsets() if options.drain_s > 0 else {}
+                    if (
+                        limit_reached
+                        or drained
+                        or self.paused.is_set()
+                        or time.monotonic() >= drain_until
+                    ):
+                        break
                 paused = self.paused.is_set()
+                if paused:
+                    self._pause_seen.set()
                 did_poll = not buffered and not paused
                 polled = consumer.poll(settings.ingest.poll_timeout_ms) if did_poll else []
                 buffered.extend(polled)
@@ -285,7 +317,15 @@ class Pipeline:
                     last_activity = time.monotonic()
                     next_batch += 1
                     if options.max_batches and self.report.batches >= options.max_batches:
+                        limit_reached = True
                         stop.set()
+                drained = (
+                    did_poll
+                    and not polled
+                    and not buffered
+                    and not assembler.pending
+                    and all(consumer.position(tp) >= end for tp, end in drain_to.items())
+                )
                 now = time.monotonic()
                 if self._error is not None:
                     raise self._error
@@ -312,6 +352,7 @@ class Pipeline:
                         break
         finally:
             # 6.
+            self._consuming = False
             self._queue.put(None)
             committer.join()
             if self._migration is not None:

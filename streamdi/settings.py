@@ -162,6 +162,13 @@ class IngestSettings(BaseModel):
         default="earliest",
         description="Where a new pipeline (no offsets in staging) starts reading a topic.",
     )
+    drain_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM, streamdi serve stops taking events, then consumes and commits "
+        "what Kafka already holds for up to this long before it stops (0: stop after the batch "
+        "in hand).",
+    )
 
     @field_validator("allowed_lateness_ms", mode="before")
     @classmethod
