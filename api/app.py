@@ -12,6 +12,8 @@
 ``GET /deadletters``               dead letters (paged by id)
 ``POST /deadletters/replay``       re-offer dead letters, as stored or fixed
 ``POST /streams/{stream}/events``  the HTTP push source (JSON, or an Arrow IPC stream)
+``POST /ingest/pause|resume``      stop / restart consuming (events keep arriving in Kafka)
+``GET /status``                    a summary for operators (``streamdi status``)
 ``GET /health``, ``GET /ready``    liveness and readiness
 ``GET /metrics``                   Prometheus text
 ``GET /docs``, ``/openapi.json``   the OpenAPI description
@@ -65,7 +67,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         401: "a bearer token is required (API__TOKEN)",
         404: "no such answer, stream or dead letter",
         408: "the query ran past its time limit",
-        409: "a pinned watermark is not reached or no longer readable; the stream takes no pushes",
+        409: "a pinned watermark is not reached or no longer readable; the stream takes no "
+        "pushes; no pipeline to pause or resume",
         422: "the request does not match the schema",
         503: "a warehouse or the collector is unavailable, or the service is not ready",
     }.items()
@@ -296,6 +299,25 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         result: dict[str, Any] = await run_in_threadpool(service.push, stream, events)
         return result
 
+    # -- operations --------------------------------------------------------------------------------
+
+    @app.post("/ingest/pause", responses=_ERRORS, tags=["service"])
+    def pause() -> dict[str, Any]:
+        """Stop consuming from Kafka: the batch in hand still commits; pushed and collected
+        events keep arriving in Kafka (the consumer lag grows) until ``/ingest/resume``."""
+        return service.pause()
+
+    @app.post("/ingest/resume", responses=_ERRORS, tags=["service"])
+    def resume() -> dict[str, Any]:
+        """Consume again from the next uncommitted offset."""
+        return service.resume()
+
+    @app.get("/status", responses=_ERRORS, tags=["service"])
+    def status() -> dict[str, Any]:
+        """Pipeline state, paused or not, staging watermark and size, per stream its last
+        batch and consumer lag, per target its acknowledged batch and migration lag."""
+        return service.status()
+
     # -- health and metrics ------------------------------------------------------------------------
 
     @app.get("/health", tags=["service"], responses={503: {"model": ErrorBody}})
@@ -321,8 +343,9 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         responses={200: {"content": {"text/plain": {}}}},
     )
     def metrics() -> Response:
-        """Prometheus metrics: requests, queries by plan and target, pushed events, watermarks,
-        staging's age, kept answers."""
+        """Prometheus metrics: requests, queries by plan and target (latency), pushed events,
+        batch latency, engine throughput, consumer lag per stream, staging size, migration lag
+        per target, watermarks, kept answers."""
         return Response(service.metrics.render(), media_type=service.metrics.content_type)
 
     return app

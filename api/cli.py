@@ -21,6 +21,7 @@ def _serve(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         executor=args.executor or settings.engine.executor,
         collect=True,
         progress=args.progress,
+        drain_s=settings.ingest.drain_s,
     )
     return serve(
         spec,
@@ -39,7 +40,8 @@ def register(commands: Commands) -> None:
         "POSTed to /streams/<stream>/events), migrate into MIGRATION__TARGETS, and answer union "
         "queries over staged and migrated data on API__HOST:API__PORT (127.0.0.1:8000 by "
         "default; OpenAPI docs at /docs). SIGTERM or Ctrl-C stops the server, then the pipeline "
-        "(which commits the batch in hand and pushes what is pending).",
+        "(which consumes what Kafka holds for up to INGEST__DRAIN_S, commits, and pushes what is "
+        "pending), then the embedded broker and PostgreSQL.",
     )
     serve.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec")
     serve.add_argument("--host", help="bind address (default: API__HOST)")

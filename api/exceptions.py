@@ -31,6 +31,7 @@ ErrorCode = Literal[
     "unknown_stream",
     "stream_not_pushable",
     "push_unavailable",
+    "no_pipeline",
     "dead_letter_not_found",
     "target_unavailable",
     "not_ready",
@@ -167,3 +168,10 @@ class TargetUnreachable(ApiError, TransientError):
 class NotReady(ApiError, TransientError):
     status = 503
     code: ErrorCode = "not_ready"
+
+
+class IngestNotHosted(ApiError, TerminalError):
+    """Pause or resume asked of a service that hosts no pipeline."""
+
+    status = 409
+    code: ErrorCode = "no_pipeline"

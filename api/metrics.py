@@ -1,12 +1,15 @@
 """Prometheus metrics of the service, in a registry of its own (one per app, so tests and
 benchmarks can run several).
 
-Counters and histograms are updated as requests, queries and pushes happen; the watermarks and
-sizes are read when ``/metrics`` is scraped, from a ``snapshot()`` callable the service provides.
+Counters and histograms are updated as requests, queries, pushes and committed batches happen;
+the watermarks, lags and sizes are read when ``/metrics`` is scraped, from a ``snapshot()``
+callable the service provides. :data:`METRIC_NAMES` lists every family (the README's table and a
+test keep to it).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +19,32 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+#: Every metric family the service exports (names as scraped; counters end in ``_total``).
+METRIC_NAMES: tuple[str, ...] = (
+    "streamdi_http_requests_total",
+    "streamdi_http_request_seconds",
+    "streamdi_queries_total",
+    "streamdi_query_seconds",
+    "streamdi_pushed_events_total",
+    "streamdi_batch_latency_seconds",
+    "streamdi_engine_events_total",
+    "streamdi_engine_batch_seconds",
+    "streamdi_engine_events_per_second",
+    "streamdi_consumer_lag_records",
+    "streamdi_ingest_paused",
+    "streamdi_staged_watermark",
+    "streamdi_released_through",
+    "streamdi_staging_bytes",
+    "streamdi_staging_pending_batches",
+    "streamdi_staged_age_seconds",
+    "streamdi_target_acknowledged",
+    "streamdi_migration_lag_batches",
+    "streamdi_migration_lag_seconds",
+    "streamdi_pipeline_up",
+    "streamdi_answers_kept",
+    "streamdi_answers_bytes",
+)
 
 
 class _StateCollector(Collector):
@@ -40,6 +69,46 @@ class _StateCollector(Collector):
         for target, batch in sorted(state["acks"].items()):
             acked.add_metric([target], batch)
         yield acked
+        lag_batches = GaugeMetricFamily(
+            "streamdi_migration_lag_batches",
+            "Batches committed to staging that a warehouse target has not acknowledged yet.",
+            labels=["target"],
+        )
+        lag_seconds = GaugeMetricFamily(
+            "streamdi_migration_lag_seconds",
+            "Age of the oldest batch a warehouse target has not acknowledged (0: up to date).",
+            labels=["target"],
+        )
+        for target, (batches, seconds) in sorted(state["migration_lag"].items()):
+            lag_batches.add_metric([target], batches)
+            lag_seconds.add_metric([target], seconds)
+        yield lag_batches
+        yield lag_seconds
+        consumer_lag = GaugeMetricFamily(
+            "streamdi_consumer_lag_records",
+            "Kafka records of each stream not yet committed to staging (brokers' end offsets "
+            "minus the committed offsets).",
+            labels=["stream"],
+        )
+        for stream, records in sorted(state["consumer_lag"].items()):
+            consumer_lag.add_metric([stream], records)
+        yield consumer_lag
+        yield GaugeMetricFamily(
+            "streamdi_ingest_paused", "1 while ingest is paused.", state["paused"]
+        )
+        yield GaugeMetricFamily(
+            "streamdi_staging_bytes", "Size of the staging DuckDB file.", state["staging_bytes"]
+        )
+        yield GaugeMetricFamily(
+            "streamdi_staging_pending_batches",
+            "Committed batches whose deltas are still in staging (not released).",
+            max(0, state["staged"] - state["released"]),
+        )
+        yield GaugeMetricFamily(
+            "streamdi_engine_events_per_second",
+            "Engine throughput while busy: events executed per second of engine time.",
+            state["engine_rate"],
+        )
         yield GaugeMetricFamily(
             "streamdi_staged_age_seconds",
             "Age of the newest committed batch (seconds since it committed).",
@@ -63,6 +132,8 @@ class ServiceMetrics:
 
     def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._engine_lock = threading.Lock()
+        self._engine_totals = [0.0, 0.0]  # events, seconds
         self.requests = Counter(
             "streamdi_http_requests",
             "HTTP requests by route and status.",
@@ -95,7 +166,41 @@ class ServiceMetrics:
             ["stream"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(state))
+        self.batch_latency = Histogram(
+            "streamdi_batch_latency_seconds",
+            "Per batch, from its first record's arrival to its staging commit.",
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.engine_events = Counter(
+            "streamdi_engine_events",
+            "Events the engine executed and committed to staging.",
+            registry=self.registry,
+        )
+        self.engine_seconds = Histogram(
+            "streamdi_engine_batch_seconds",
+            "Engine time per batch (running the dataflow, before the commit).",
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.registry.register(
+            _StateCollector(lambda: {**state(), "engine_rate": self.engine_rate()})
+        )
+
+    def observe_batch(self, batch: Any) -> None:
+        """Account a committed batch (an :class:`ingest.pipeline.CommittedBatch`)."""
+        self.batch_latency.observe(batch.latency_s)
+        self.engine_events.inc(batch.events)
+        self.engine_seconds.observe(batch.executed_s)
+        with self._engine_lock:
+            self._engine_totals[0] += batch.events
+            self._engine_totals[1] += batch.executed_s
+
+    def engine_rate(self) -> float:
+        """Events per second of engine time, over the service's life (0 before any batch)."""
+        with self._engine_lock:
+            events, seconds = self._engine_totals
+        return events / seconds if seconds > 0 else 0.0
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)

@@ -152,7 +152,9 @@ def serve(
             pushable={s: s in push_sources for s in spec.flow.sources},
             replayer=replay,
             pipeline_state=runner.state,
+            ingest=runner.pipeline,
         )
+        runner.pipeline.observers.append(service.metrics.observe_batch)
         runner.start()
         # 5.
         config = uvicorn.Config(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
@@ -22,6 +23,7 @@ from api.answers import AnswerCache, json_rows, type_name
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
+    IngestNotHosted,
     InvalidRequest,
     PushUnavailable,
     StreamNotPushable,
@@ -42,11 +44,25 @@ from migration.migrator import Migrator
 from migration.reader import DuckDBReader, PostgresReader, WarehouseReader
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
+from streamdi import __version__
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
 
 PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
+
+
+class IngestControl(Protocol):
+    """What the service may do to the pipeline it hosts (an :class:`ingest.pipeline.Pipeline`)."""
+
+    paused: threading.Event
+    consumer_lag: dict[str, int]
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
 #: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
 Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]
 
@@ -111,6 +127,7 @@ class QueryService:
         replayer: Replayer | None = None,
         pipeline_state: Callable[[], tuple[PipelineState, str | None]] | None = None,
         model: PlanModel | None = None,
+        ingest: IngestControl | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -125,6 +142,7 @@ class QueryService:
         self._pushable = dict(pushable or {})
         self.replayer = replayer
         self._pipeline_state = pipeline_state
+        self.ingest = ingest
         self.metrics = ServiceMetrics(self._gauges)
         self.started_at = time.time()
 
@@ -425,15 +443,85 @@ class QueryService:
             "reasons": reasons,
         }
 
+    # -- ingest control and status ----------------------------------------------------------------
+
+    def _control(self) -> IngestControl:
+        if self.ingest is None:
+            raise IngestNotHosted("this service hosts no pipeline to pause or resume")
+        return self.ingest
+
+    def pause(self) -> dict[str, Any]:
+        """Stop consuming (the batch in hand still commits); events keep arriving in Kafka."""
+        self._control().pause()
+        return self.status()
+
+    def resume(self) -> dict[str, Any]:
+        """Consume again from the next uncommitted offset."""
+        self._control().resume()
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        """A summary for operators (``streamdi status``): pipeline, ingest, staging, migration."""
+        gauges = self._gauges()
+        state, error = self.pipeline()
+        with open_snapshot(self.store) as snap:
+            progress = snap.streams()
+        return {
+            "service": {
+                "version": __version__,
+                "pid": os.getpid(),
+                "uptime_s": round(time.time() - self.started_at, 3),
+            },
+            "pipeline": {"state": state, "error": error, "paused": bool(gauges["paused"])},
+            "staging": {
+                "path": str(self.settings.staging_path),
+                "watermark": gauges["staged"],
+                "released_through": gauges["released"],
+                "bytes": gauges["staging_bytes"],
+                "newest_batch_age_s": round(gauges["age_s"], 3),
+            },
+            "streams": {
+                stream: {
+                    "last_batch": progress[stream].last_batch if stream in progress else 0,
+                    "lag_records": gauges["consumer_lag"].get(stream),
+                }
+                for stream in self.store.flow.sources
+            },
+            "migration": {
+                target: {
+                    "acknowledged": gauges["acks"].get(target, 0),
+                    "lag_batches": lag[0],
+                    "lag_seconds": round(lag[1], 3),
+                }
+                for target, lag in gauges["migration_lag"].items()
+            },
+            "engine": {"events_per_second": round(self.metrics.engine_rate(), 1)},
+        }
+
     def _gauges(self) -> dict[str, Any]:
         acks = self.migrator.acknowledged() if self.migrator is not None else {}
         released = self.migrator.staged.released_through() if self.migrator is not None else 0
         age = 0.0
+        migration_lag: dict[str, tuple[int, float]] = {}
+        now = time.time()
         with open_snapshot(self.store) as snap:
-            info = snap.batch(snap.watermark) if snap.watermark else None
+            watermark = snap.watermark
+            info = snap.batch(watermark) if watermark else None
+            for target in self.migrator.targets if self.migrator is not None else ():
+                acked = acks.get(target, 0)
+                oldest = snap.batch(acked + 1) if acked < watermark else None
+                committed = oldest.get("committed_at") if oldest is not None else None
+                seconds = 0.0
+                if committed is not None:
+                    seconds = now - committed.replace(tzinfo=UTC).timestamp()
+                migration_lag[target] = (max(0, watermark - acked), max(0.0, seconds))
         if info is not None and info.get("committed_at") is not None:
-            age = time.time() - info["committed_at"].replace(tzinfo=UTC).timestamp()
+            age = now - info["committed_at"].replace(tzinfo=UTC).timestamp()
         state, _ = self.pipeline()
+        path = self.settings.staging_path
+        staging_bytes = sum(
+            p.stat().st_size for p in (path, path.with_name(path.name + ".wal")) if p.exists()
+        )
         return {
             "staged": self.store.watermark,
             "released": released,
@@ -442,6 +530,10 @@ class QueryService:
             "pipeline_up": 1 if state == "running" else 0,
             "answers": len(self.answers),
             "answer_bytes": self.answers.bytes,
+            "migration_lag": migration_lag,
+            "consumer_lag": dict(self.ingest.consumer_lag) if self.ingest is not None else {},
+            "paused": 1 if self.ingest is not None and self.ingest.paused.is_set() else 0,
+            "staging_bytes": staging_bytes,
         }
 
 

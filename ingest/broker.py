@@ -60,14 +60,23 @@ def client_config(kafka: KafkaSettings, bootstrap_servers: str) -> dict[str, Any
         config["sasl_plain_username"] = kafka.sasl_username
         if kafka.sasl_password is not None:
             config["sasl_plain_password"] = kafka.sasl_password.get_secret_value()
-    if kafka.ssl_cafile is not None:
-        config["ssl_cafile"] = str(kafka.ssl_cafile)
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        config["ssl_check_hostname"] = kafka.ssl_check_hostname
+    for option in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(kafka, option)
+        if path is not None:
+            config[option] = str(path)
+    if kafka.ssl_password is not None:
+        config["ssl_password"] = kafka.ssl_password.get_secret_value()
     return config
 
 
-def wait_until_answering(bootstrap_servers: str, timeout_s: float = 30.0) -> None:
+def wait_until_answering(
+    bootstrap_servers: str, timeout_s: float = 30.0, *, kafka: KafkaSettings | None = None
+) -> None:
     """Block until a Kafka ApiVersions/Metadata round trip succeeds, or raise
-    :class:`BrokerUnavailable`."""
+    :class:`BrokerUnavailable`. ``kafka`` gives the client security settings (TLS, SASL) of an
+    external cluster."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
@@ -75,9 +84,12 @@ def wait_until_answering(bootstrap_servers: str, timeout_s: float = 30.0) -> Non
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap_servers.split(","), request_timeout_ms=2000
+            config = (
+                client_config(kafka, bootstrap_servers)
+                if kafka is not None
+                else {"bootstrap_servers": bootstrap_servers.split(",")}
             )
+            admin = KafkaAdminClient(**config, request_timeout_ms=2000)
             try:
                 admin.list_topics()
                 return
@@ -202,7 +214,7 @@ class EmbeddedBroker:
 def open_broker(kafka: KafkaSettings) -> Iterator[BrokerHandle]:
     """The configured external Kafka, or an embedded broker for the duration of the block."""
     if kafka.bootstrap_servers:
-        wait_until_answering(kafka.bootstrap_servers)
+        wait_until_answering(kafka.bootstrap_servers, kafka=kafka)
         yield BrokerHandle(kafka.bootstrap_servers, f"external:{kafka.bootstrap_servers}", False)
         return
     broker = EmbeddedBroker()

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands
+from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
 
@@ -69,8 +69,25 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     print(
         f"streamdi run: {report.batches} batches, {report.events:,} events, "
         f"{report.dead_letters:,} dead letters in {report.seconds:.1f} s; "
-        f"commit p50 {report.percentile(50):.0f} ms, p99 {report.percentile(99):.0f} ms"
+        f"commit p50 {report.percentile(50):.0f} ms, p99 {report.percentile(99):.0f} ms",
+        file=sys.stderr if args.json == "-" else sys.stdout,
     )
+    if args.json:
+        write_json(
+            {
+                "dataflow": spec.flow.name,
+                "batches": report.batches,
+                "events": report.events,
+                "records": report.records,
+                "dead_letters": report.dead_letters,
+                "commits": report.commits,
+                "seconds": report.seconds,
+                "resumed_from": report.resumed_from,
+                "commit_p50_ms": report.percentile(50),
+                "commit_p99_ms": report.percentile(99),
+            },
+            args.json,
+        )
     return EXIT_OK
 
 
@@ -111,7 +128,7 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.runspec import load_run_spec
 
     bootstrap = _need_external(settings, "streamdi collect")
-    wait_until_answering(bootstrap)
+    wait_until_answering(bootstrap, kafka=settings.kafka)
     spec = load_run_spec(args.spec)
     broker = BrokerHandle(bootstrap, f"external:{bootstrap}", False)
     streams = [s for s, b in spec.streams.items() if b.input is not None]
@@ -124,6 +141,7 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         settings.kafka, bootstrap, {spec.topic(s): spec.streams[s].partitions for s in streams}
     )
     stop = _stop_on_signals()
+    reports = []
     for stream in streams:
         source = spec.streams[stream].input
         assert source is not None
@@ -142,8 +160,22 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         print(
             f"streamdi collect: {stream}: batches {report.first_batch}..."
             f"{report.first_batch + report.batches - 1}, {report.events:,} events, "
-            f"{report.rejects:,} rejects, {report.records:,} records in {report.seconds:.1f} s"
+            f"{report.rejects:,} rejects, {report.records:,} records in {report.seconds:.1f} s",
+            file=sys.stderr if args.json == "-" else sys.stdout,
         )
+        reports.append(
+            {
+                "stream": stream,
+                "first_batch": report.first_batch,
+                "batches": report.batches,
+                "events": report.events,
+                "rejects": report.rejects,
+                "records": report.records,
+                "seconds": report.seconds,
+            }
+        )
+    if args.json:
+        write_json(reports, args.json)
     return EXIT_OK
 
 
@@ -227,7 +259,14 @@ def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) ->
     sent, refused = replay_file(spec, settings.kafka, bootstrap, Path(args.file))
     for line, reason in refused:
         print(f"line {line}: not re-offered: {reason}", file=sys.stderr)
-    print(f"re-offered {sent} events ({len(refused)} refused)")
+    print(
+        f"re-offered {sent} events ({len(refused)} refused)",
+        file=sys.stderr if args.json == "-" else sys.stdout,
+    )
+    if args.json:
+        write_json(
+            {"sent": sent, "refused": [{"line": n, "reason": r} for n, r in refused]}, args.json
+        )
     return EXIT_OK if not refused else EXIT_FAILED
 
 
@@ -258,6 +297,7 @@ def register(commands: Commands) -> None:
         "--no-collect", action="store_true", help="do not run the collectors of bound inputs"
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress line")
+    run.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-': stdout)")
     run.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection for the crash tests
     run.set_defaults(handler=_run)
 
@@ -269,6 +309,9 @@ def register(commands: Commands) -> None:
     )
     collect.add_argument("spec", help="module:attribute naming a RunSpec")
     collect.add_argument("--stream", action="append", help="only this stream (repeatable)")
+    collect.add_argument(
+        "--json", metavar="PATH", help="also write the per-stream reports as JSON ('-': stdout)"
+    )
     collect.set_defaults(handler=_collect)
 
     broker = commands.add_parser(
@@ -299,4 +342,5 @@ def register(commands: Commands) -> None:
     replay.add_argument(
         "--file", required=True, help="JSON lines with id, stream and the fixed event"
     )
+    replay.add_argument("--json", metavar="PATH", help="also write the result as JSON ('-')")
     replay.set_defaults(handler=_deadletters_replay)

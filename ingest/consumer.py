@@ -108,6 +108,29 @@ class RecordConsumer:
         except Exception as exc:  # monitoring must never stop the pipeline
             logger.debug("monitoring offset commit failed: %s", exc)
 
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record a poll returns for ``tp`` (records fetched but not
+        returned yet do not count); -1 when the broker does not answer."""
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        try:
+            return int(self._consumer.position(KafkaTopicPartition(*tp)))
+        except Exception as exc:  # monitoring and draining must never stop the pipeline
+            logger.debug("position failed: %s", exc)
+            return -1
+
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        """The brokers' end offset (the next offset to be written) of every assigned partition;
+        empty when they do not answer (monitoring only)."""
+        from kafka import TopicPartition
+
+        try:
+            ends = self._consumer.end_offsets([TopicPartition(t, p) for t, p in self.partitions])
+        except Exception as exc:  # monitoring must never stop the pipeline
+            logger.debug("end offsets failed: %s", exc)
+            return {}
+        return {(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
+
     def close(self) -> None:
         try:
             self._consumer.close(autocommit=False)

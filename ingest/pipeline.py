@@ -19,8 +19,15 @@ The run, in order:
    Kafka the committed offsets for monitoring, and the migration worker (``MIGRATION__TARGETS``)
    what it staged; the worker pushes to the warehouses in this process (see
    :mod:`migration.worker`).
-6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand, drain the queue,
-   commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
+6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand (with
+   ``drain_s``, first consume what Kafka already holds, until a poll comes back empty or the
+   time is up), drain the queue, commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
+
+:meth:`Pipeline.pause` stops step 4 from polling (the batch in hand is still cut, run and
+committed; collectors keep producing into Kafka, so nothing is lost and the consumer lag grows);
+:meth:`Pipeline.resume` polls again from where it stopped. Every committed batch is reported to
+the :attr:`Pipeline.observers` (the service's metrics), and the consumer lag per stream (the
+brokers' end offsets minus the committed ones) is refreshed every two seconds.
 
 After a crash anywhere, restarting repeats from step 1: batches that were executed but not
 committed run again from the same records and the same state, so nothing is lost or applied twice.
@@ -36,6 +43,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -66,6 +74,9 @@ class PipelineOptions:
     collect: bool = True
     progress: bool = False
     crash_at: tuple[str, int] | None = None
+    #: On stop, keep consuming what is already in Kafka for up to this long (``streamdi serve``:
+    #: ``INGEST__DRAIN_S``); 0 stops after the batch in hand.
+    drain_s: float = 0.0
 
 
 @dataclass
@@ -84,6 +95,18 @@ class PipelineReport:
         if not self.commit_latency_ms:
             return 0.0
         return float(np.percentile(np.asarray(self.commit_latency_ms), q))
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """What :attr:`Pipeline.observers` learn of each committed batch."""
+
+    batch_id: int
+    events: int
+    #: time the engine spent running the batch
+    executed_s: float
+    #: from the batch's first record arriving to its staging commit
+    latency_s: float
 
 
 @dataclass
@@ -127,6 +150,33 @@ class Pipeline:
         self._committed_offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._migration: MigrationWorker | None = None
+        #: Set while ingest is paused (no polling); see :meth:`pause`.
+        self.paused = threading.Event()
+        self._pause_seen = threading.Event()
+        self._consuming = False
+        #: Called by the committer with every committed batch; must be quick and not raise.
+        self.observers: list[Callable[[CommittedBatch], None]] = []
+        #: Records in Kafka not committed to staging yet, per stream (refreshed every 2 s).
+        self.consumer_lag: dict[str, int] = {}
+
+    def pause(self, timeout_s: float = 30.0) -> None:
+        """Stop polling Kafka; the batch in hand still commits. Returns once the consuming loop
+        has seen the pause (a poll in flight when it was asked has returned), so records produced
+        after this returns stay in Kafka until :meth:`resume`. Idempotent."""
+        if not self.paused.is_set():
+            logger.info("ingest paused dataflow=%s", self.spec.flow.name)
+        self._pause_seen.clear()
+        self.paused.set()
+        deadline = time.monotonic() + timeout_s
+        while self._consuming and time.monotonic() < deadline:
+            if self._pause_seen.wait(0.05):
+                return
+
+    def resume(self) -> None:
+        """Poll again from the next uncommitted offset. Idempotent."""
+        if self.paused.is_set():
+            logger.info("ingest resumed dataflow=%s", self.spec.flow.name)
+        self.paused.clear()
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -220,8 +270,28 @@ class Pipeline:
             # 4.
             buffered: deque[RawRecord] = deque()
             added: dict[tuple[str, int], int] = {}
-            while not stop.is_set():
-                did_poll = not buffered
+            self._consuming = True
+            drain_until: float | None = None
+            drain_to: dict[tuple[str, int], int] = {}
+            drained = limit_reached = False
+            while True:
+                if stop.is_set():
+                    if drain_until is None:
+                        drain_until = time.monotonic() + options.drain_s
+                        # what Kafka holds now is what the drain consumes (an empty poll alone
+                        # can come back while a fetch is still on its way)
+                        drain_to = consumer.end_offsets() if options.drain_s > 0 else {}
+                    if (
+                        limit_reached
+                        or drained
+                        or self.paused.is_set()
+                        or time.monotonic() >= drain_until
+                    ):
+                        break
+                paused = self.paused.is_set()
+                if paused:
+                    self._pause_seen.set()
+                did_poll = not buffered and not paused
                 polled = consumer.poll(settings.ingest.poll_timeout_ms) if did_poll else []
                 buffered.extend(polled)
                 if polled:
@@ -237,6 +307,7 @@ class Pipeline:
                     assembler.pending_events >= batch_size
                     or assembler.punctuated
                     or (did_poll and not polled)
+                    or paused
                     or (arrived is not None and time.time() - arrived >= timeout_s)
                 )
                 if cut:
@@ -246,7 +317,15 @@ class Pipeline:
                     last_activity = time.monotonic()
                     next_batch += 1
                     if options.max_batches and self.report.batches >= options.max_batches:
+                        limit_reached = True
                         stop.set()
+                drained = (
+                    did_poll
+                    and not polled
+                    and not buffered
+                    and not assembler.pending
+                    and all(consumer.position(tp) >= end for tp, end in drain_to.items())
+                )
                 now = time.monotonic()
                 if self._error is not None:
                     raise self._error
@@ -254,8 +333,12 @@ class Pipeline:
                     raise self._migration.error
                 if now - last_monitor >= 2.0:
                     with self._lock:
-                        consumer.commit_for_monitoring(self._committed_offsets)
+                        committed = dict(self._committed_offsets)
+                    consumer.commit_for_monitoring(committed)
+                    self.consumer_lag = _lag_per_stream(consumer, committed, topics)
                     last_monitor = now
+                if paused and not buffered and not assembler.pending:
+                    stop.wait(0.05)
                 if options.progress and now - last_print >= 1.0:
                     self._print_progress(started, fetched_events)
                     last_print = now
@@ -269,6 +352,7 @@ class Pipeline:
                         break
         finally:
             # 6.
+            self._consuming = False
             self._queue.put(None)
             committer.join()
             if self._migration is not None:
@@ -397,6 +481,18 @@ class Pipeline:
             if self._migration is not None:
                 self._migration.notify(len(group), committed_rows(g.commit for g in group))
             now = time.monotonic()
+            for g in group:
+                seen = CommittedBatch(
+                    g.commit.batch_id,
+                    g.commit.events,
+                    g.commit.executed_ms / 1000,
+                    now - g.arrived_mono,
+                )
+                for observe in self.observers:
+                    try:
+                        observe(seen)
+                    except Exception as exc:  # an observer must never stop the pipeline
+                        logger.warning("batch observer failed: %s", exc)
             with self._lock:
                 for g in group:
                     self.report.commit_latency_ms.append((now - g.arrived_mono) * 1000)
@@ -423,3 +519,23 @@ class Pipeline:
         else:
             self.out.write(line + "\n")
         self.out.flush()
+
+
+def _lag_per_stream(
+    consumer: RecordConsumer,
+    committed: dict[tuple[str, int], int],
+    topics: dict[str, list[str]],
+) -> dict[str, int]:
+    """Records the brokers hold beyond the committed offsets, per stream (streams sharing a
+    topic share its lag). Empty when the brokers do not answer: monitoring never stops the run."""
+    ends = consumer.end_offsets()
+    if not ends:
+        return {}
+    lag: dict[str, int] = {}
+    for topic, streams in topics.items():
+        behind = sum(
+            max(0, end - committed.get((t, p), 0)) for (t, p), end in ends.items() if t == topic
+        )
+        for stream in streams:
+            lag[stream] = behind
+    return lag

@@ -126,8 +126,10 @@ def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]
     args: dict[str, str] = {}
     if pg.sslmode:
         args["sslmode"] = pg.sslmode
-    if pg.sslrootcert:
-        args["sslrootcert"] = str(pg.sslrootcert)
+    for option in ("sslrootcert", "sslcert", "sslkey"):
+        path = getattr(pg, option)
+        if path is not None:
+            args[option] = str(path)
     return dsn, args
 
 

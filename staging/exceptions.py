@@ -56,3 +56,7 @@ class BatchAlreadyCommitted(StagingError, TerminalError):
             f"batch {batch_id} is at or below the staged watermark {watermark}; refusing to apply "
             "it twice"
         )
+
+
+class StagingUnavailable(StagingError, TransientError):
+    """A staging file cannot be read now (another process writes it) or is not a staging file."""

@@ -5,7 +5,8 @@ Each stage contributes its own subcommands: a module listed in :data:`COMMAND_MO
 the command. Handlers import their heavy dependencies lazily, so ``streamdi --help`` stays fast.
 
 Exit codes: 0 success, 1 a failure while running, 2 bad usage or bad configuration (the message
-names the setting and what it expects).
+names the setting and what it expects; a variable named like a setting that no setting reads is
+bad configuration too), 3 a service the command talks to does not answer.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from streamdi import __version__
 from streamdi.commands import EXIT_FAILED, EXIT_USAGE
+from streamdi.environment import unknown_settings
 from streamdi.errors import ConfigurationError, StreamdiError
 from streamdi.logs import configure_logging
 from streamdi.settings import load_settings
@@ -33,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tpcdi.cli",
     "benchmarks.cli",
     "streamdi.config_cli",
+    "streamdi.ops_cli",
 )
 
 
@@ -62,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         settings = load_settings()
+        unknown = unknown_settings(os.environ)
+        if unknown:
+            raise ConfigurationError(unknown)
     except ConfigurationError as exc:
         print(f"streamdi: {exc}", file=sys.stderr)
         return EXIT_USAGE

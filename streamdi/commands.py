@@ -11,6 +11,8 @@ from typing import Any, TypeAlias
 from streamdi.settings import StreamdiSettings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: A service or resource the command needs does not answer (``streamdi status|pause|resume``).
+EXIT_UNAVAILABLE = 3
 
 Handler: TypeAlias = Callable[[argparse.Namespace, StreamdiSettings], int]
 #: What ``register`` receives: the ``add_subparsers()`` result of the parent parser.

@@ -11,7 +11,30 @@ import logging
 import sys
 from typing import Literal
 
-LogFormat = Literal["text", "json"]
+LogFormat = Literal["text", "logfmt", "json"]
+
+
+def _logfmt_value(value: str) -> str:
+    if value and not any(c in value for c in ' "=\\\n'):
+        return value
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+class _LogfmtFormatter(logging.Formatter):
+    """``time=... level=info logger=ingest.pipeline msg="pipeline start dataflow=kv"``: one
+    key=value line per record (logfmt), for log shippers that parse key=value."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields.items())
 
 
 class _JsonFormatter(logging.Formatter):
@@ -32,6 +55,8 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
+    elif fmt == "logfmt":
+        handler.setFormatter(_LogfmtFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger()

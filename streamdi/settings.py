@@ -18,7 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
@@ -38,7 +45,11 @@ class ServiceSettings(BaseModel):
         "reports. Created on first use.",
     )
     log_level: LogLevel = Field(default="INFO", description="Root log level.")
-    log_format: Literal["text", "json"] = Field(default="text", description="Log line format.")
+    log_format: Literal["text", "logfmt", "json"] = Field(
+        default="text",
+        description="Log line format: text (for people), logfmt (key=value fields) or json "
+        "(one object per line).",
+    )
 
 
 class KafkaSettings(BaseModel):
@@ -56,11 +67,54 @@ class KafkaSettings(BaseModel):
         le=1_048_576,
         description="Largest Kafka record the collector produces (below Kafka's 1 MiB default).",
     )
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How clients talk to the brokers (TLS, SASL or both)."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism (with SASL_PLAINTEXT or SASL_SSL)."
+    )
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(default=None, description="SASL password (secret).")
+    ssl_cafile: Path | None = Field(
+        default=None, description="CA certificate file that signed the brokers' certificates."
+    )
+    ssl_certfile: Path | None = Field(
+        default=None, description="Client certificate file (mutual TLS)."
+    )
+    ssl_keyfile: Path | None = Field(default=None, description="Client private key file.")
+    ssl_password: SecretStr | None = Field(
+        default=None, description="Password of the client key (secret)."
+    )
+    ssl_check_hostname: bool = Field(
+        default=True, description="Check that a broker's certificate names its host."
+    )
+
+    @field_validator("sasl_mechanism", mode="before")
+    @classmethod
+    def _empty_mechanism(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL"):
+            missing = [
+                name
+                for name, value in (
+                    ("KAFKA__SASL_MECHANISM", self.sasl_mechanism),
+                    ("KAFKA__SASL_USERNAME", self.sasl_username),
+                    ("KAFKA__SASL_PASSWORD", self.sasl_password),
+                )
+                if value is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"KAFKA__SECURITY_PROTOCOL={self.security_protocol} needs " + ", ".join(missing)
+                )
+        elif self.sasl_mechanism is not None:
+            raise ValueError(
+                "KAFKA__SASL_MECHANISM needs KAFKA__SECURITY_PROTOCOL SASL_PLAINTEXT or SASL_SSL"
+            )
+        return self
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -108,6 +162,13 @@ class IngestSettings(BaseModel):
         default="earliest",
         description="Where a new pipeline (no offsets in staging) starts reading a topic.",
     )
+    drain_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM, streamdi serve stops taking events, then consumes and commits "
+        "what Kafka already holds for up to this long before it stops (0: stop after the batch "
+        "in hand).",
+    )
 
     @field_validator("allowed_lateness_ms", mode="before")
     @classmethod
@@ -124,14 +185,26 @@ class PostgresSettings(BaseModel):
         "sslrootcert, sslcert, sslkey pass through to libpq). Unset: streamdi starts an "
         "embedded PostgreSQL under STREAMDI__STATE_DIR.",
     )
-    sslmode: str | None = Field(
-        default=None,
-        description="libpq sslmode for an external server (disable, require, verify-ca, "
-        "verify-full...); overrides the DSN's.",
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = (
+        Field(
+            default=None,
+            description="libpq sslmode for an external server (disable, require, verify-ca, "
+            "verify-full...); overrides the DSN's.",
+        )
     )
     sslrootcert: Path | None = Field(
         default=None, description="CA certificate file (libpq sslrootcert)."
     )
+    sslcert: Path | None = Field(
+        default=None, description="Client certificate file (libpq sslcert)."
+    )
+    sslkey: Path | None = Field(default=None, description="Client private key file (libpq sslkey).")
+
+    @field_validator("sslmode", mode="before")
+    @classmethod
+    def _empty_sslmode(cls, value: Any) -> Any:
+        return None if value == "" else value
+
     data_dir: Path | None = Field(
         default=None,
         description="Data directory of the embedded server. Unset: <state_dir>/postgres.",
@@ -502,16 +575,35 @@ def load_settings(**overrides: Any) -> StreamdiSettings:
     try:
         return StreamdiSettings(**overrides)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            expected = err["msg"]
-            if expected.startswith("Value error, "):
-                expected = expected[len("Value error, ") :]
-            given = err.get("input")
-            if given is not None and not isinstance(given, dict):
-                expected = f"{expected} (got {given!r})"
-            problems.append((_env_name(err["loc"]), expected))
-        raise ConfigurationError(problems) from exc
+        raise ConfigurationError(validation_problems(exc)) from exc
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """``(environment name, what is expected (got ...))`` for each error of ``exc``; a secret's
+    value is never repeated."""
+    problems = []
+    for err in exc.errors():
+        expected = err["msg"]
+        if expected.startswith("Value error, "):
+            expected = expected[len("Value error, ") :]
+        name = _env_name(err["loc"])
+        given = err.get("input")
+        if given is not None and not isinstance(given, dict):
+            shown = "**********" if name in _secret_names() else repr(given)
+            expected = f"{expected} (got {shown})"
+        problems.append((name, expected))
+    return problems
+
+
+def _secret_names() -> set[str]:
+    names = set()
+    for section, field in StreamdiSettings.model_fields.items():
+        model = field.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for name, inner in model.model_fields.items():
+                if "SecretStr" in str(inner.annotation):
+                    names.add(f"{section}__{name}".upper())
+    return names
 
 
 def masked_settings(settings: StreamdiSettings) -> dict[str, Any]:
