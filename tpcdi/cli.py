@@ -68,7 +68,9 @@ def _check(args: argparse.Namespace, settings: StreamdiSettings) -> int:
 
 
 def register(commands: Commands) -> None:
-    tpcdi = commands.add_parser("tpcdi", help="TPC-DI source data: generate and check")
+    tpcdi = commands.add_parser(
+        "tpcdi", help="the TPC-DI workload: run (the main job), stream, audit, generate, check"
+    )
     sub = tpcdi.add_subparsers(dest="tpcdi_command", metavar="SUBCOMMAND")
     gen = sub.add_parser(
         "generate",
