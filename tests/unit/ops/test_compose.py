@@ -5,6 +5,7 @@ dependencies wait for health."""
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from typing import Any
@@ -355,3 +356,25 @@ def test_interpolation_takes_the_callers_values() -> None:
     assert environment(services["postgres"])["POSTGRES_PASSWORD"] == "s3cret"
     assert "s3cret@postgres" in environment(services["streamdi"])["POSTGRES__DSN"]
     assert command(services["streamdi"]) == ["serve", "a.b:c"]
+
+
+@pytest.mark.parametrize("name", STREAMDI_SERVICES)
+def test_the_settings_a_container_builds_are_the_process_settings_of_that_environment(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``StreamdiSettings`` itself, reading a process environment that is exactly the
+    container's, builds the same settings as the isolated check above."""
+    from streamdi.settings import load_settings
+
+    for variable in list(os.environ):
+        if variable.upper() in setting_names():
+            monkeypatch.delenv(variable)
+    env = {k: v for k, v in dockerfile_env().items() if k.upper() in setting_names()}
+    env.update(environment(SERVICES[name]))
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    built = load_settings()
+    assert built.model_dump(mode="json") == settings_of(name).model_dump(mode="json")
+    if name in PIPELINE_SERVICES:
+        assert built.kafka.bootstrap_servers == "kafka:9092"
+        assert built.spark.master == "spark://spark-master:7077"

@@ -70,6 +70,7 @@ def test_global_quiet_and_verbose_set_the_log_level(monkeypatch: pytest.MonkeyPa
     for flag, level in (("-q", logging.WARNING), ("-v", logging.DEBUG)):
         main([flag, "status", "--url", "http://127.0.0.1:9", "--timeout", "0.5"])
         assert logging.getLogger().level == level
+    configure_logging("WARNING", "text")
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
