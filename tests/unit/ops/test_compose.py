@@ -213,8 +213,6 @@ def test_every_streamdi_command_parses() -> None:
         args = command(SERVICES[name])
         if args[0].startswith("org.apache.spark"):
             continue
-        if args[:2] == ["tpcdi", "run"] and "run" not in _tpcdi_commands(parser):
-            pytest.xfail("streamdi tpcdi run lands with the tpcdi-run branch")
         parsed = parser.parse_args(args)
         assert parsed.handler is not None, args
 
@@ -224,49 +222,6 @@ def test_the_served_spec_loads_from_the_package() -> None:
     assert serve[0] == "serve"
     spec = load_run_spec(serve[1])
     assert "puts" in spec.flow.sources
-
-
-def _tpcdi_commands(parser: Any) -> set[str]:
-    for action in parser._subparsers._group_actions:
-        tpcdi = action.choices.get("tpcdi")
-        if tpcdi is not None:
-            for sub in tpcdi._subparsers._group_actions:
-                return set(sub.choices)
-    return set()
-
-
-# -- references between services ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", PIPELINE_SERVICES)
-def test_streamdi_reaches_kafka_postgres_and_spark_where_they_listen(name: str) -> None:
-    settings = settings_of(name)
-    assert settings.kafka.bootstrap_servers is not None
-    for address in settings.kafka.bootstrap_servers.split(","):
-        host, port = host_port(address)
-        assert host in SERVICES, f"{name}: Kafka host {host} is not a service"
-        assert port in listen_ports(host)
-        advertised = environment(SERVICES[host])["KAFKA_ADVERTISED_LISTENERS"]
-        assert f"//{host}:{port}" in advertised, "clients are sent to the advertised listener"
-    assert settings.postgres.dsn is not None
-    dsn = urlsplit(settings.postgres.dsn.get_secret_value())
-    assert dsn.hostname in SERVICES and dsn.port in listen_ports(str(dsn.hostname))
-    pg = environment(SERVICES[str(dsn.hostname)])
-    assert dsn.username == pg["POSTGRES_USER"]
-    assert dsn.password == pg["POSTGRES_PASSWORD"]
-    assert dsn.path.lstrip("/") == pg["POSTGRES_DB"]
-    master = urlsplit(settings.spark.master)
-    assert master.scheme == "spark" and master.hostname in SERVICES
-    assert master.port in listen_ports(str(master.hostname))
-    args = command(SERVICES[name])
-    if "--spark-master" in args:
-        assert args[args.index("--spark-master") + 1] == settings.spark.master
-    depends = SERVICES[name]["depends_on"]
-    for host in {
-        address.rsplit(":", 1)[0] for address in settings.kafka.bootstrap_servers.split(",")
-    }:
-        assert host in depends
-    assert dsn.hostname in depends and master.hostname in depends
 
 
 def test_the_spark_cluster_runs_from_the_streamdi_image() -> None:
