@@ -360,7 +360,7 @@ def transform_dimensions(
             tables[name] = _conform(tables[name], TABLES[name].types())  # type: ignore[arg-type]
         else:
             tables[name] = _conform(tables[name], _layout_types(layout, name))
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
+    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
     result.messages = _messages(dims.alerts, "Alert", now)
     window = pa.table(
         {
@@ -560,7 +560,7 @@ def _facts(
     )
     tables["factmarkethistory"] = market
     timer.lap("market")
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
+    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
     inserted = pa.table(
         {
             "messagesource": ["Prospect"],
