@@ -6,15 +6,17 @@ result's :attr:`HistoricalResult.seed` is the incremental dataflow's starting st
 
 Steps, in order (each timed in :attr:`HistoricalResult.seconds`):
 
-1. Read Batch1 with the readers (threads) while the Spark session starts.
-2. Hand the sources to Spark as Arrow (``createDataFrame``).
-3. Dimensions (:mod:`tpcdi.historical.sql_dims`): DimCompany, DimSecurity, Financial, DimCustomer,
-   DimAccount, Prospect; DimBroker, DimDate, DimTime and the small reference tables straight from
-   Arrow. Each dimension comes back as Arrow (the warehouse needs it) and goes in again as a small
-   view the facts broadcast.
-4. Facts (:mod:`tpcdi.historical.sql_facts`): DimTrade, FactCashBalances, FactHoldings,
-   FactWatches, FactMarketHistory (52-week windows by doubling), and the engine seed.
-5. Alerts and rejects: DImessages rows (Alert, Reject, Status).
+1. Read Batch1 with the readers while the Spark session starts (a thread).
+2. Dimensions (:mod:`tpcdi.historical.sql_dims`) in an in-memory DuckDB over the Arrow tables:
+   DimCompany, DimSecurity, Financial, DimCustomer and DimAccount (SCD2 from the actions, with the
+   cascade), Prospect; DimBroker, DimDate, DimTime and the reference tables straight from Arrow.
+   They are small; DuckDB does them in about a second at SF=3.
+3. Facts (:mod:`tpcdi.historical.sql_facts`) on Spark: the sources and dimensions go in as
+   Parquet files Spark scans in parallel, the dimensions are broadcast; DimTrade,
+   FactCashBalances, FactHoldings, FactWatches, FactMarketHistory (52-week windows by doubling,
+   row-based); results come back with ``toArrow``.
+4. The engine seed (:mod:`tpcdi.historical.seed`).
+5. Alerts, rejects and status rows for DImessages (:mod:`tpcdi.historical.messages`).
 
 A fact row whose dimension lookup fails (a dangling reference) is not loaded; it becomes an Alert
 naming the file and line, so nothing is lost silently.
@@ -34,11 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl_dataflows.dataflow import CompiledDataflow
-from etl_dataflows.state import StateImage, image_schema
+from etl_dataflows.state import StateImage
 from migration.schema import WarehouseLayout
 from streamdi.settings import SparkSettings
 from tpcdi.historical import sql_dims, sql_facts
 from tpcdi.historical.inputs import HistoricalInputs, read_batch1
+from tpcdi.historical.messages import BATCH_ID, message_rows, reject_rows, split_dangling
+from tpcdi.historical.seed import seed_state
 from tpcdi.historical.session import spark_session
 from tpcdi.warehouse.exceptions import WarehouseMismatch
 from tpcdi.warehouse.tables import STATIC_TABLES, TABLES, WarehouseType
@@ -46,7 +50,6 @@ from tpcdi.warehouse.warehouse import Warehouse
 
 logger = logging.getLogger(__name__)
 
-BATCH_ID = 1
 _ARROW: dict[WarehouseType, pa.DataType] = {
     "int64": pa.int64(),
     "float64": pa.float64(),
@@ -236,72 +239,6 @@ def _check_calendar(dimdate: pa.Table) -> None:
         raise WarehouseMismatch("Date.txt SK_DateID is not yyyymmdd of DateValue")
 
 
-def _messages(
-    rows: list[pa.Table], kind: str, at: datetime.datetime, batch_id: int = BATCH_ID
-) -> pa.Table:
-    """DImessages rows from tables of ``messagesource``, ``messagetext``, ``messagedata``."""
-    parts = [r.select(["messagesource", "messagetext", "messagedata"]) for r in rows if r.num_rows]
-    if not parts:
-        data = pa.table(
-            {n: pa.array([], pa.string()) for n in ("messagesource", "messagetext", "messagedata")}
-        )
-    else:
-        data = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
-    n = data.num_rows
-    return pa.table(
-        {
-            "messagedateandtime": pa.array([at] * n, pa.timestamp("us")),
-            "batchid": pa.array([batch_id] * n, pa.int64()),
-            "messagesource": data["messagesource"],
-            "messagetext": data["messagetext"],
-            "messagetype": pa.array([kind] * n, pa.string()),
-            "messagedata": data["messagedata"],
-        }
-    )
-
-
-def _dangling(
-    table: pa.Table, required: list[str], source: str, file: str, text: str, data: pa.Array
-) -> tuple[pa.Table, pa.Table]:
-    """Split ``table`` into the rows whose ``required`` columns are all set and alerts for the
-    others (``data`` describes each row; the file and line are appended)."""
-    ok = pc.is_valid(table[required[0]])
-    for column in required[1:]:
-        ok = pc.and_(ok, pc.is_valid(table[column]))
-    bad = pc.invert(ok)
-    lines = pc.cast(table["_line"].filter(bad), pa.string())
-    where = pc.binary_join_element_wise(
-        pc.cast(data.filter(bad), pa.string()), f" ({file} line ", lines, ")", ""
-    )
-    n = len(where)
-    alerts = pa.table(
-        {
-            "messagesource": pa.array([source] * n, pa.string()),
-            "messagetext": pa.array([text] * n, pa.string()),
-            "messagedata": where,
-        }
-    )
-    return table.filter(ok), alerts
-
-
-def _rejects(inputs: HistoricalInputs) -> pa.Table:
-    r = inputs.rejects
-    data = pc.utf8_slice_codeunits(
-        pc.binary_join_element_wise(
-            "line ", pc.cast(r["line"], pa.string()), ": ", r["reason"], ""
-        ),
-        0,
-        100,
-    )
-    return pa.table(
-        {
-            "messagesource": r["file"],
-            "messagetext": pa.array(["Rejected record"] * r.num_rows),
-            "messagedata": data,
-        }
-    )
-
-
 def transform(
     batch1: Path,
     flow: CompiledDataflow,
@@ -360,8 +297,8 @@ def transform_dimensions(
             tables[name] = _conform(tables[name], TABLES[name].types())  # type: ignore[arg-type]
         else:
             tables[name] = _conform(tables[name], _layout_types(layout, name))
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
-    result.messages = _messages(dims.alerts, "Alert", now)
+    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
+    result.messages = message_rows(dims.alerts, "Alert", now)
     window = pa.table(
         {
             "symbol": pa.array([], pa.string()),
@@ -424,7 +361,7 @@ def _dimensions(inputs: HistoricalInputs, result: HistoricalResult, timer: _Time
         ]
     finally:
         duck.close()
-    financial, dangling = _dangling(
+    financial, dangling = split_dangling(
         financial.append_column("_line", pa.array([0] * financial.num_rows, pa.int64())),
         ["sk_companyid"],
         "Financial",
@@ -455,7 +392,7 @@ def _facts(
     trades = spark.sql(sql_facts.dimtrade()).cache()
     trades.createOrReplaceTempView("dimtrade_all")
     dimtrade = trades.toArrow()
-    dimtrade, dangling = _dangling(
+    dimtrade, dangling = split_dangling(
         dimtrade,
         ["sk_accountid", "sk_securityid"],
         "DimTrade",
@@ -479,7 +416,7 @@ def _facts(
     alerts.append(spark.arrow(sql_facts.trade_alerts()))
     timer.lap("dimtrade")
     cash = spark.arrow(sql_facts.factcashbalances())
-    cash, dangling = _dangling(
+    cash, dangling = split_dangling(
         cash,
         ["sk_accountid"],
         "FactCashBalances",
@@ -490,7 +427,7 @@ def _facts(
     alerts.append(dangling)
     tables["factcashbalances"] = cash
     holdings = spark.arrow(sql_facts.factholdings())
-    holdings, dangling = _dangling(
+    holdings, dangling = split_dangling(
         holdings,
         ["sk_accountid"],
         "FactHoldings",
@@ -510,7 +447,7 @@ def _facts(
     timer.lap("cash_holdings")
     watches = spark.arrow(sql_facts.factwatches())
     watches = watches.filter(pc.invert(watches["never_placed"]))
-    watches, dangling = _dangling(
+    watches, dangling = split_dangling(
         watches,
         ["sk_customerid", "sk_securityid"],
         "FactWatches",
@@ -537,7 +474,7 @@ def _facts(
     market = spark.arrow(sql_facts.factmarkethistory())
     dims.window_seed = spark.arrow(sql_facts.market_seed())
     md0.unpersist()
-    market, dangling = _dangling(
+    market, dangling = split_dangling(
         market.append_column("_line", pa.array([0] * market.num_rows, pa.int64())),
         ["sk_securityid"],
         "FactMarketHistory",
@@ -560,7 +497,7 @@ def _facts(
     )
     tables["factmarkethistory"] = market
     timer.lap("market")
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None, microsecond=0)
+    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
     inserted = pa.table(
         {
             "messagesource": ["Prospect"],
@@ -570,9 +507,9 @@ def _facts(
     )
     result.messages = pa.concat_tables(
         [
-            _messages(alerts, "Alert", now),
-            _messages([_rejects(inputs)], "Reject", now),
-            _messages([inserted], "Status", now),
+            message_rows(alerts, "Alert", now),
+            message_rows([reject_rows(inputs)], "Reject", now),
+            message_rows([inserted], "Status", now),
         ]
     )
 
@@ -585,102 +522,6 @@ def _needs_densify(spark: _Spark) -> bool:
         "WHERE n <> span"
     ).collect()[0]
     return bool(row["gaps"])
-
-
-def seed_state(
-    flow: CompiledDataflow,
-    tables: dict[str, pa.Table],
-    window_seed: pa.Table,
-    inputs: HistoricalInputs,
-) -> StateImage:
-    """The incremental dataflow's state after the historical load: the working set of every
-    state table (what later batches can read or change) and the sequences past every surrogate
-    key the warehouse holds."""
-    image = StateImage()
-    tables = dict(tables)
-    for name in ("dimtrade", "factcashbalances", "factwatches"):
-        if name not in tables:
-            tables[name] = image_schema(flow.tables[name]).empty_table()
-
-    def current(name: str) -> pa.Table:
-        return tables[name].filter(tables[name]["iscurrent"])
-
-    def put(name: str, rows: pa.Table) -> None:
-        schema = image_schema(flow.tables[name])
-        image.tables[name] = rows.select(schema.names).cast(schema)
-
-    for name, surrogate in (
-        ("dimcustomer", "sk_customerid"),
-        ("dimaccount", "sk_accountid"),
-        ("dimsecurity", "sk_securityid"),
-        ("dimbroker", "sk_brokerid"),
-    ):
-        put(name, current(name))
-        top = pc.max(tables[name][surrogate]).as_py() or 0
-        image.sequences[name] = int(top) + 1
-    trades = tables["dimtrade"]
-    open_trades = pc.invert(
-        pc.fill_null(
-            pc.is_in(trades["status"], value_set=pa.array(["Completed", "Canceled"])), False
-        )
-    )
-    put("dimtrade", trades.filter(open_trades))
-    put("factcashbalances", tables["factcashbalances"].slice(0, 0))
-    watches = tables["factwatches"]
-    put("factwatches", watches.filter(pc.is_null(watches["sk_dateid_dateremoved"])))
-    put("prospect", tables["prospect"])
-    cash = tables["factcashbalances"]
-    last_cash = pa.table(
-        {"accountid": cash["accountid"], "sk_dateid": cash["sk_dateid"], "cash": cash["cash"]}
-    ).sort_by([("accountid", "ascending"), ("sk_dateid", "descending")])
-    accounts = last_cash["accountid"].combine_chunks()
-    previous = pa.concat_arrays([pa.array([None], pa.int64()), accounts[:-1]])
-    # the newest row of each account (the first of its run); none at all without cash rows
-    first = pc.fill_null(pc.not_equal(accounts, previous[: len(accounts)]), True)
-    put("aux_cash", last_cash.filter(first).select(["accountid", "cash"]))
-    customers = current("dimcustomer").filter(pc.is_valid(current("dimcustomer")["matchkey"]))
-    matches = customers.group_by("matchkey").aggregate([("customerid", "max"), ("status", "list")])
-    active = pa.array(
-        [
-            sum(1 for s in statuses if s == "Active")
-            for statuses in matches["status_list"].to_pylist()
-        ],
-        pa.int64(),
-    )
-    put(
-        "aux_customer_match",
-        pa.table(
-            {
-                "matchkey": matches["matchkey"],
-                "customerid": matches["customerid_max"],
-                "active": active,
-            }
-        ),
-    )
-    prospects = tables["prospect"].filter(pc.is_valid(tables["prospect"]["matchkey"]))
-    # the last prospect of the file per key (the order the incremental steps apply them in)
-    ordered = prospects.append_column("_order", pa.array(range(prospects.num_rows), pa.int64()))
-    latest = ordered.group_by("matchkey").aggregate([("_order", "max")])
-    chosen = ordered.take(latest["_order_max"])
-    put(
-        "aux_prospect_match",
-        chosen.select(["matchkey", "agencyid", "creditrating", "networth", "marketingnameplate"]),
-    )
-    n = window_seed.num_rows
-    put(
-        "aux_market_window",
-        pa.table(
-            {
-                "symbol": window_seed["symbol"],
-                "_entry": pa.array(range(1, n + 1), pa.int64()),
-                "_at": pc.multiply(pc.cast(window_seed["dn"], pa.int64()), sql_dims.DAY_US),
-                "high": window_seed["high"],
-                "low": window_seed["low"],
-            }
-        ),
-    )
-    image.sequences["aux_market_window"] = n + 1
-    return image
 
 
 def load_warehouse(result: HistoricalResult, warehouse: Warehouse) -> dict[str, int]:

@@ -237,7 +237,9 @@ def run_tpcdi(
     flow = build_flow().build()
     layout = WarehouseLayout(flow, settings.migration.schema_name)
     bar = tqdm(total=5, desc="tpcdi run", unit="phase", file=out, disable=not options.progress)
-    with ExitStack() as stack, MemorySampler() as memory:
+    embedded_pg = "postgres" in options.targets and settings.postgres.dsn is None
+    sampler = MemorySampler(postgres_dir=settings.postgres_data_dir if embedded_pg else None)
+    with ExitStack() as stack, sampler as memory:
         stack.callback(bar.close)
         warehouse = open_warehouse(settings, layout, options.targets)
         stack.callback(warehouse.close)

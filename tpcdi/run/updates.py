@@ -110,6 +110,13 @@ class UpdateStream:
 
         self._thread = threading.Thread(target=work, name="tpcdi-pipeline", daemon=True)
         self._thread.start()
+        # a running service: the engine holds its state and consumes before any file is offered,
+        # so an update's freshness does not include the pipeline's start
+        deadline = time.perf_counter() + self.timeout_s
+        while not self.pipeline.started.wait(POLL_S):
+            self._check()
+            if time.perf_counter() > deadline:
+                raise UpdateFailed(f"the pipeline did not start within {self.timeout_s:.0f} s")
 
     def stop(self) -> None:
         """Stop the pipeline (it commits what it holds and pushes what is pending), then the

@@ -1,0 +1,441 @@
+"""The dimension steps of the incremental TPC-DI dataflow, in their order: Prospect, DimCustomer
+(with the cascade to DimAccount), DimAccount."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from etl_dataflows import coalesce, col, if_else, lit, old, udf
+from tpcdi.incremental import rules
+from tpcdi.incremental.builder import (
+    ALERT_COLUMNS,
+    NULL,
+    FlowBuilder,
+    alert_rows,
+    joined_text,
+    text_of,
+    values_differ,
+    years_before,
+)
+from tpcdi.incremental.changes import CHANGE_COLUMNS
+
+
+def add_prospects(b: FlowBuilder) -> None:
+    """Prospect.csv (4.6.14): insert or update, IsCustomer, and the re-versioning of the matching
+    customer on a demographic change (4.4.1.6.2)."""
+    flow = b.flow
+    kind_rows = b.kind_rows
+    batchid = b.batchid
+    sk_batch = b.sk_batch
+    dimcustomer = b.tables.dimcustomer
+    dimaccount = b.tables.dimaccount
+    prospect = b.tables.prospect
+    aux_customer_match = b.tables.aux_customer_match
+    aux_prospect_match = b.tables.aux_prospect_match
+    prospect_fields = [
+        ("lastname", "LastName"),
+        ("firstname", "FirstName"),
+        ("middleinitial", "MiddleInitial"),
+        ("gender", "Gender"),
+        ("addressline1", "AddressLine1"),
+        ("addressline2", "AddressLine2"),
+        ("postalcode", "PostalCode"),
+        ("city", "City"),
+        ("state", "State"),
+        ("country", "Country"),
+        ("phone", "Phone"),
+        ("income", "Income"),
+        ("numbercars", "NumberCars"),
+        ("numberchildren", "NumberChildren"),
+        ("maritalstatus", "MaritalStatus"),
+        ("age", "Age"),
+        ("creditrating", "CreditRating"),
+        ("ownorrentflag", "OwnOrRentFlag"),
+        ("employer", "Employer"),
+        ("numbercreditcards", "NumberCreditCards"),
+        ("networth", "NetWorth"),
+    ]
+    prospect_in = {
+        "AgencyID": "string",
+        "batchid": "int64",
+        "line": "int64",
+        **{src: CHANGE_COLUMNS[src] for _, src in prospect_fields},
+        "sk_batchdate": "int64",
+        "matchkey": "string",
+        "marketingnameplate": "string",
+    }
+
+    def prepare_prospect(t: pa.Table) -> pa.Table:
+        out = {name: t.column(name) for name in prospect_in if name in t.column_names}
+        out["sk_batchdate"] = rules.sk_dateid(t.column("batchdate"))
+        out["matchkey"] = rules.matchkey(
+            t.column("FirstName"),
+            t.column("LastName"),
+            t.column("AddressLine1"),
+            t.column("AddressLine2"),
+            t.column("PostalCode"),
+        )
+        out["marketingnameplate"] = rules.nameplate(
+            networth=t.column("NetWorth"),
+            income=t.column("Income"),
+            children=t.column("NumberChildren"),
+            cards=t.column("NumberCreditCards"),
+            age=t.column("Age"),
+            credit=t.column("CreditRating"),
+            cars=t.column("NumberCars"),
+        )
+        return pa.table(out)
+
+    kind_rows("Prospect")
+    flow.map("prospect_prepared", prepare_prospect, schema=prospect_in)
+    p = flow.transact("apply_prospect", input="prospect_prepared")
+    key = col("matchkey")
+    has_key = key.not_null()
+    changed = udf(
+        values_differ,
+        *[old(dst) for dst, _ in prospect_fields],
+        *[col(src) for _, src in prospect_fields],
+        returns="bool",
+    )
+    row = p.update(
+        prospect,
+        "AgencyID",
+        set={
+            "sk_recorddateid": sk_batch,
+            "sk_updatedateid": if_else(changed, sk_batch, old("sk_updatedateid")),
+            "batchid": batchid,
+            "iscustomer": has_key & coalesce(old("iscustomer"), False),
+            **{dst: col(src) for dst, src in prospect_fields},
+            "marketingnameplate": col("marketingnameplate"),
+            "matchkey": key,
+        },
+        if_missing="insert",
+    )
+    # only a new key (a new prospect, or a changed name or address) needs IsCustomer looked up;
+    # only changed demographics need the latest-prospect index and the matching customer updated
+    rekeyed = has_key & coalesce(row.before("matchkey") != key, True)
+    demographics = has_key & udf(
+        values_differ,
+        row.before("agencyid"),
+        row.before("creditrating"),
+        row.before("networth"),
+        row.before("marketingnameplate"),
+        row.before("matchkey"),
+        col("AgencyID"),
+        col("CreditRating"),
+        col("NetWorth"),
+        col("marketingnameplate"),
+        key,
+        returns="bool",
+    )
+    matched = p.read(aux_customer_match, key, when=rekeyed | demographics)
+    p.update(
+        prospect,
+        "AgencyID",
+        set={"iscustomer": coalesce(matched["active"], 0) > 0},
+        when=rekeyed,
+    )
+    p.update(
+        aux_prospect_match,
+        key,
+        set={
+            "agencyid": col("AgencyID"),
+            "creditrating": col("CreditRating"),
+            "networth": col("NetWorth"),
+            "marketingnameplate": col("marketingnameplate"),
+        },
+        if_missing="insert",
+        when=demographics,
+    )
+    owner = matched["customerid"]
+    current = p.read(dimcustomer, owner, when=demographics & owner.not_null())
+    demographics_change = coalesce(current.found, False) & udf(
+        values_differ,
+        current["agencyid"],
+        current["creditrating"],
+        current["networth"],
+        current["marketingnameplate"],
+        col("AgencyID"),
+        col("CreditRating"),
+        col("NetWorth"),
+        col("marketingnameplate"),
+        returns="bool",
+    )
+    reversioned = p.update(
+        dimcustomer,
+        owner,
+        set={
+            "agencyid": col("AgencyID"),
+            "creditrating": col("CreditRating"),
+            "networth": col("NetWorth"),
+            "marketingnameplate": col("marketingnameplate"),
+            "batchid": batchid,
+        },
+        when=demographics_change,
+    )
+    p.update_where(
+        dimaccount,
+        "customerid",
+        owner,
+        set={"sk_customerid": reversioned["sk_customerid"], "batchid": batchid},
+        when=demographics_change,
+    )
+
+
+def add_customers(b: FlowBuilder) -> None:
+    """Customer.txt (4.6.4): SCD2 with the latest prospect demographics, IsCustomer of the
+    prospects concerned, and the cascade to every current account of the customer (4.6.1.3)."""
+    flow = b.flow
+    ref = b.ref
+    alerts = b.alerts
+    kind_rows = b.kind_rows
+    batchid = b.batchid
+    dimcustomer = b.tables.dimcustomer
+    dimaccount = b.tables.dimaccount
+    prospect = b.tables.prospect
+    aux_customer_match = b.tables.aux_customer_match
+    aux_prospect_match = b.tables.aux_prospect_match
+    customer_fields = [
+        ("taxid", "C_TAX_ID"),
+        ("lastname", "C_L_NAME"),
+        ("firstname", "C_F_NAME"),
+        ("middleinitial", "C_M_NAME"),
+        ("tier", "C_TIER"),
+        ("dob", "C_DOB"),
+        ("addressline1", "C_ADLINE1"),
+        ("addressline2", "C_ADLINE2"),
+        ("postalcode", "C_ZIPCODE"),
+        ("city", "C_CITY"),
+        ("stateprov", "C_STATE_PROV"),
+        ("country", "C_CTRY"),
+        ("email1", "C_EMAIL_1"),
+        ("email2", "C_EMAIL_2"),
+    ]
+    customer_in = {
+        "C_ID": "int64",
+        "batchid": "int64",
+        "batchdate": "date",
+        "line": "int64",
+        **{src: CHANGE_COLUMNS[src] for _, src in customer_fields},
+        "status_name": "string",
+        "gender": "string",
+        "phone1": "string",
+        "phone2": "string",
+        "phone3": "string",
+        "nationaltaxratedesc": "string",
+        "nationaltaxrate": "float64",
+        "localtaxratedesc": "string",
+        "localtaxrate": "float64",
+        "matchkey": "string",
+    }
+    tax_names = {k: v[0] for k, v in ref.tax_rates.items()}
+    tax_values = {k: v[1] for k, v in ref.tax_rates.items()}
+
+    def prepare_customer(t: pa.Table) -> pa.Table:
+        out = {name: t.column(name) for name in customer_in if name in t.column_names}
+        out["status_name"] = rules.lookup(t.column("C_ST_ID"), ref.status_names, pa.string())
+        out["gender"] = rules.gender(t.column("C_GNDR"))
+        for n in (1, 2, 3):
+            out[f"phone{n}"] = rules.phone(
+                t.column(f"C_CTRY_{n}"),
+                t.column(f"C_AREA_{n}"),
+                t.column(f"C_LOCAL_{n}"),
+                t.column(f"C_EXT_{n}"),
+            )
+        out["nationaltaxratedesc"] = rules.lookup(t.column("C_NAT_TX_ID"), tax_names, pa.string())
+        out["nationaltaxrate"] = rules.lookup(t.column("C_NAT_TX_ID"), tax_values, pa.float64())
+        out["localtaxratedesc"] = rules.lookup(t.column("C_LCL_TX_ID"), tax_names, pa.string())
+        out["localtaxrate"] = rules.lookup(t.column("C_LCL_TX_ID"), tax_values, pa.float64())
+        out["matchkey"] = rules.matchkey(
+            t.column("C_F_NAME"),
+            t.column("C_L_NAME"),
+            t.column("C_ADLINE1"),
+            t.column("C_ADLINE2"),
+            t.column("C_ZIPCODE"),
+        )
+        return pa.table(out)
+
+    kind_rows("Customer")
+    flow.map("customer_prepared", prepare_customer, schema=customer_in)
+
+    def bad_tier(t: pa.Table) -> pa.Array:
+        return pc.invert(rules.known(pc.cast(t.column("C_TIER"), pa.string()), ["1", "2", "3"]))
+
+    def bad_dob(t: pa.Table) -> pa.Array:
+        dob = pc.cast(pc.cast(t.column("C_DOB"), pa.date32()), pa.int32())
+        today = pc.cast(pc.cast(t.column("batchdate"), pa.date32()), pa.int32())
+        limit = pa.array(
+            [years_before(d, 100) for d in t.column("batchdate").to_pylist()], pa.int32()
+        )
+        return pc.fill_null(pc.or_(pc.less(dob, limit), pc.greater(dob, today)), False)
+
+    flow.filter("customer_bad_tier", bad_tier, input="customer_prepared")
+    alerts.append(
+        flow.map(
+            "customer_tier_alerts",
+            lambda t: alert_rows(
+                t,
+                "DimCustomer",
+                "Invalid customer tier",
+                pc.binary_join_element_wise(
+                    "C_ID = ",
+                    text_of(t.column("C_ID")),
+                    ", C_TIER = ",
+                    text_of(t.column("C_TIER")),
+                    "",
+                ),
+            ),
+            schema=ALERT_COLUMNS,
+        )
+    )
+    flow.filter("customer_bad_dob", bad_dob, input="customer_prepared")
+    alerts.append(
+        flow.map(
+            "customer_dob_alerts",
+            lambda t: alert_rows(
+                t,
+                "DimCustomer",
+                "DOB out of range",
+                pc.binary_join_element_wise(
+                    "C_ID = ",
+                    text_of(t.column("C_ID")),
+                    ", C_DOB = ",
+                    text_of(t.column("C_DOB")),
+                    "",
+                ),
+            ),
+            schema=ALERT_COLUMNS,
+        )
+    )
+
+    c = flow.transact("apply_customer", input="customer_prepared")
+    new_key = col("matchkey")
+    demo = c.read(aux_prospect_match, new_key, when=new_key.not_null())
+    cust = c.update(
+        dimcustomer,
+        "C_ID",
+        set={
+            **{dst: col(src) for dst, src in customer_fields},
+            "status": col("status_name"),
+            "gender": col("gender"),
+            "phone1": col("phone1"),
+            "phone2": col("phone2"),
+            "phone3": col("phone3"),
+            "nationaltaxratedesc": col("nationaltaxratedesc"),
+            "nationaltaxrate": col("nationaltaxrate"),
+            "localtaxratedesc": col("localtaxratedesc"),
+            "localtaxrate": col("localtaxrate"),
+            "agencyid": demo["agencyid"],
+            "creditrating": demo["creditrating"],
+            "networth": demo["networth"],
+            "marketingnameplate": demo["marketingnameplate"],
+            "batchid": batchid,
+            "matchkey": new_key,
+        },
+        if_missing="insert",
+    )
+    old_key = cust.before("matchkey")
+    was_active = coalesce(cust.before("status") == "Active", False)
+    is_active = coalesce(col("status_name") == "Active", False)
+    left = c.update(
+        aux_customer_match,
+        old_key,
+        set={
+            "active": old("active") - if_else(was_active, 1, 0),
+            "customerid": if_else(old("customerid") == col("C_ID"), NULL, old("customerid")),
+        },
+        if_missing="skip",
+        when=cust.found & old_key.not_null(),
+    )
+    joined = c.update(
+        aux_customer_match,
+        new_key,
+        set={"active": old("active") + if_else(is_active, 1, 0), "customerid": col("C_ID")},
+        if_missing="insert",
+        when=new_key.not_null(),
+    )
+    c.update_where(
+        prospect,
+        "matchkey",
+        old_key,
+        set={"iscustomer": coalesce(left["active"], 0) > 0},
+        when=cust.found & old_key.not_null() & coalesce(old_key != new_key, True),
+    )
+    c.update_where(
+        prospect,
+        "matchkey",
+        new_key,
+        set={"iscustomer": coalesce(joined["active"], 0) > 0},
+        when=new_key.not_null(),
+    )
+    c.update_where(
+        dimaccount,
+        "customerid",
+        col("C_ID"),
+        set={
+            "sk_customerid": cust["sk_customerid"],
+            "status": if_else(col("status_name") == "Inactive", "Inactive", old("status")),
+            "batchid": batchid,
+        },
+    )
+
+
+def add_accounts(b: FlowBuilder) -> None:
+    """Account.txt (4.6.1): SCD2 with the current broker and customer keys."""
+    flow = b.flow
+    ref = b.ref
+    kind_rows = b.kind_rows
+    problems = b.problems
+    batchid = b.batchid
+    dimcustomer = b.tables.dimcustomer
+    dimaccount = b.tables.dimaccount
+    dimbroker = b.tables.dimbroker
+    account_in = {
+        "CA_ID": "int64",
+        "CA_B_ID": "int64",
+        "CA_C_ID": "int64",
+        "CA_NAME": "string",
+        "CA_TAX_ST": "int64",
+        "status_name": "string",
+        "batchid": "int64",
+        "line": "int64",
+    }
+
+    def prepare_account(t: pa.Table) -> pa.Table:
+        out = {name: t.column(name) for name in account_in if name in t.column_names}
+        out["status_name"] = rules.lookup(t.column("CA_ST_ID"), ref.status_names, pa.string())
+        return pa.table(out)
+
+    kind_rows("Account")
+    flow.map("account_prepared", prepare_account, schema=account_in)
+    a = flow.transact("apply_account", input="account_prepared")
+    broker = a.read(dimbroker, "CA_B_ID")
+    owner_row = a.read(dimcustomer, "CA_C_ID")
+    refs = broker.found & owner_row.found
+    a.update(
+        dimaccount,
+        "CA_ID",
+        set={
+            "sk_brokerid": broker["sk_brokerid"],
+            "sk_customerid": owner_row["sk_customerid"],
+            # 4.6.1.3: the accounts of an inactive customer are inactive (DIGen sends an
+            # occasional ACTV account update for a customer that is already inactive)
+            "status": if_else(owner_row["status"] == "Inactive", "Inactive", col("status_name")),
+            "accountdesc": col("CA_NAME"),
+            "taxstatus": col("CA_TAX_ST"),
+            "batchid": batchid,
+            "customerid": col("CA_C_ID"),
+        },
+        if_missing="insert",
+        when=refs,
+    )
+    a.emit(
+        batchid=batchid,
+        line=col("line"),
+        problem=if_else(refs, lit(None), "Unknown broker or customer"),
+        problem_data=joined_text(
+            "CA_ID = ", col("CA_ID"), ", CA_B_ID = ", col("CA_B_ID"), ", CA_C_ID = ", col("CA_C_ID")
+        ),
+    )
+    problems("apply_account", "Account")
