@@ -5,6 +5,7 @@ opened; the pipeline-side worker pushes on its thresholds and pulls when the tar
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -241,4 +242,33 @@ def test_releases_run_in_the_background_at_most_every_release_ms_and_on_close(
     assert migrator.pending_batches("duckdb") == 0
     migrator.close()  # writes the acknowledgement and releases
     assert staged.acks() == {"duckdb": 8} and staged.released_through() == 8
+    store.close()
+
+
+def test_acknowledgements_stay_visible_while_the_background_release_writes_them(
+    tmp_path: Path,
+) -> None:
+    """Between taking the noted acknowledgements and staging holding them, readers (the query
+    service's union) must not see a target fall back to an older batch."""
+    settings = _settings(tmp_path, release_ms=60_000)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 5), events=60)
+    migrator = _migrator(store, settings)
+    entered, proceed = threading.Event(), threading.Event()
+    write = migrator.staged.acknowledge
+
+    def held_acknowledge(name: str, batch_id: int) -> None:
+        entered.set()
+        assert proceed.wait(30)
+        write(name, batch_id)
+
+    migrator.staged.acknowledge = held_acknowledge  # type: ignore[method-assign]
+    migrator.migrate(merge="never")  # the release is due: it runs in the background
+    assert entered.wait(30)
+    assert StagedDeltas(store).acks().get("duckdb", 0) == 0  # staging does not hold it yet
+    assert migrator.acknowledged() == {"duckdb": 4}
+    proceed.set()
+    migrator._wait_for_release()
+    assert migrator.acknowledged() == {"duckdb": 4}
+    assert StagedDeltas(store).acks() == {"duckdb": 4}
+    migrator.close()
     store.close()
