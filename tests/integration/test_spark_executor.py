@@ -29,6 +29,7 @@ from etl_dataflows.testing import (
 )
 from etl_dataflows.testing.harness import RunResult, TestingSink
 from tests.unit.etl_dataflows.test_local_executor import calc_flow, events
+from tests.unit.etl_dataflows.test_spark_plans import specs
 from tests.unit.etl_dataflows.test_tpcdi_patterns import DAY, HOUR, acct, broker_flow, cust, trade
 
 pytestmark = pytest.mark.spark
@@ -70,25 +71,6 @@ def test_a_pass_runs_in_spark_tasks() -> None:
     assert all(d["passes"] >= 1 and d["spark_transactions"] > 0 for d in decisions)
     assert all(d["job_ms"] > 0 and d["task_ms"] > 0 for d in decisions)
     assert_same_results(oracle, got)
-
-
-specs = st.builds(
-    WorkloadSpec,
-    keys=st.integers(2, 300),
-    theta=st.floats(0.0, 0.99),
-    cross_key_ratio=st.floats(0.0, 1.0),
-    abort_ratio=st.floats(0.0, 0.5),
-    cycle_ratio=st.floats(0.0, 1.0),
-    same_key_ratio=st.floats(0.0, 0.3),
-    insert_delete_ratio=st.floats(0.0, 0.2),
-    read_ratio=st.floats(0.0, 0.1),
-    error_ratio=st.floats(0.0, 0.1),
-    disorder=st.floats(0.0, 1.0),
-    ties=st.floats(0.0, 0.5),
-    batch_size=st.integers(1, 300),
-    batches=st.integers(1, 3),
-    seed=st.integers(0, 2**31),
-)
 
 
 @pytest.mark.parametrize("placement", ["spark", "supersteps"])
