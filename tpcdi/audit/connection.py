@@ -253,13 +253,9 @@ class WarehouseConnection:
             return
         import io
 
-        import pyarrow.csv as pacsv
+        from migration.targets.postgres import csv_bytes  # the migration's COPY form
 
-        buffer = io.BytesIO()
-        # without empty chunks: pyarrow 26's CSV writer corrupts a table that starts with one
-        data = pa.Table.from_batches([b for b in data.to_batches() if b.num_rows], data.schema)
-        pacsv.write_csv(data, buffer, write_options=pacsv.WriteOptions(include_header=False))
-        buffer.seek(0)
+        buffer = io.BytesIO(csv_bytes(data))
         sql = f"COPY {target} FROM STDIN WITH (FORMAT csv)"
         try:
             with self._raw.cursor() as cur:
