@@ -6,7 +6,8 @@ move, so a slot found once stays valid for the life of the executor.
 
 ``int64`` keys use an open-addressing hash table in numpy arrays probed by a compiled loop (tens of
 nanoseconds per key); ``string`` keys go through Arrow dictionary encoding, so Python touches each
-distinct key of a batch once.
+distinct key of a batch once; keys of several columns (:class:`TupleKeyIndex`) are looked up as
+tuples, one dictionary lookup per row.
 """
 
 from __future__ import annotations
@@ -142,4 +143,38 @@ class StrKeyIndex:
         return np.asarray(out, dtype=np.int64)
 
 
-KeyIndex = IntKeyIndex | StrKeyIndex
+class TupleKeyIndex:
+    """Maps keys of several columns (int64 or string each) to slots."""
+
+    def __init__(self) -> None:
+        self._slot_of: dict[tuple[Any, ...], int] = {}
+        self.size = 0
+
+    def slots(self, parts: list[Any], valid: np.ndarray) -> np.ndarray:
+        """The slot of every row's key tuple, assigning new slots to new keys; -1 where ``valid``
+        is False."""
+        n = len(valid)
+        out = np.full(n, -1, dtype=np.int64)
+        rows = np.flatnonzero(valid)
+        if not len(rows):
+            return out
+        columns = []
+        for part in parts:
+            if isinstance(part, pa.Array | pa.ChunkedArray):
+                columns.append(part.take(pa.array(rows, type=pa.int64())).to_pylist())
+            else:
+                columns.append(np.asarray(part)[rows].tolist())
+        slot_of = self._slot_of
+        found = np.empty(len(rows), dtype=np.int64)
+        for r, key in enumerate(zip(*columns, strict=True)):
+            slot = slot_of.get(key)
+            if slot is None:
+                slot = self.size
+                slot_of[key] = slot
+                self.size += 1
+            found[r] = slot
+        out[rows] = found
+        return out
+
+
+KeyIndex = IntKeyIndex | StrKeyIndex | TupleKeyIndex

@@ -10,6 +10,21 @@ oracle itself, so the local executor is exact either way.
 
 Event-only subexpressions (no ``old(...)`` and no operation result inside) are *hoisted*: evaluated
 column-at-a-time before the kernel runs, so the kernel only sees arrays.
+
+*Extended* compilation (the local executor's; the Spark executor distributes only the plain form)
+also takes:
+
+- tables with several key columns, and string key and value columns (strings move through kernels
+  as codes of a :class:`~etl_dataflows.executors.local.strings.StringPool`);
+- state-dependent string values that are only moved or compared for equality: a column read or
+  kept, a literal, ``if_else``/``coalesce`` of those, ``==``/``!=``, ``is_in``, ``is_null``;
+- ``when`` conditions over the results of earlier operations (evaluated in the kernel);
+- *pre-reads*: a plain ``read`` (not as-of) of a table the kernel does not hold (a history table,
+  or a table some interpreted step writes) when no operation of the step writes that table. Within
+  a batch the steps run one after the other, so such a table does not change while the step runs:
+  the rows are looked up for the whole batch before the kernel starts and passed in as arrays.
+
+A step that needs any of these is marked ``extended`` and runs sequentially or in waves.
 """
 
 from __future__ import annotations
@@ -19,22 +34,28 @@ from dataclasses import dataclass, field
 
 from etl_dataflows.dataflow import CompiledDataflow, OutputSchema
 from etl_dataflows.expressions import (
+    BinOp,
     Call,
     Cast,
     Col,
     Expr,
     Func,
+    IfElse,
+    IsIn,
     Lit,
     Old,
     Ref,
+    UnOp,
     infer_type,
     walk,
 )
-from etl_dataflows.tables import StateTable, Table
+from etl_dataflows.tables import HistoryTable, StateTable, Table
 from etl_dataflows.transaction import Operation, TransactionStep
 from etl_dataflows.types import META_TYPES, ColumnType
 
 KERNEL_TYPES: frozenset[str] = frozenset({"int64", "float64", "bool", "timestamp", "date"})
+#: Types an extended kernel holds: strings as pool codes.
+CODED_TYPES: frozenset[str] = KERNEL_TYPES | {"string"}
 COMPILED_KINDS = frozenset({"read", "write", "update", "insert", "delete"})
 
 
@@ -43,10 +64,27 @@ def is_event_only(expr: Expr) -> bool:
     return not any(isinstance(node, Old | Ref) for node in walk(expr))
 
 
-def table_is_compilable(table: StateTable) -> bool:
-    if not isinstance(table, Table) or len(table.key) != 1:
+def table_is_compilable(table: StateTable, extended: bool = False) -> bool:
+    if not isinstance(table, Table) or not table.key:
         return False
-    return all(kind in KERNEL_TYPES for _, kind in table.columns)
+    if not extended:
+        return len(table.key) == 1 and all(kind in KERNEL_TYPES for _, kind in table.columns)
+    return all(kind in ("int64", "string") for _, kind in table.key) and all(
+        kind in CODED_TYPES for _, kind in table.columns
+    )
+
+
+def needs_extension(table: StateTable) -> bool:
+    """Whether a compiled ``table`` needs extended compilation (several keys or strings)."""
+    return len(table.key) != 1 or any(kind == "string" for _, kind in table.columns)
+
+
+def is_pre_read(op: Operation, step: TransactionStep, flow: CompiledDataflow) -> bool:
+    """Whether ``op`` can be a pre-read (see the module docstring) if its table is not compiled."""
+    table = flow.tables[op.table]
+    if op.kind != "read" or op.as_of is not None or not isinstance(table, Table | HistoryTable):
+        return False
+    return all(other.kind == "read" for other in step.operations if other.table == op.table)
 
 
 class TypeOf:
@@ -93,24 +131,62 @@ class StepAnalysis:
     step: str
     compiled: bool
     reasons: list[str] = field(default_factory=list)
+    #: Compiled with extensions (see the module docstring): sequential or waves only.
+    extended: bool = False
+    #: Operations that are pre-reads.
+    pre_reads: frozenset[int] = frozenset()
+
+
+#: Where a string-typed child of a state-dependent node may appear in an extended kernel.
+_STRING_PARENTS = (IfElse, IsIn)
+
+
+def _string_child_allowed(node: Expr, types: TypeOf, table: StateTable | None) -> bool:
+    """Whether every string-typed child of the state-dependent ``node`` is one an extended kernel
+    can hold as a code (moved or compared for equality)."""
+    if isinstance(node, _STRING_PARENTS):
+        return True
+    if isinstance(node, Func) and node.name == "coalesce":
+        return True
+    if isinstance(node, BinOp) and node.op in ("==", "!="):
+        return True
+    if isinstance(node, UnOp) and node.op == "is_null":
+        return True
+    return not any(types.of(child, table) == "string" for child in node.children())
 
 
 def _check_state_expr(
-    expr: Expr, types: TypeOf, table: StateTable | None, where: str, out: list[str]
+    expr: Expr,
+    types: TypeOf,
+    table: StateTable | None,
+    where: str,
+    out: list[str],
+    extended: bool = False,
+    uses: list[str] | None = None,
 ) -> None:
-    """Record why ``expr`` cannot run in a kernel, if it cannot."""
+    """Record why ``expr`` cannot run in a kernel, if it cannot (and in ``uses`` the extensions it
+    needs, when ``extended``)."""
+    allowed = CODED_TYPES if extended else KERNEL_TYPES
     if not is_event_only(expr):
         for root in hoistable_roots(expr):
-            if types.of(root, table) not in KERNEL_TYPES:
-                out.append(f"{where}: an event value of type {types.of(root, table)} meets state")
+            kind = types.of(root, table)
+            if kind not in allowed:
+                out.append(f"{where}: an event value of type {kind} meets state")
                 return
+            if kind == "string" and uses is not None:
+                uses.append(f"{where}: string value")
     for node in walk(expr):
         if is_event_only(node):
             continue
         kind = types.of(node, table)
-        if kind not in KERNEL_TYPES:
+        if kind not in allowed:
             out.append(f"{where}: state-dependent value of type {kind}")
             return
+        if extended and not _string_child_allowed(node, types, table):
+            out.append(f"{where}: a state-dependent string used other than moved or compared")
+            return
+        if kind == "string" and uses is not None:
+            uses.append(f"{where}: string value")
         if isinstance(node, Call):
             out.append(f"{where}: a Python function over state values")
             return
@@ -123,16 +199,30 @@ def _check_state_expr(
 
 
 def analyze_step(
-    flow: CompiledDataflow, step: TransactionStep, compiled_tables: set[str]
+    flow: CompiledDataflow,
+    step: TransactionStep,
+    compiled_tables: set[str],
+    extended: bool = False,
 ) -> StepAnalysis:
     """Decide whether ``step`` can be compiled given the tables that can."""
     reasons: list[str] = []
+    uses: list[str] = []
+    pre_reads: set[int] = set()
     types = TypeOf(flow, step)
     for op in step.operations:
         table = flow.tables[op.table]
         if op.table not in compiled_tables:
-            reasons.append(f"{op.label()}: table {op.table!r} is not compiled")
-            continue
+            if not (extended and is_pre_read(op, step, flow)):
+                reasons.append(f"{op.label()}: table {op.table!r} is not compiled")
+                continue
+            for expr, (name, kind) in zip(op.key, table.key, strict=True):
+                if types.of(expr) != kind:
+                    reasons.append(f"{op.label()}: key {name!r} is not of type {kind}")
+            pre_reads.add(op.index)
+            uses.append(f"{op.label()}: pre-read")
+
+        elif needs_extension(table):
+            uses.append(f"{op.label()}: table {op.table!r} has several keys or strings")
         if op.kind not in COMPILED_KINDS:
             reasons.append(f"{op.label()}: {op.kind} is not compiled")
         if op.as_of is not None:
@@ -141,22 +231,30 @@ def analyze_step(
             if not is_event_only(expr):
                 reasons.append(f"{op.label()}: its key depends on state")
         if op.when is not None and not is_event_only(op.when):
-            reasons.append(f"{op.label()}: its when depends on state")
+            if not extended or any(isinstance(node, Old) for node in walk(op.when)):
+                reasons.append(f"{op.label()}: its when depends on state")
+            else:
+                uses.append(f"{op.label()}: a when over earlier operations")
+                _check_state_expr(op.when, types, None, op.label(), reasons, extended, uses)
         for expr in [*op.values.values(), *(r.condition for r in op.requires)]:
-            _check_state_expr(expr, types, table, op.label(), reasons)
+            _check_state_expr(expr, types, table, op.label(), reasons, extended, uses)
     for name, expr in step.emit_columns.items():
-        _check_state_expr(expr, types, None, f"output {name!r}", reasons)
+        _check_state_expr(expr, types, None, f"output {name!r}", reasons, extended, uses)
     if step.emit_when is not None:
-        _check_state_expr(step.emit_when, types, None, "emit when", reasons)
-    return StepAnalysis(step.id, not reasons, reasons)
+        _check_state_expr(step.emit_when, types, None, "emit when", reasons, extended, uses)
+    return StepAnalysis(step.id, not reasons, reasons, bool(uses), frozenset(pre_reads))
 
 
-def analyze(flow: CompiledDataflow) -> tuple[set[str], dict[str, StepAnalysis]]:
-    """The compiled tables and, per transactional step, whether (and why not) it is compiled."""
-    compiled = {name for name, table in flow.tables.items() if table_is_compilable(table)}
+def analyze(
+    flow: CompiledDataflow, extended: bool = False
+) -> tuple[set[str], dict[str, StepAnalysis]]:
+    """The compiled tables and, per transactional step, whether (and why not) it is compiled
+    (``extended``: with the extensions of the module docstring)."""
+    compiled = {name for name, table in flow.tables.items() if table_is_compilable(table, extended)}
     steps = flow.transactional_steps()
     while True:
-        results = {s.id: analyze_step(flow, s, compiled) for s in steps}
+        results = {s.id: analyze_step(flow, s, compiled, extended) for s in steps}
+
         demoted = {op.table for s in steps if not results[s.id].compiled for op in s.operations}
         if not (demoted & compiled):
             return compiled, results

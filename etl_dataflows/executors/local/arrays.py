@@ -2,8 +2,10 @@
 
 Columns are numpy arrays with a validity mask each (False = null); ``exists`` says whether the key
 currently has a row, ``sk`` holds surrogate keys. Slots come from a
-:class:`~etl_dataflows.planning.keys.KeyIndex` and never move; a deleted row keeps its slot with
-``exists`` False.
+:class:`~etl_dataflows.planning.keys.KeyIndex` (one key column) or a
+:class:`~etl_dataflows.planning.keys.TupleKeyIndex` (several) and never move; a deleted row keeps
+its slot with ``exists`` False. String value columns hold codes of a
+:class:`~etl_dataflows.executors.local.strings.StringPool` (the executor's).
 
 Change tracking for a batch: before a step runs, :meth:`ArrayTable.remember` copies the current
 values of the slots the step may touch (once per slot per batch). :meth:`delta` compares them with
@@ -20,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.batch import TableDelta
-from etl_dataflows.planning.keys import IntKeyIndex, StrKeyIndex
+from etl_dataflows.executors.local.strings import StringPool
+from etl_dataflows.planning.keys import IntKeyIndex, StrKeyIndex, TupleKeyIndex
 from etl_dataflows.state import image_schema, row_id_schema
 from etl_dataflows.tables import Table
 from etl_dataflows.types import ColumnType, arrow_type
@@ -32,6 +35,7 @@ _DTYPES: dict[ColumnType, Any] = {
     "date": np.int64,
     "float64": np.float64,
     "bool": np.bool_,
+    "string": np.int64,  # codes of the executor's StringPool
 }
 
 
@@ -53,18 +57,21 @@ def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) ->
 class ArrayTable:
     """A :class:`~etl_dataflows.tables.Table` held as arrays (see the module docstring)."""
 
-    def __init__(self, table: Table, capacity: int = 1024) -> None:
-        if len(table.key) != 1:
-            raise ValueError(
-                f"array state needs a single key column, {table.name!r} has {len(table.key)}"
-            )
+    def __init__(self, table: Table, capacity: int = 1024, pool: StringPool | None = None) -> None:
+        if not table.key:
+            raise ValueError(f"array state needs a key, {table.name!r} has none")
         self.table = table
+        self.pool = pool if pool is not None else StringPool()
         self.key_name, self.key_type = table.key[0]
-        self.index: IntKeyIndex | StrKeyIndex = (
-            IntKeyIndex(capacity) if self.key_type == "int64" else StrKeyIndex()
-        )
+        self.index: IntKeyIndex | StrKeyIndex | TupleKeyIndex
+        if len(table.key) > 1:
+            self.index = TupleKeyIndex()
+        else:
+            self.index = IntKeyIndex(capacity) if self.key_type == "int64" else StrKeyIndex()
         self.capacity = 0
-        self.keys: np.ndarray = np.empty(0, dtype=np.int64 if self.key_type == "int64" else object)
+        self.key_parts: list[np.ndarray] = [
+            np.empty(0, dtype=np.int64 if kind == "int64" else object) for _, kind in table.key
+        ]
         self.exists = np.zeros(0, dtype=np.bool_)
         self.sk = np.zeros(0, dtype=np.int64)
         self.values: dict[str, np.ndarray] = {
@@ -96,7 +103,7 @@ class ArrayTable:
             out[: len(array)] = array
             return out
 
-        self.keys = grown(self.keys)
+        self.key_parts = [grown(part) for part in self.key_parts]
         self.exists = grown(self.exists, False)
         self.sk = grown(self.sk)
         self.values = {c: grown(v) for c, v in self.values.items()}
@@ -104,30 +111,58 @@ class ArrayTable:
         self._remembered = grown(self._remembered, False)
         self.capacity = capacity
 
-    def slots(self, keys: np.ndarray | pa.Array, valid: np.ndarray) -> np.ndarray:
-        """Slots of ``keys`` (new keys get new, empty slots); -1 where ``valid`` is False."""
+    @property
+    def keys(self) -> np.ndarray:
+        """The key of every slot (the first key column's, for a table with several)."""
+        return self.key_parts[0]
+
+    def slots(
+        self, keys: np.ndarray | pa.Array | list[np.ndarray | pa.Array], valid: np.ndarray
+    ) -> np.ndarray:
+        """Slots of ``keys`` (one array per key column, or one array for a single key column;
+        new keys get new, empty slots); -1 where ``valid`` is False."""
+        parts = keys if isinstance(keys, list) else [keys]
         before = self.index.size
-        slots = self.index.slots(keys, valid)
+        if isinstance(self.index, TupleKeyIndex):
+            slots = self.index.slots(parts, valid)
+        else:
+            slots = self.index.slots(parts[0], valid)
         after = self.index.size
         if after > before:
             self._grow(after)
             fresh = (slots >= before) & (slots >= 0)
-            if isinstance(keys, pa.Array):
-                keys = np.asarray(keys.to_numpy(zero_copy_only=False))
-            self.keys[slots[fresh]] = keys[fresh]
+            for c, part in enumerate(parts):
+                if isinstance(part, pa.Array | pa.ChunkedArray):
+                    part = np.asarray(part.to_numpy(zero_copy_only=False))
+                self.key_parts[c][slots[fresh]] = part[fresh]
         return slots
+
+    def _column_from_arrow(
+        self, array: pa.Array | pa.ChunkedArray, kind: ColumnType
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if kind == "string":
+            return self.pool.encode(array)
+        return column_from_arrow(array, kind)
+
+    def column_to_arrow(self, values: np.ndarray, valid: np.ndarray, kind: ColumnType) -> pa.Array:
+        """Kernel values of a column as Arrow (string codes decoded)."""
+        if kind == "string":
+            return self.pool.decode(values, valid)
+        return _to_arrow(values, valid, kind)
 
     # -- images ---------------------------------------------------------------------------------
 
     def load(self, image: pa.Table) -> None:
         """Replace the contents with the rows of an image table."""
         n = image.num_rows
-        key_column = image.column(self.key_name)
-        if self.key_type == "int64":
-            keys: Any = np.asarray(key_column.to_numpy(), dtype=np.int64)
-        else:
-            keys = key_column.combine_chunks() if n else pa.array([], type=pa.string())
-        slots = self.slots(keys, np.ones(n, dtype=np.bool_))
+        parts: list[Any] = []
+        for name, kind in self.table.key:
+            key_column = image.column(name)
+            if kind == "int64":
+                parts.append(np.asarray(key_column.to_numpy(), dtype=np.int64))
+            else:
+                parts.append(key_column.combine_chunks() if n else pa.array([], type=pa.string()))
+        slots = self.slots(parts, np.ones(n, dtype=np.bool_))
         self.exists[slots] = True
         if self.table.surrogate:
             self.sk[slots] = np.asarray(
@@ -136,20 +171,43 @@ class ArrayTable:
             if n:
                 self.sequence = max(self.sequence, int(self.sk[slots].max()) + 1)
         for column, kind in self.table.columns:
-            values, valid = column_from_arrow(image.column(column), kind)
+            values, valid = self._column_from_arrow(image.column(column), kind)
             self.values[column][slots] = values
             self.valid[column][slots] = valid
 
+    def _key_order(self, slots: np.ndarray) -> np.ndarray:
+        """The order of ``slots`` by key (every key column, in declaration order)."""
+        if len(self.key_parts) == 1:
+            keys = self.key_parts[0][slots]
+            if self.key_type == "int64":
+                return np.argsort(keys, kind="stable")
+            return _string_order(keys)
+        parts = {
+            f"k{c}": pa.array(part[slots], type=arrow_type(kind))
+            for c, (part, (_, kind)) in enumerate(zip(self.key_parts, self.table.key, strict=True))
+        }
+        parts["slot"] = pa.array(np.arange(len(slots), dtype=np.int64))
+        ordered = pa.table(parts).sort_by(
+            [(f"k{c}", "ascending") for c in range(len(self.key_parts))]
+        )
+        return np.asarray(ordered.column("slot").to_numpy(), dtype=np.int64)
+
+    def _key_arrays(self, slots: np.ndarray) -> list[pa.Array]:
+        return [
+            pa.array(part[slots], type=arrow_type(kind))
+            for part, (_, kind) in zip(self.key_parts, self.table.key, strict=True)
+        ]
+
     def image_rows(self, slots: np.ndarray) -> pa.Table:
         """Image rows of ``slots`` sorted by key."""
-        keys = self.keys[slots]
-        order = np.argsort(keys) if self.key_type == "int64" else _string_order(keys)
-        slots = slots[order]
-        arrays: list[pa.Array] = [pa.array(self.keys[slots], type=arrow_type(self.key_type))]
+        slots = slots[self._key_order(slots)]
+        arrays: list[pa.Array] = self._key_arrays(slots)
         if self.table.surrogate:
             arrays.append(pa.array(self.sk[slots], type=pa.int64()))
         for column, kind in self.table.columns:
-            arrays.append(_to_arrow(self.values[column][slots], self.valid[column][slots], kind))
+            arrays.append(
+                self.column_to_arrow(self.values[column][slots], self.valid[column][slots], kind)
+            )
         return pa.Table.from_arrays(arrays, schema=image_schema(self.table))
 
     def image(self) -> pa.Table:
@@ -221,13 +279,8 @@ class ArrayTable:
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
         if not len(slots):
             return _empty_ids(self.table)
-        keys = self.keys[slots]
-
-        order = np.argsort(keys, kind="stable") if self.key_type == "int64" else _string_order(keys)
-        return pa.Table.from_arrays(
-            [pa.array(keys[order], type=arrow_type(self.key_type))],
-            schema=row_id_schema(self.table),
-        )
+        slots = slots[self._key_order(slots)]
+        return pa.Table.from_arrays(self._key_arrays(slots), schema=row_id_schema(self.table))
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,8 +9,11 @@ parallel.
 
 Kernel arguments (generated names):
 
-``hK, hvK, heK``  hoisted event-only expression K: values, validity, error flags (per row)
-``sJ``            slot of operation J's key per row (-1: null key)
+``hK, hvK, heK``  hoisted event-only expression K: values, validity, error flags (per row); a
+                  string expression the kernel reads comes as codes of the executor's string pool
+``sJ``            slot of operation J's key per row (-1: null key); for a pre-read, the row
+``pJ_ex, pJ_C, pJ_C_v``  pre-read J (see :mod:`.analysis`): the row exists, and the values and
+                  validity of each column C the step uses, per event row
 ``tT_ex, tT_sk``  table T: row exists, surrogate key (per slot)
 ``tT_C, tT_C_v``  table T, value column C: values and validity (per slot)
 ``seq``           next surrogate key per table
@@ -33,6 +36,7 @@ from typing import Any
 
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.executors.local.analysis import KERNEL_TYPES, TypeOf, is_event_only
+from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.expressions import (
     INT64_MIN,
     BinOp,
@@ -49,7 +53,7 @@ from etl_dataflows.expressions import (
     structure,
     walk,
 )
-from etl_dataflows.tables import Table
+from etl_dataflows.tables import StateTable, Table
 from etl_dataflows.transaction import Operation, TransactionStep
 from etl_dataflows.types import MICROS_PER_DAY, ColumnType
 
@@ -106,11 +110,15 @@ class KernelSource:
     hoisted: list[Hoisted]
     reasons: list[Reason]
     key_hoist: list[int]
+    #: Every key column's hoisted expression, per operation (``key_hoist`` is the first).
+    key_parts_hoist: list[list[int]]
     when_hoist: list[int | None]
     writers: list[int]
     kernel_outputs: list[tuple[str, str]]
     hoisted_outputs: dict[str, int]
     emit_when_hoist: int | None
+    #: Pre-read operations and the columns of each that the kernel reads.
+    pre_reads: dict[int, list[str]]
 
 
 class _Writer:
@@ -140,7 +148,13 @@ class _Writer:
 class KernelGenerator:
     """Writes the kernel of one compiled step (see the module docstring)."""
 
-    def __init__(self, flow: CompiledDataflow, step: TransactionStep) -> None:
+    def __init__(
+        self,
+        flow: CompiledDataflow,
+        step: TransactionStep,
+        pool: StringPool | None = None,
+        pre_reads: frozenset[int] = frozenset(),
+    ) -> None:
         self.flow = flow
         self.step = step
         self.types = TypeOf(flow, step)
@@ -148,9 +162,13 @@ class KernelGenerator:
         self.hoisted: list[Hoisted] = []
         self._hoist_ids: dict[tuple[Any, ...], int] = {}
         self.reasons: list[Reason] = []
+        #: Extended compilation (strings as codes of ``pool``; pre-reads).
+        self.pool = pool
+        self.pre_read_ops = pre_reads
+        self.state_whens: dict[int, Expr] = {}
         self.tables: list[str] = []
         for op in step.operations:
-            if op.table not in self.tables:
+            if op.table not in self.tables and op.index not in pre_reads:
                 self.tables.append(op.table)
         self.current: Operation | None = None
         self.op_mode = False
@@ -183,7 +201,11 @@ class KernelGenerator:
     def need_rows(self, k: int) -> None:
         """Record which rows need hoisted value ``k``: those of the current operation, or all."""
         hoisted = self.hoisted[k]
-        if self.current is None or self.current.when is None:
+        if (
+            self.current is None
+            or self.current.when is None
+            or self.current.index in self.state_whens
+        ):
             hoisted.rows_of_ops = None
             self._global.add(k)
         elif k not in self._global:
@@ -202,6 +224,27 @@ class KernelGenerator:
 
     def table_index(self, name: str) -> int:
         return self.tables.index(name)
+
+    def literal(self, value: Any, kind: ColumnType | None) -> str:
+        """Source of a non-null literal of type ``kind`` (a string as its pool code)."""
+        if kind == "float64":
+            return repr(float(value))
+        if isinstance(value, str):
+            if self.pool is None:
+                raise AssertionError("a string literal meets state without a string pool")
+            return f"np.int64({self.pool.code(value)})"
+        return repr(value)
+
+    def key_part(self, j: int, c: int, kind: ColumnType) -> str | None:
+        """The kernel source of operation ``j``'s key column ``c`` (None when a kernel cannot
+        hold it: a string key without a pool)."""
+        k = self.key_parts_hoist[j][c]
+        if kind == "int64":
+            return f"h{k}[i]"
+        if self.pool is not None and kind == "string":
+            self.hoisted[k].in_kernel = True
+            return f"h{k}[i]"
+        return None
 
     # -- expressions ----------------------------------------------------------------------------
 
@@ -228,9 +271,7 @@ class KernelGenerator:
             target = want or kind
             if node.value is None:
                 return _zero(target), "False"
-            if target == "float64":
-                return repr(float(node.value)), "True"
-            return repr(node.value), "True"
+            return self.literal(node.value, target), "True"
         if isinstance(node, Old):
             assert self.current is not None
             return f"o{self.current.index}_{node.column}", f"ov{self.current.index}_{node.column}"
@@ -253,7 +294,12 @@ class KernelGenerator:
         if isinstance(node, IsIn):
             x, ok = self.expr(node.operand)
             v = w.tmp()
-            members = " or ".join(f"({x} == {value!r})" for value in node.values) or "False"
+            operand = self.types.of(node.operand, self._table())
+            members = (
+                " or ".join(f"({x} == {self.literal(value, operand)})" for value in node.values)
+                or "False"
+            )
+
             w.line(f"{v} = {members}")
             return v, ok
         if isinstance(node, Cast):
@@ -262,12 +308,10 @@ class KernelGenerator:
             raise AssertionError("a state-dependent Python function cannot be compiled")
         raise AssertionError(f"cannot compile {type(node).__name__}")
 
-    def _table(self) -> Table | None:
+    def _table(self) -> StateTable | None:
         if self.current is None:
             return None
-        table = self.flow.tables[self.current.table]
-        assert isinstance(table, Table)
-        return table
+        return self.flow.tables[self.current.table]
 
     def binop(
         self, node: BinOp, kind: ColumnType | None, want: ColumnType | None
@@ -454,16 +498,41 @@ class KernelGenerator:
         j, t = op.index, self.table_index(op.table)
         table = self.flow.tables[op.table]
         assert isinstance(table, Table)
-        key_name, key_type = table.key[0]
-        if key_type == "int64":
-            w.line(f"{prefix}{j}_{key_name} = h{self.key_hoist[j]}[i]")
-            w.line(f"{prefix}v{j}_{key_name} = True")
+        self.key_columns(op, prefix)
         if table.surrogate:
             w.line(f"{prefix}{j}_{table.surrogate} = t{t}_sk[s{j}[i]]")
             w.line(f"{prefix}v{j}_{table.surrogate} = True")
         for column, _ in table.columns:
             w.line(f"{prefix}{j}_{column} = t{t}_{column}[s{j}[i]]")
             w.line(f"{prefix}v{j}_{column} = t{t}_{column}_v[s{j}[i]]")
+
+    def key_columns(self, op: Operation, prefix: str) -> None:
+        """The key columns of ``op``'s row into ``prefix`` variables (from the event)."""
+        for c, (name, kind) in enumerate(self.flow.tables[op.table].key):
+            source = self.key_part(op.index, c, kind)
+            if source is not None:
+                self.out.line(f"{prefix}{op.index}_{name} = {source}")
+                self.out.line(f"{prefix}v{op.index}_{name} = True")
+
+    def pre_read_body(self, op: Operation) -> None:
+        """A pre-read: the row looked up before the kernel (arrays ``pJ_*`` by event row)."""
+        w = self.out
+        j = op.index
+        w.line(f"fnd{j} = p{j}_ex[s{j}[i]]")
+        with w.block(f"if fnd{j}:"):
+            for column in self.pre_columns[j]:
+                w.line(f"b{j}_{column} = p{j}_{column}[s{j}[i]]")
+                w.line(f"bv{j}_{column} = p{j}_{column}_v[s{j}[i]]")
+        w.line(f"ex{j} = fnd{j}")
+        with w.block(f"if fnd{j}:"):
+            self.copy_row(op, "b", "o")
+        if op.if_missing == "abort":
+            missing = self.reason(f"{op.label()}: no row for key {{key}}", j)
+            with w.block(f"if not fnd{j}:"):
+                self.fail(1, missing)
+        self.requires(op)
+        with w.block("if st == 0:"):
+            self.copy_row(op, "b", "a")
 
     def copy_row(self, op: Operation, source: str, target: str) -> None:
         for column in self.columns(op):
@@ -476,15 +545,18 @@ class KernelGenerator:
         j = op.index
         table = self.flow.tables[op.table]
         assert isinstance(table, Table)
-        key_name, key_type = table.key[0]
+        keys = {name: (c, kind) for c, (name, kind) in enumerate(table.key)}
         for column, kind in self.columns(op).items():
-            if column == key_name and key_type == "int64":
-                w.line(f"o{j}_{column} = h{self.key_hoist[j]}[i]")
+            source = self.key_part(j, *keys[column]) if column in keys else None
+            if source is not None:
+                w.line(f"o{j}_{column} = {source}")
                 w.line(f"ov{j}_{column} = True")
+            elif column in keys:
+                w.line(f"o{j}_{column} = {_zero(kind)}")
+                w.line(f"ov{j}_{column} = False")
             elif column in table.defaults and table.defaults[column] is not None:
                 value = table.defaults[column]
-                literal = repr(float(value)) if kind == "float64" else repr(value)
-                w.line(f"o{j}_{column} = {literal}")
+                w.line(f"o{j}_{column} = {self.literal(value, kind)}")
                 w.line(f"ov{j}_{column} = True")
             else:
                 w.line(f"o{j}_{column} = {_zero(kind)}")
@@ -531,10 +603,7 @@ class KernelGenerator:
                 for column, _ in table.columns:
                     w.line(f"u{j}_{column} = t{t}_{column}[{slot}]")
                     w.line(f"u{j}_{column}_v = t{t}_{column}_v[{slot}]")
-            key_name, key_type = table.key[0]
-            if key_type == "int64":
-                w.line(f"a{j}_{key_name} = h{self.key_hoist[j]}[i]")
-                w.line(f"av{j}_{key_name} = True")
+            self.key_columns(op, "a")
             if table.surrogate:
                 sk = table.surrogate
                 with w.block(f"if fnd{j}:"):
@@ -552,8 +621,7 @@ class KernelGenerator:
                 elif base == "seen":
                     v, ok = f"o{j}_{column}", f"ov{j}_{column}"
                 elif column in table.defaults and table.defaults[column] is not None:
-                    value = table.defaults[column]
-                    v, ok = (repr(float(value)) if kind == "float64" else repr(value)), "True"
+                    v, ok = self.literal(table.defaults[column], kind), "True"
                 else:
                     v, ok = _zero(kind), "False"
                 w.line(f"a{j}_{column} = {v}")
@@ -571,23 +639,38 @@ class KernelGenerator:
         self.current = op
         j = op.index
         when = self.when_hoist[j]
-        key = self.key_hoist[j]
-        guard = "st == 0" if when is None else f"st == 0 and (he{when}[i] or hw{when}[i])"
-        with w.block(f"if {guard}:"):
-            if when is not None:
-                with w.block(f"if he{when}[i]:"):
-                    self.fail(2, HOISTED_BASE + when)
-            with w.block(f"if he{key}[i]:"):
-                self.fail(2, HOISTED_BASE + key)
+        if j in self.state_whens:  # extended: evaluated in the kernel, after earlier operations
             with w.block("if st == 0:"):
-                w.line(f"ran{j} = True")
-                table = self.flow.tables[op.table]
-                null_key = self.reason(f"{op.label()}: null key {list(table.key_names)}")
-                with w.block(f"if s{j}[i] < 0:"):
-                    self.fail(2, null_key)
-                with w.block("else:"):
-                    self.operation_body(op)
+                c, cok = self.expr(self.state_whens[j])
+                with w.block(f"if st == 0 and {cok} and {c}:"):
+                    self.operation_run(op)
+        else:
+            guard = "st == 0" if when is None else f"st == 0 and (he{when}[i] or hw{when}[i])"
+            with w.block(f"if {guard}:"):
+                if when is not None:
+                    with w.block(f"if he{when}[i]:"):
+                        self.fail(2, HOISTED_BASE + when)
+                self.operation_run(op)
         self.current = None
+
+    def operation_run(self, op: Operation) -> None:
+        """An operation whose ``when`` holds: its key checks, then its body."""
+        w = self.out
+        j = op.index
+        for part in self.key_parts_hoist[j]:
+            with w.block(f"if he{part}[i]:"):
+                self.fail(2, HOISTED_BASE + part)
+        with w.block("if st == 0:"):
+            w.line(f"ran{j} = True")
+            table = self.flow.tables[op.table]
+            null_key = self.reason(f"{op.label()}: null key {list(table.key_names)}")
+            with w.block(f"if s{j}[i] < 0:"):
+                self.fail(2, null_key)
+            with w.block("else:"):
+                if j in self.pre_read_ops:
+                    self.pre_read_body(op)
+                else:
+                    self.operation_body(op)
 
     def operation_body(self, op: Operation) -> None:
         w = self.out
@@ -721,16 +804,34 @@ class KernelGenerator:
 
     def generate(self) -> KernelSource:
         step = self.step
-        # Keys and whens are hoisted first, so their indices are stable.
-        self.key_hoist = [self.hoist(op.key[0]) for op in step.operations]
-        self.when_hoist: list[int | None] = [
-            None if op.when is None else self.hoist(op.when) for op in step.operations
-        ]
-        for k in [*self.key_hoist, *(w for w in self.when_hoist if w is not None)]:
-            self._global.add(k)
+        self.hoist_keys_and_whens()
         self.declare()
         for op in step.operations:
             self.operation(op)
+        return self._source()
+
+    def hoist_keys_and_whens(self) -> None:
+        """Keys and whens are hoisted first, so their indices are stable."""
+        step = self.step
+        self.key_hoist = [self.hoist(op.key[0]) for op in step.operations]
+        #: Extended: whens that depend on earlier operations (evaluated in the kernel).
+        self.state_whens = {
+            op.index: op.when
+            for op in step.operations
+            if op.when is not None and not is_event_only(op.when)
+        }
+        self.when_hoist: list[int | None] = [
+            None if op.when is None or op.index in self.state_whens else self.hoist(op.when)
+            for op in step.operations
+        ]
+        self.key_parts_hoist = [[self.hoist(e) for e in op.key] for op in step.operations]
+        parts = [k for keys in self.key_parts_hoist for k in keys]
+        for k in [*self.key_hoist, *parts, *(w for w in self.when_hoist if w is not None)]:
+            self._global.add(k)
+        self.pre_columns = {j: self._pre_read_columns(j) for j in sorted(self.pre_read_ops)}
+
+    def _source(self) -> KernelSource:
+        step = self.step
         kernel_outputs, hoisted_outputs, emit_when_hoist = self.emit()
         self.rollback()
         body = self.out.lines
@@ -744,21 +845,36 @@ class KernelGenerator:
             hoisted=self.hoisted,
             reasons=self.reasons,
             key_hoist=self.key_hoist,
+            key_parts_hoist=self.key_parts_hoist,
             when_hoist=self.when_hoist,
             writers=writers,
             kernel_outputs=kernel_outputs,
             hoisted_outputs=hoisted_outputs,
             emit_when_hoist=emit_when_hoist,
+            pre_reads=self.pre_columns,
         )
+
+    def _pre_read_columns(self, j: int) -> list[str]:
+        """The columns of pre-read ``j`` the step uses (results of ``j``, ``old`` in its
+        requires)."""
+        used = {column for op_index, column, _ in self.refs if op_index == j}
+        for req in self.step.operations[j].requires:
+            used |= {node.column for node in walk(req.condition) if isinstance(node, Old)}
+        readable = self.columns(self.step.operations[j])
+        return [column for column in readable if column in used]
 
     def argument_names(self, kernel_outputs: list[tuple[str, str]]) -> list[str]:
         names: list[str] = []
         for h in self.hoisted:
-            if h.type in KERNEL_TYPES:
+            if h.type in KERNEL_TYPES or (h.type == "string" and h.in_kernel and self.pool):
                 names += [f"h{h.index}", f"hv{h.index}"]
             names.append(f"he{h.index}")
         names += [f"hw{k}" for k in sorted({w for w in self.when_hoist if w is not None})]
         names += [f"s{op.index}" for op in self.step.operations]
+        for j, columns in self.pre_columns.items():
+            names.append(f"p{j}_ex")
+            for column in columns:
+                names += [f"p{j}_{column}", f"p{j}_{column}_v"]
         for t, name in enumerate(self.tables):
             table = self.flow.tables[name]
             assert isinstance(table, Table)
@@ -773,10 +889,15 @@ class KernelGenerator:
 
 
 def generate_kernel(
-    flow: CompiledDataflow, step: TransactionStep
+    flow: CompiledDataflow,
+    step: TransactionStep,
+    pool: StringPool | None = None,
+    pre_reads: frozenset[int] = frozenset(),
 ) -> tuple[KernelSource, list[str]]:
-    """The kernel source of ``step`` and its argument names (after ``i``)."""
-    generator = KernelGenerator(flow, step)
+    """The kernel source of ``step`` and its argument names (after ``i``); with ``pool``, the
+    extended form (see :mod:`.analysis`)."""
+    generator = KernelGenerator(flow, step, pool, pre_reads)
+
     source = generator.generate()
     return source, generator.argument_names(source.kernel_outputs)
 

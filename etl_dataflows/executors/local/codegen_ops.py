@@ -128,12 +128,7 @@ class OpKernelGenerator(KernelGenerator):
         """The module source, its argument names (after the driver's own), the dependencies per
         task kind, and the number of result fields per array."""
         step = self.step
-        self.key_hoist = [self.hoist(op.key[0]) for op in step.operations]
-        self.when_hoist = [
-            None if op.when is None else self.hoist(op.when) for op in step.operations
-        ]
-        for k in [*self.key_hoist, *(w for w in self.when_hoist if w is not None)]:
-            self._global.add(k)
+        self.hoist_keys_and_whens()
         deps = self.dependencies()
         branches: list[str] = []
         for op in step.operations:

@@ -3,7 +3,8 @@
 1. *Prepare*: evaluate the hoisted event-only expressions column-at-a-time (a row whose value cannot
    be computed keeps its error for the kernel to raise only if that row reaches it), map every
    operation's key to a slot, remember the slots the step may write (for deltas and rollback), and
-   order the transactions by ``(_ts, input row)``.
+   order the transactions by ``(_ts, input row)``. In the extended form (see :mod:`.analysis`),
+   also look up the rows of the pre-reads and encode the strings the kernel reads as codes.
 2. *Execute* with the chosen strategy: the compiled sequential pass, or waves of conflict-free
    transactions run in parallel (:mod:`etl_dataflows.planning.levels`).
 3. *Finish*: aborts with their reasons (errors also become dead letters), the output rows of the
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ from etl_dataflows.executors.local.codegen import (
 )
 from etl_dataflows.executors.local.kernels import load_module, spin_iterations_per_ns
 from etl_dataflows.executors.local.op_level import OpLevelRunner
+from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.expressions import (
     Col,
     Expr,
@@ -81,18 +84,39 @@ class Prepared:
     slots: list[np.ndarray]
     prepare_seconds: float
     levels: np.ndarray | None = None
+    #: Extended form: pool codes of the string hoisted values the kernel reads, by index.
+    codes: dict[int, np.ndarray] = field(default_factory=dict)
+    #: Extended form: the pre-read arrays by kernel argument name.
+    pre: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+#: Looks up the current row of a key in a table the kernel does not hold (a pre-read).
+RowReader = Callable[[str, tuple[Any, ...]], "dict[str, Any] | None"]
 
 
 class CompiledStep:
     """A transactional step compiled to a numba kernel (see the module docstring)."""
 
     def __init__(
-        self, flow: CompiledDataflow, step: TransactionStep, arrays: dict[str, ArrayTable]
+        self,
+        flow: CompiledDataflow,
+        step: TransactionStep,
+        arrays: dict[str, ArrayTable],
+        *,
+        pool: StringPool | None = None,
+        pre_reads: frozenset[int] = frozenset(),
+        reader: RowReader | None = None,
     ) -> None:
+        """``pool`` (and ``pre_reads`` with their ``reader``) select the extended form."""
         self.flow = flow
         self.step = step
         self.arrays = arrays
-        self.kernel, self.args = generate_kernel(flow, step)
+        self.pool = pool
+        self.extended = pool is not None
+        self.reader = reader
+        if pre_reads and reader is None:
+            raise ValueError(f"step {step.id!r} has pre-reads but no reader")
+        self.kernel, self.args = generate_kernel(flow, step, pool, pre_reads)
         self.module = load_module(kernel_module(self.kernel, self.args))
         self.in_schema = flow.schemas[step.input or ""]
         self.out_schema = flow.schemas[step.id]
@@ -118,7 +142,13 @@ class CompiledStep:
         self._scan: ChainScan | None = None
         self._types = {**self.in_schema, **META_TYPES}
         self._whens = {w for w in self.kernel.when_hoist if w is not None}
-        self.table_of_op = [self.kernel.tables.index(op.table) for op in step.operations]
+        self.table_of_op = [
+            -1 if op.index in self.kernel.pre_reads else self.kernel.tables.index(op.table)
+            for op in step.operations
+        ]
+        self._coded = [
+            h.index for h in self.kernel.hoisted if h.type == "string" and h.in_kernel and pool
+        ]
 
     # -- 1. prepare -----------------------------------------------------------------------------
 
@@ -214,9 +244,10 @@ class CompiledStep:
         # Slots depend on the table and the key only: operations sharing both share the lookup,
         # done only for the rows where one of them runs (no slot for a key nobody touches).
         n = hoisting.n
-        needed: dict[tuple[str, int], np.ndarray] = {}
+        pre_reads = self.kernel.pre_reads
+        needed: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
         for op in self.step.operations:
-            group = (op.table, self.kernel.key_hoist[op.index])
+            group = (op.table, tuple(self.kernel.key_parts_hoist[op.index]))
             when = self.kernel.when_hoist[op.index]
             if when is None:
                 active = np.ones(n, dtype=np.bool_)
@@ -224,43 +255,110 @@ class CompiledStep:
                 w = ready[when]
                 active = w.valid & w.values.astype(np.bool_) & ~w.errors
             needed[group] = needed[group] | active if group in needed else active
-        by_key: dict[tuple[str, int], np.ndarray] = {}
-        for (table_name, k), active in needed.items():
-            key = ready[k]
-            usable = key.valid & ~key.errors & active
+        by_key: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+        pre: dict[str, np.ndarray] = {}
+        for (table_name, parts), active in needed.items():
+            usable = active.copy()
+            for k in parts:
+                usable &= ready[k].valid & ~ready[k].errors
+            if table_name not in self.arrays:  # a pre-read: rows looked up, slot = event row
+                by_key[(table_name, parts)] = np.where(usable, np.arange(n), -1)
+                for op in self.step.operations:
+                    if op.index in pre_reads and op.table == table_name:
+                        pre.update(self._pre_read(op.index, table_name, parts, usable, ready))
+                continue
             table = self.arrays[table_name]
             if not usable.any():
-                by_key[(table_name, k)] = np.full(n, -1, dtype=np.int64)
-            elif table.key_type == "string":
-                masked = [v if ok else None for v, ok in zip(key.values, usable, strict=True)]
-                keys = pa.array(masked, type=pa.string())
-                by_key[(table_name, k)] = table.slots(keys, usable)
-            else:
-                by_key[(table_name, k)] = table.slots(key.values, usable)
-        writers: set[tuple[str, int]] = set()
+                by_key[(table_name, parts)] = np.full(n, -1, dtype=np.int64)
+                continue
+            keys: list[Any] = []
+            for k, (_, kind) in zip(parts, table.table.key, strict=True):
+                key = ready[k]
+                if kind == "string":
+                    masked = [v if ok else None for v, ok in zip(key.values, usable, strict=True)]
+                    keys.append(pa.array(masked, type=pa.string()))
+                else:
+                    keys.append(key.values)
+            by_key[(table_name, parts)] = table.slots(keys, usable)
+        writers: set[tuple[str, tuple[int, ...]]] = set()
         slots = []
         for op in self.step.operations:
-            group = (op.table, self.kernel.key_hoist[op.index])
+            group = (op.table, tuple(self.kernel.key_parts_hoist[op.index]))
             slots.append(by_key[group])
             if op.kind != "read":
                 writers.add(group)
-        for table_name, k in sorted(writers):
-            self.arrays[table_name].remember(by_key[(table_name, k)])
+        for table_name, parts in sorted(writers):
+            self.arrays[table_name].remember(by_key[(table_name, parts)])
+        codes: dict[int, np.ndarray] = {}
+        if self.pool is not None:
+            for k in self._coded:
+                hv = ready[k]
+                codes[k] = self.pool.encode(
+                    pa.array(hv.values, type=pa.string(), mask=~hv.valid, from_pandas=True)
+                )[0]
         seconds = hoisting.seconds + time.perf_counter() - started
-        return Prepared(hoisting.events, hoisting.n, hoisting.order, ready, slots, seconds)
+        return Prepared(
+            hoisting.events, hoisting.n, hoisting.order, ready, slots, seconds, codes=codes, pre=pre
+        )
+
+    def _pre_read(
+        self,
+        j: int,
+        table_name: str,
+        parts: tuple[int, ...],
+        usable: np.ndarray,
+        ready: list[HoistedValues],
+    ) -> dict[str, np.ndarray]:
+        """Pre-read ``j``: the current row of each usable event row's key, as kernel arrays by
+        argument name (``pJ_ex``, ``pJ_C``, ``pJ_C_v``); rows are looked up once per distinct
+        key."""
+        assert self.reader is not None and self.pool is not None
+        n = len(usable)
+        rows = np.flatnonzero(usable)
+        key_columns = [ready[k].values[rows].tolist() for k in parts]
+        columns = self.kernel.pre_reads[j]
+        kinds = self.flow.tables[table_name].readable_types()
+        seen: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+        found = np.zeros(n, dtype=np.bool_)
+        values: dict[str, list[Any]] = {c: [None] * n for c in columns}
+        for r, key in zip(rows.tolist(), zip(*key_columns, strict=True), strict=True):
+            if key in seen:
+                row = seen[key]
+            else:
+                row = seen[key] = self.reader(table_name, key)
+            if row is None:
+                continue
+            found[r] = True
+            for c in columns:
+                values[c][r] = row.get(c)
+        out = {f"p{j}_ex": found}
+        for c in columns:
+            kind = kinds[c]
+            if kind == "string":
+                codes, valid = self.pool.encode(pa.array(values[c], type=pa.string()))
+                out[f"p{j}_{c}"], out[f"p{j}_{c}_v"] = codes, valid
+                continue
+            valid = np.fromiter((v is not None for v in values[c]), dtype=np.bool_, count=n)
+            fill: Any = False if kind == "bool" else 0
+            out[f"p{j}_{c}"] = np.array(
+                [fill if v is None else v for v in values[c]], dtype=kernel_dtype(kind)
+            )
+            out[f"p{j}_{c}_v"] = valid
+        return out
 
     # -- 2. execute -----------------------------------------------------------------------------
 
     def _arguments(self, prepared: Prepared, outputs: dict[str, np.ndarray]) -> list[Any]:
         values: dict[str, Any] = {}
         for h, hv in zip(self.kernel.hoisted, prepared.hoisted, strict=True):
-            values[f"h{h.index}"] = hv.values
+            values[f"h{h.index}"] = prepared.codes.get(h.index, hv.values)
             values[f"hv{h.index}"] = hv.valid
             values[f"he{h.index}"] = hv.errors
             if h.index in self._whens:
                 values[f"hw{h.index}"] = hv.valid & hv.values.astype(np.bool_) & ~hv.errors
         for op in self.step.operations:
             values[f"s{op.index}"] = prepared.slots[op.index]
+        values.update(prepared.pre)
         for t, table in enumerate(self.tables):
             values[f"t{t}_ex"] = table.exists
             values[f"t{t}_sk"] = table.sk
@@ -351,7 +449,9 @@ class CompiledStep:
         return total / prepared.n
 
     def scan_applies(self, prepared: Prepared) -> bool:
-        """Whether the chain scan can take this batch (O(n))."""
+        """Whether the chain scan can take this batch (O(n)); never for the extended form."""
+        if self.extended:
+            return False
         if self._scan is None:
             self._scan = ChainScan(self)
         return self._scan.applies(prepared)
@@ -371,6 +471,8 @@ class CompiledStep:
         slots, groups = [], []
         capacities = [t.capacity for t in self.tables]
         for op in self.step.operations:
+            if op.index in self.kernel.pre_reads:  # its table does not change during the step
+                continue
             when = self.kernel.when_hoist[op.index]
             slot = prepared.slots[op.index]
             if when is not None:
@@ -396,10 +498,11 @@ class CompiledStep:
         reason = self.kernel.reasons[code]
         text = reason.template
         if "{key}" in text and reason.key_of_op is not None:
-            key = prepared.hoisted[self.kernel.key_hoist[reason.key_of_op]]
-            raw = key.values[i]
-            key_value = raw.item() if hasattr(raw, "item") else raw
-            text = text.replace("{key}", str([key_value]))
+            parts = [
+                _plain(prepared.hoisted[k].values[i])
+                for k in self.kernel.key_parts_hoist[reason.key_of_op]
+            ]
+            text = text.replace("{key}", str(parts))
         if "{value!r}" in text:
             text = text.replace("{value!r}", repr(float(value)))
         return text
@@ -495,9 +598,13 @@ class CompiledStep:
                     arrays.append(_to_arrow(hv.values[rows], hv.valid[rows], kind))
             elif name in kernel_kinds:
                 assert kind is not None
-                arrays.append(
-                    _to_arrow(outputs[f"o_{name}"][rows], outputs[f"o_{name}_v"][rows], kind)
-                )
+                values, valid = outputs[f"o_{name}"][rows], outputs[f"o_{name}_v"][rows]
+                if kind == "string":
+                    assert self.pool is not None
+                    arrays.append(self.pool.decode(values, valid))
+                else:
+                    arrays.append(_to_arrow(values, valid, kind))
+
             elif name in self.step.emit_columns:
                 expr = self.step.emit_columns[name]
                 value = getattr(expr, "value", None)

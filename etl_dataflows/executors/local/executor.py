@@ -24,6 +24,7 @@ from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
 from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
 from etl_dataflows.executors.local.arrays import ArrayTable
 from etl_dataflows.executors.local.compiled_step import CompiledStep
+from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.scheduling.decision import (
     StepCosts,
@@ -49,6 +50,9 @@ class LocalExecutor(BaseExecutor):
     """
 
     name: ClassVar[str] = "local"
+    #: Compile with the extensions of :mod:`.analysis` (strings, several key columns,
+    #: pre-reads); the Spark executor distributes only the plain form.
+    extended_compilation: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -65,12 +69,13 @@ class LocalExecutor(BaseExecutor):
     # -- state ----------------------------------------------------------------------------------
 
     def _load_state(self, image: StateImage) -> None:
-        self.compiled_tables, self.analysis = analyze(self.flow)
+        self.compiled_tables, self.analysis = analyze(self.flow, self.extended_compilation)
+        self.strings = StringPool()
         self.arrays: dict[str, ArrayTable] = {}
         for name in sorted(self.compiled_tables):
             table = self.flow.tables[name]
             assert isinstance(table, Table)
-            arrays = ArrayTable(table)
+            arrays = ArrayTable(table, pool=self.strings)
             if name in image.tables:
                 arrays.load(image.tables[name])
             arrays.sequence = max(arrays.sequence, image.sequences.get(name, table.surrogate_start))
@@ -124,10 +129,22 @@ class LocalExecutor(BaseExecutor):
         if compiled is None:
             self._warm.discard(step.id)
             started = time.perf_counter()
-            compiled = CompiledStep(self.flow, step, self.arrays)
+            analysis = self.analysis[step.id]
+            compiled = CompiledStep(
+                self.flow,
+                step,
+                self.arrays,
+                pool=self.strings if analysis.extended else None,
+                pre_reads=analysis.pre_reads,
+                reader=self._read_current,
+            )
             self._steps[step.id] = compiled
             logger.info("compiled step=%s seconds=%.2f", step.id, time.perf_counter() - started)
         return compiled
+
+    def _read_current(self, table: str, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        """The current row of ``key`` in a table the serial part holds (for pre-reads)."""
+        return self.serial._current_row(self.flow.tables[table], key)
 
     def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
         if not self.analysis[step.id].compiled:
@@ -185,11 +202,18 @@ class LocalExecutor(BaseExecutor):
     def _decide(
         self, stats: StepStatistics, compiled: CompiledStep, prepared: Any
     ) -> tuple[Strategy, str]:
+        # An extended step (see .analysis) runs sequentially or in waves only.
+        extended = self.analysis[compiled.step.id].extended
         if self._forced is not None:
-            return self._forced, "fixed by configuration"
+            if not extended or self._forced in ("sequential", "waves"):
+                return self._forced, "fixed by configuration"
+            return "sequential", f"{self._forced} does not take extended steps"
         if worth_planning(stats, self._workers):
             levels = compiled.levels(prepared)
             stats.levels = int(levels.max()) if len(levels) else 0
             widths = np.bincount(levels)[1:] if len(levels) else np.zeros(0, dtype=np.int64)
             stats.wave_rounds = int(np.sum(-(-widths // self._workers)))
-        return choose(stats, self._workers, self._cost[compiled.step.id].tried)
+        strategy, why = choose(stats, self._workers, self._cost[compiled.step.id].tried)
+        if extended and strategy not in ("sequential", "waves"):
+            return "sequential", f"extended step, not {strategy} ({why})"
+        return strategy, why

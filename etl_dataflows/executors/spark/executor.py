@@ -80,6 +80,8 @@ class SparkExecutor(LocalExecutor):
     """
 
     name: ClassVar[str] = "spark"
+    #: Spark tasks run the plain compiled form only (other steps stay on the serial code).
+    extended_compilation: ClassVar[bool] = False
 
     def __init__(
         self,
