@@ -1,0 +1,277 @@
+"""The local executor's extended compilation (strings as pool codes, several key columns, whens over
+earlier operations, pre-reads of tables the step does not write) against the serial oracle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from etl_dataflows import Dataflow, coalesce, col, if_else, lit, old
+from etl_dataflows.executors import LocalExecutor
+from etl_dataflows.executors.local.strings import StringPool
+from etl_dataflows.testing import assert_same_results, make_batch, run_in_memory
+
+DAY = 86_400_000_000
+
+
+def shop_flow() -> Dataflow:
+    """Customers (a history table, written by an interpreted step) read by a compiled order step
+    that keeps orders with string columns, daily totals keyed by (customer, day) and watches keyed
+    by (customer, symbol)."""
+    flow = Dataflow("shop")
+    customers = flow.history_table(
+        "customers",
+        key={"customer_id": "int64"},
+        columns={"name": "string", "tier": "int64"},
+        surrogate="sk_customer",
+    )
+    orders = flow.table(
+        "orders",
+        key={"order_id": "int64"},
+        columns={
+            "customer_id": "int64",
+            "sk_customer": "int64",
+            "status": "string",
+            "note": "string",
+            "qty": "int64",
+        },
+        surrogate="sk_order",
+    )
+    daily = flow.table(
+        "daily",
+        key={"customer_id": "int64", "day": "int64"},
+        columns={"total": "int64", "last_status": "string"},
+        defaults={"total": 0},
+    )
+    watches = flow.table(
+        "watches",
+        key={"customer_id": "int64", "symbol": "string"},
+        columns={"placed": "int64", "label": "string"},
+        defaults={"label": "new"},
+    )
+    flow.source(
+        "customer_updates",
+        schema={"customer_id": "int64", "name": "string", "tier": "int64"},
+    )
+    flow.source(
+        "order_events",
+        schema={
+            "action": "string",
+            "order_id": "int64",
+            "customer_id": "int64",
+            "status": "string",
+            "qty": "int64",
+            "day": "int64",
+            "symbol": "string",
+        },
+    )
+    c = flow.transact("customers_step", input="customer_updates")
+    c.update(
+        customers,
+        "customer_id",
+        set={"name": coalesce(col("name"), old("name")), "tier": col("tier")},
+        if_missing="insert",
+    )
+
+    t = flow.transact("orders_step", input="order_events")
+    action = col("action")
+    is_new = action == "NEW"
+    who = t.read(
+        customers,
+        "customer_id",
+        when=is_new,
+        require=(coalesce(old("tier"), 0) != 9, "tier 9 may not order"),
+    )
+    ok = is_new & coalesce(who.found, False)
+    made = t.insert(
+        orders,
+        "order_id",
+        {
+            "customer_id": col("customer_id"),
+            "sk_customer": who["sk_customer"],
+            "status": coalesce(col("status"), "OPEN"),
+            "note": who["name"],
+            "qty": col("qty"),
+        },
+        if_exists="skip",
+        when=ok,
+    )
+    changed = t.update(
+        orders,
+        "order_id",
+        set={
+            "status": if_else(col("status").is_null(), old("status"), col("status")),
+            "note": if_else(old("status") == col("status"), "same", old("note")),
+            "qty": old("qty") + coalesce(col("qty"), 0),
+        },
+        if_missing="skip",
+        when=action == "SET",
+    )
+    dropped = t.delete(orders, "order_id", if_missing="skip", when=action == "DROP")
+    total = t.update(
+        daily,
+        ["customer_id", "day"],
+        set={"total": old("total") + coalesce(col("qty"), 0), "last_status": made["status"]},
+        if_missing="insert",
+        when=ok & ~coalesce(made.found, False),
+    )
+    watch = t.insert(
+        watches,
+        ["customer_id", "symbol"],
+        {"placed": col("day")},
+        if_exists="skip",
+        when=col("symbol").not_null() & (action != "DROP"),
+    )
+    t.emit(
+        order_id=col("order_id"),
+        status=coalesce(changed["status"], made["status"]),
+        name=who["name"],
+        same=changed["status"] == col("status"),
+        closed=changed["status"].isin(["CLOSED", "X"]),
+        day_total=total["total"],
+        dropped=dropped.found,
+        label=if_else(coalesce(watch.found, False), watch["label"], "placed"),
+        problem=if_else(
+            is_new & ~ok,
+            "unknown customer",
+            if_else(coalesce(made.found, False), "duplicate order", lit(None)),
+        ),
+    )
+    flow.sink("order_facts")
+    return flow
+
+
+def test_the_extended_steps_compile() -> None:
+    """Without this the comparisons below could pass on the interpreted path."""
+    executor = LocalExecutor(shop_flow())
+    analysis = executor.explain()
+    assert analysis["orders_step"].compiled, analysis["orders_step"].reasons
+    assert analysis["orders_step"].extended
+    assert analysis["orders_step"].pre_reads == frozenset({0})
+    assert not analysis["customers_step"].compiled  # a history table: the serial code
+    assert {"orders", "daily", "watches"} <= executor.compiled_tables
+
+
+NAMES = st.sampled_from(["ann", "bob", "cy", "dé", None])
+STATUSES = st.sampled_from(["OPEN", "CLOSED", "X", "HOLD", None])
+SYMBOLS = st.sampled_from(["AA", "BB", "ÇC", None])
+
+customer_events = st.fixed_dictionaries(
+    {
+        "customer_id": st.integers(1, 4),
+        "name": NAMES,
+        "tier": st.sampled_from([1, 2, 9]),
+        "_ts": st.integers(0, 50),
+    }
+)
+order_events = st.fixed_dictionaries(
+    {
+        "action": st.sampled_from(["NEW", "NEW", "SET", "DROP", "OTHER", None]),
+        "order_id": st.one_of(st.integers(1, 12), st.none()),
+        "customer_id": st.one_of(st.integers(1, 5), st.none()),
+        "status": STATUSES,
+        "qty": st.one_of(st.integers(-5, 50), st.none()),
+        "day": st.integers(0, 3),
+        "symbol": SYMBOLS,
+        "_ts": st.integers(0, 50),
+    }
+)
+batches_of = st.lists(
+    st.tuples(
+        st.lists(customer_events, max_size=6),
+        st.lists(order_events, min_size=1, max_size=30),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def _batches(flow: Dataflow, spec: list[tuple[list[Any], list[Any]]]) -> list[Any]:
+    return [
+        make_batch(flow, i + 1, customer_updates=customers, order_events=orders)
+        for i, (customers, orders) in enumerate(spec)
+    ]
+
+
+@pytest.mark.parametrize("strategy", [None, "sequential", "waves", "tstream"])
+@settings(max_examples=40, deadline=None)
+@given(batches_of)
+def test_extended_steps_match_the_oracle(
+    strategy: Any, spec: list[tuple[list[Any], list[Any]]]
+) -> None:
+    """Any choice (None: the executor's own), a forced one, and one an extended step does not
+    take (it runs sequentially) all give the oracle's results: outputs, aborts, dead letters,
+    deltas, sequences and the final state."""
+    flow = shop_flow()
+    batches = _batches(flow, spec)
+    oracle = run_in_memory(flow, batches)
+    runner = LocalExecutor(flow, strategy=strategy, workers=2)
+    for batch, expected in zip(batches, oracle.results, strict=True):
+        got = runner.run_batch(batch)
+        for name, table in expected.outputs.items():
+            assert got.outputs[name].equals(table), name
+        assert got.aborts.equals(expected.aborts)
+        assert got.dead_letters.equals(expected.dead_letters)
+        assert got.sequences == expected.sequences
+        for name, delta in expected.deltas.items():
+            assert got.deltas[name].upserts.equals(delta.upserts), name
+            assert got.deltas[name].deletes.equals(delta.deletes), name
+    assert runner.state_image().equals(oracle.final_state)
+
+
+def test_a_whole_run_matches_the_oracle_and_restarts_from_its_image() -> None:
+    flow = shop_flow()
+    customers = [
+        {"customer_id": k, "name": n, "tier": t, "_ts": 1}
+        for k, n, t in [(1, "ann", 1), (2, "bob", 9), (3, None, 2)]
+    ]
+    orders = [
+        {"action": "NEW", "order_id": 1, "customer_id": 1, "status": None, "qty": 3, "day": 0,
+         "symbol": "AA", "_ts": 5},
+        {"action": "NEW", "order_id": 2, "customer_id": 2, "status": "OPEN", "qty": 1, "day": 0,
+         "symbol": None, "_ts": 6},
+        {"action": "NEW", "order_id": 3, "customer_id": 7, "status": "OPEN", "qty": 1, "day": 1,
+         "symbol": "AA", "_ts": 7},
+        {"action": "SET", "order_id": 1, "customer_id": 1, "status": "CLOSED", "qty": None,
+         "day": 1, "symbol": "AA", "_ts": 8},
+        {"action": "NEW", "order_id": 1, "customer_id": 3, "status": "X", "qty": 2, "day": 1,
+         "symbol": "BB", "_ts": 9},
+        {"action": "DROP", "order_id": 1, "customer_id": 1, "status": None, "qty": None, "day": 2,
+         "symbol": None, "_ts": 10},
+    ]  # fmt: skip
+    first = make_batch(flow, 1, customer_updates=customers, order_events=orders[:3])
+    second = make_batch(flow, 2, order_events=orders[3:])
+    oracle = run_in_memory(flow, [first, second])
+    local = run_in_memory(flow, [first, second], executor="local")
+    assert_same_results(oracle, local)
+    facts = local.sink.rows("order_facts")
+    assert [(r["order_id"], r["status"], r["name"], r["problem"]) for r in facts] == [
+        (1, "OPEN", "ann", None),
+        (3, None, None, "unknown customer"),
+        (1, "CLOSED", None, None),
+        (1, "CLOSED", None, "duplicate order"),  # customer 3 has no name
+        (1, None, None, None),
+    ]
+    assert local.results[0].aborts.column("reason").to_pylist() == [
+        "op0 read customers: tier 9 may not order"
+    ]
+    # a restart from the first batch's image continues exactly
+    restarted = LocalExecutor(flow, run_in_memory(flow, [first]).final_state)
+    again = restarted.run_batch(second)
+    assert again.outputs["order_facts"].equals(local.results[1].outputs["order_facts"])
+    assert restarted.state_image().equals(oracle.final_state)
+
+
+def test_the_string_pool_round_trips_and_keeps_one_code_per_string() -> None:
+    import pyarrow as pa
+
+    pool = StringPool()
+    codes, valid = pool.encode(pa.array(["b", None, "a", "b", "é"]))
+    assert codes[0] == codes[3] and codes[0] != codes[2]
+    assert valid.tolist() == [True, False, True, True, True]
+    assert pool.decode(codes, valid).to_pylist() == ["b", None, "a", "b", "é"]
+    assert pool.code("a") == codes[2]
+    assert len(pool) == 3
