@@ -299,6 +299,11 @@ def run_filter(
     mask, errors = row_mask(step.id, step.predicate, table, schema)
     for i, reason in sorted(errors.items()):
         dead.add(step.id, table, i, reason)
+    kept = int(np.count_nonzero(mask))
+    if kept == table.num_rows:
+        return table
+    if kept == 0:
+        return table.slice(0, 0)
     return table.filter(pa.array(mask))
 
 

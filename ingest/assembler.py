@@ -136,6 +136,7 @@ class BatchAssembler:
         lateness: Mapping[str, int | None] | None = None,
     ) -> None:
         self.flow = flow
+        self._schemas: dict[str, pa.Schema] = {}
         self.topics = {t: list(s) for t, s in topics.items()}
         self.progress = dict(progress)
         self.next_offsets = dict(offsets)
@@ -319,17 +320,24 @@ class BatchAssembler:
         if kind == "rejects":
             return table.select(REJECTS_SCHEMA.names).cast(REJECTS_SCHEMA)
         schema = self._schema(stream)
-        missing = [n for n in schema.names if n not in table.column_names]
+        if table.schema.equals(schema):
+            return table
+        present = set(table.column_names)
+        missing = [n for n in schema.names if n not in present]
         if missing:
             raise ValueError(f"the payload lacks columns {missing} of stream {stream!r}")
         return table.select(schema.names).cast(schema)
 
     def _schema(self, stream: str) -> pa.Schema:
-        columns: dict[str, ColumnType | None] = dict(self.flow.schemas[stream])
-        return pa.schema(
-            [(n, arrow_type(t) if t else pa.string()) for n, t in columns.items()]
-            + [(TS, pa.int64()), (POS, pa.int64())]
-        )
+        schema = self._schemas.get(stream)
+        if schema is None:
+            columns: dict[str, ColumnType | None] = dict(self.flow.schemas[stream])
+            schema = pa.schema(
+                [(n, arrow_type(t) if t else pa.string()) for n, t in columns.items()]
+                + [(TS, pa.int64()), (POS, pa.int64())]
+            )
+            self._schemas[stream] = schema
+        return schema
 
     def _complete(self, partial: _Partial, *, punct: bool) -> None:
         stream = partial.stream

@@ -217,6 +217,7 @@ class Pipeline:
         store.set_meta("kafka_log", self.broker.log_id)
         progress = store.streams()
         executor = create_executor(options.executor, spec.flow, store.load_state())
+        executor.warm_up()
         self.report.resumed_from = store.watermark
         self._committed_batches = 0
         self._committed_offsets = dict(offsets)

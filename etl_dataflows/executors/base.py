@@ -128,6 +128,9 @@ class BaseExecutor(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, sessions); the default has none."""
 
+    def warm_up(self) -> None:  # noqa: B027 - optional hook
+        """Do the one-time work of the first batch now (compiling); the default has none."""
+
     # -- the driver ------------------------------------------------------------------------------
 
     def run_batch(self, batch: EngineBatch) -> BatchResult:

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl_dataflows import Dataflow, col, lit, udf
+from etl_dataflows import Dataflow, col, lit
 from etl_dataflows.expressions import Expr
 from etl_dataflows.tables import HistoryTable, Table, WindowTable
 from tpcdi.incremental import rules
@@ -53,7 +53,6 @@ ALERT_COLUMNS: dict[str, str] = {
 PROBLEM_COLUMNS: dict[str, str] = {
     "batchid": "int64",
     "problem": "string",
-    "problem_data": "string",
     "line": "int64",
 }
 
@@ -127,13 +126,29 @@ def where_in_file(file: str, table: pa.Table) -> pa.Array:
     )
 
 
-def joined_text(*parts: object) -> Expr:
-    """Text of literals and column values (null values written as ``null``)."""
-    return udf(
-        lambda *values: "".join("null" if v is None else str(v) for v in values),
-        *parts,
-        returns="string",
-    )
+@dataclass(frozen=True)
+class ProblemText:
+    """The message data of a step's problem rows: ``label`` + the value of ``column`` (``null``
+    when null), pair after pair. The step emits the columns (:meth:`columns`); the text is made
+    only for the rows that carry a problem, column-at-a-time, when they become alerts."""
+
+    parts: tuple[tuple[str, str], ...]
+
+    def columns(self) -> dict[str, Expr]:
+        """The step's output columns the text needs."""
+        return {f"pd_{column}": col(column) for _, column in self.parts}
+
+    def render(self, table: pa.Table) -> pa.Array:
+        pieces: list[Any] = []
+        for label, column in self.parts:
+            pieces += [label, text_of(table.column(f"pd_{column}"))]
+        return pc.binary_join_element_wise(*pieces, "")
+
+
+def problem_text(*pairs: tuple[str, str]) -> ProblemText:
+    """``problem_text(("T_ID = ", "T_ID"), (", T_CA_ID = ", "T_CA_ID"))``: see
+    :class:`ProblemText`."""
+    return ProblemText(tuple(pairs))
 
 
 def sk_of_micros(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -195,13 +210,14 @@ class FlowBuilder:
         """The events of one incremental file (``kind``)."""
         return self.flow.filter(f"{kind.lower()}_rows", col("kind") == kind, input=SOURCE)
 
-    def problems(self, step: str, source: str) -> None:
-        """Route the rows of ``step`` that carry a problem to the alerts."""
+    def problems(self, step: str, source: str, about: ProblemText) -> None:
+        """Route the rows of ``step`` that carry a problem to the alerts, their message data
+        ``about`` them."""
         self.flow.filter(f"{step}_problems", col("problem").not_null(), input=step)
 
         def to_alert(table: pa.Table) -> pa.Table:
             data = pc.binary_join_element_wise(
-                text_of(table.column("problem_data")), where_in_file(FILE_OF[source], table), ""
+                about.render(table), where_in_file(FILE_OF[source], table), ""
             )
             return alert_rows(table, TABLE_OF_KIND[source], table.column("problem"), data)
 

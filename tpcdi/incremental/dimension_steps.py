@@ -13,7 +13,7 @@ from tpcdi.incremental.builder import (
     NULL,
     FlowBuilder,
     alert_rows,
-    joined_text,
+    problem_text,
     text_of,
     values_differ,
     years_before,
@@ -430,12 +430,13 @@ def add_accounts(b: FlowBuilder) -> None:
         if_missing="insert",
         when=refs,
     )
+    about = problem_text(
+        ("CA_ID = ", "CA_ID"), (", CA_B_ID = ", "CA_B_ID"), (", CA_C_ID = ", "CA_C_ID")
+    )
     a.emit(
+        about.columns(),
         batchid=batchid,
         line=col("line"),
         problem=if_else(refs, lit(None), "Unknown broker or customer"),
-        problem_data=joined_text(
-            "CA_ID = ", col("CA_ID"), ", CA_B_ID = ", col("CA_B_ID"), ", CA_C_ID = ", col("CA_C_ID")
-        ),
     )
-    problems("apply_account", "Account")
+    problems("apply_account", "Account", about)

@@ -16,7 +16,7 @@ from tpcdi.incremental.builder import (
     NULL,
     FlowBuilder,
     alert_rows,
-    joined_text,
+    problem_text,
     sk_of_micros,
     text_of,
     trade_alert,
@@ -139,7 +139,11 @@ def add_trades(b: FlowBuilder) -> None:
         if_missing="skip",
         when=~is_new,
     )
+    about = problem_text(
+        ("T_ID = ", "T_ID"), (", T_CA_ID = ", "T_CA_ID"), (", T_S_SYMB = ", "T_S_SYMB")
+    )
     tr.emit(
+        about.columns(),
         batchid=batchid,
         line=col("line"),
         problem=if_else(
@@ -155,11 +159,8 @@ def add_trades(b: FlowBuilder) -> None:
                 ),
             ),
         ),
-        problem_data=joined_text(
-            "T_ID = ", col("T_ID"), ", T_CA_ID = ", col("T_CA_ID"), ", T_S_SYMB = ", col("T_S_SYMB")
-        ),
     )
-    problems("apply_trade", "Trade")
+    problems("apply_trade", "Trade", about)
 
 
 def add_cash(b: FlowBuilder) -> None:
@@ -207,13 +208,14 @@ def add_cash(b: FlowBuilder) -> None:
         },
         when=holder.found,
     )
+    about = problem_text(("CT_CA_ID = ", "CT_CA_ID"))
     ca.emit(
+        about.columns(),
         batchid=batchid,
         line=col("line"),
         problem=if_else(holder.found, lit(None), "Unknown account"),
-        problem_data=joined_text("CT_CA_ID = ", col("CT_CA_ID")),
     )
-    problems("apply_cash", "CashTransaction")
+    problems("apply_cash", "CashTransaction", about)
 
 
 def add_holdings(b: FlowBuilder) -> None:
@@ -238,7 +240,9 @@ def add_holdings(b: FlowBuilder) -> None:
     )
     ho = flow.transact("apply_holding", input="holding_prepared")
     trade = ho.read(dimtrade, "HH_T_ID")
+    about = problem_text(("HH_H_T_ID = ", "HH_H_T_ID"), (", HH_T_ID = ", "HH_T_ID"))
     ho.emit(
+        about.columns(),
         tradeid=col("HH_H_T_ID"),
         currenttradeid=col("HH_T_ID"),
         sk_customerid=trade["sk_customerid"],
@@ -252,7 +256,6 @@ def add_holdings(b: FlowBuilder) -> None:
         batchid=batchid,
         line=col("line"),
         problem=if_else(trade.found, lit(None), "Holding of an unknown trade"),
-        problem_data=joined_text("HH_H_T_ID = ", col("HH_H_T_ID"), ", HH_T_ID = ", col("HH_T_ID")),
     )
     flow.filter("holding_found", col("problem").is_null(), input="apply_holding")
     holdings_schema = dict(dw.FACTHOLDINGS.columns)
@@ -262,7 +265,7 @@ def add_holdings(b: FlowBuilder) -> None:
         schema=holdings_schema,
     )
     flow.sink("factholdings", input="factholdings_rows")
-    problems("apply_holding", "HoldingHistory")
+    problems("apply_holding", "HoldingHistory", about)
 
 
 def add_market(b: FlowBuilder) -> None:
@@ -316,7 +319,9 @@ def add_market(b: FlowBuilder) -> None:
         at=col("dm_at"),
         when=listed.found,
     )
+    about = problem_text(("DM_S_SYMB = ", "DM_S_SYMB"))
     mk.emit(
+        about.columns(),
         sk_securityid=listed["sk_securityid"],
         sk_companyid=listed["sk_companyid"],
         sk_dateid=col("sk_dateid"),
@@ -334,7 +339,6 @@ def add_market(b: FlowBuilder) -> None:
         batchid=batchid,
         line=col("line"),
         problem=if_else(listed.found, lit(None), "Unknown security"),
-        problem_data=joined_text("DM_S_SYMB = ", col("DM_S_SYMB")),
     )
     flow.filter("market_found", col("problem").is_null(), input="apply_market")
     market_schema = dict(dw.FACTMARKETHISTORY.columns)
@@ -377,7 +381,7 @@ def add_market(b: FlowBuilder) -> None:
             schema=ALERT_COLUMNS,
         )
     )
-    problems("apply_market", "DailyMarket")
+    problems("apply_market", "DailyMarket", about)
 
 
 def add_watches(b: FlowBuilder) -> None:
@@ -431,7 +435,9 @@ def add_watches(b: FlowBuilder) -> None:
         if_missing="skip",
         when=removing,
     )
+    about = problem_text(("W_C_ID = ", "W_C_ID"), (", W_S_SYMB = ", "W_S_SYMB"))
     wa.emit(
+        about.columns(),
         batchid=batchid,
         line=col("line"),
         problem=if_else(
@@ -447,6 +453,5 @@ def add_watches(b: FlowBuilder) -> None:
                 ),
             ),
         ),
-        problem_data=joined_text("W_C_ID = ", col("W_C_ID"), ", W_S_SYMB = ", col("W_S_SYMB")),
     )
-    problems("apply_watch", "WatchHistory")
+    problems("apply_watch", "WatchHistory", about)

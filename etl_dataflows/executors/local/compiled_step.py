@@ -346,6 +346,10 @@ class CompiledStep:
             out[f"p{j}_{c}_v"] = valid
         return out
 
+    def warm_up(self, empty: pa.Table) -> None:
+        """Compile the kernel for this step's argument types by running it on ``empty`` events."""
+        self.execute(self.prepare(empty), "sequential")
+
     # -- 2. execute -----------------------------------------------------------------------------
 
     def _arguments(self, prepared: Prepared, outputs: dict[str, np.ndarray]) -> list[Any]:
