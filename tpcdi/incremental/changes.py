@@ -74,6 +74,14 @@ def _union_columns() -> dict[str, ColumnType]:
 CHANGE_COLUMNS: dict[str, ColumnType] = _union_columns()
 
 
+def columns_of_kind(kind: str) -> dict[str, ColumnType]:
+    """The columns of ``changes`` an event of ``kind`` can have a value in (its file's and the
+    four every event has), in :data:`CHANGE_COLUMNS` order."""
+    own = {field.name for field in source_file(FILE_OF[kind]).schema(2)}
+    own |= {"kind", "batchid", "batchdate", "line"}
+    return {name: kind_ for name, kind_ in CHANGE_COLUMNS.items() if name in own}
+
+
 def position(batch: int, file_index: int, line: int) -> int:
     """The ``_pos`` of line ``line`` of file ``file_index`` of batch ``batch``."""
     return batch * POS_BATCH + file_index * POS_FILE + line
