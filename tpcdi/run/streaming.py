@@ -9,17 +9,21 @@ collector -> Kafka -> engine -> staging -> migration path the incremental update
 Measured: events per second from the first event offered to the last one committed to staging,
 and each event's latency from being offered (read from the source by the collector) to being
 committed in staging (visible to union queries): the committed count is sampled every few
-milliseconds and matched to the offered count in stream order.
+milliseconds and matched to the offered count in stream order. The collector runs in a process of
+its own, as a source's collector would (``streamdi collect``), so its work does not share the
+pipeline's interpreter; both sides stamp times with the system's monotonic clock.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,7 @@ from tpcdi.incremental.changes import CHANGE_COLUMNS
 from tpcdi.incremental.reference import Reference
 from tpcdi.run.job import RunOptions, configure_spark_master, prepare_data
 from tpcdi.run.settings import run_settings
-from tpcdi.run.updates import UpdateStream
+from tpcdi.run.updates import OfferResult, UpdateStream
 from tpcdi.warehouse.warehouse import Warehouse
 
 logger = logging.getLogger(__name__)
@@ -205,17 +209,17 @@ class StreamSource(BaseSource):
         return "tpcdi-stream"
 
     def read(self, start: int = 0) -> Iterator[SourceChunk]:
-        begin = time.perf_counter()
+        begin = time.monotonic()
         n = self.events.num_rows
         first = max(0, start - 1)
         for offset in range(first, n, self.chunk):
             piece = self.events.slice(offset, self.chunk)
             end = offset + piece.num_rows
             if self.rate:
-                wait = begin + end / self.rate - time.perf_counter()
+                wait = begin + end / self.rate - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            self.offered.append((time.perf_counter(), end))
+            self.offered.append((time.monotonic(), end))
             yield SourceChunk(piece, last_pos=end)
         yield SourceChunk(self.schema.empty_table(), last_pos=n, punctuation=True)
 
@@ -235,7 +239,7 @@ class _CommitSampler:
         assert pipeline is not None
         base = pipeline.report.events
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), pipeline.report.events - base))
+            self.samples.append((time.monotonic(), pipeline.report.events - base))
             time.sleep(self.interval)
 
     def __enter__(self) -> _CommitSampler:
@@ -245,6 +249,47 @@ class _CommitSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def collect_events(
+    events_path: str, rate: float | None, arguments: dict[str, Any], offered_path: str
+) -> tuple[int, int]:
+    """In a collector process: offer the events of an Arrow file through a
+    :class:`~ingest.collector.BatchCollector` (``arguments``), save when each chunk was offered
+    (``offered_path``, .npy) and return the events and rejects produced."""
+    from ingest.collector import BatchCollector
+
+    with pa.memory_map(events_path) as mapped:
+        events = pa.ipc.open_file(mapped).read_all()
+    source = StreamSource(events, rate=rate)
+    report = BatchCollector(source=source, **arguments).run()
+    np.save(offered_path, np.array(source.offered, dtype=np.float64).reshape(-1, 2))
+    return report.events, report.rejects
+
+
+def _offer_in_process(
+    updates: UpdateStream, events: pa.Table, rate: float | None, workdir: Path
+) -> tuple[OfferResult, list[tuple[float, int]]]:
+    """Offer ``events`` from a collector process (see the module docstring); the offer's result
+    and when each chunk was offered."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    events_path = workdir / "stream-events.arrow"
+    offered_path = workdir / "stream-offered.npy"
+    with pa.OSFile(str(events_path), "wb") as sink, pa.ipc.new_file(sink, events.schema) as out:
+        out.write_table(events)
+    context = multiprocessing.get_context("spawn")  # no fork of a process running threads
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        pool.submit(int, 0).result()  # the interpreter is up before anything is offered
+
+        def collect(arguments: dict[str, Any]) -> tuple[int, int]:
+            job = pool.submit(collect_events, str(events_path), rate, arguments, str(offered_path))
+            return job.result()
+
+        result = updates.offer_with(collect)
+    offered = [(float(t), int(c)) for t, c in np.load(offered_path)]
+    events_path.unlink(missing_ok=True)
+    offered_path.unlink(missing_ok=True)
+    return result, offered
 
 
 def latencies(offered: list[tuple[float, int]], committed: list[tuple[float, int]]) -> np.ndarray:
@@ -316,7 +361,6 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
         report.load_s = time.perf_counter() - started
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
-        source = StreamSource(events, rate=options.rate)
         report.batch_events = settings.ingest.batch_events
         with (
             UpdateStream(
@@ -328,17 +372,17 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
             ) as updates,
             _CommitSampler(updates) as sampler,
         ):
-            offered = updates.offer(source)
-    lat = latencies(source.offered, sampler.samples)
+            offered, offered_at = _offer_in_process(updates, events, options.rate, workdir)
+    lat = latencies(offered_at, sampler.samples)
     report.events = offered.events
     report.trades = int(np.count_nonzero(np.asarray(events["kind"]) == "Trade"))
-    first = source.offered[0][0] if source.offered else 0.0
+    first = offered_at[0][0] if offered_at else 0.0
     reached = [t for t, c in sampler.samples if c >= offered.events]
-    last = reached[0] if reached else time.perf_counter()
+    last = reached[0] if reached else time.monotonic()
     report.seconds = max(last - first, 1e-9)
     report.events_per_s = report.events / report.seconds
     report.trades_per_s = report.trades / report.seconds
-    report.merged_s = offered.freshness_s - (source.offered[-1][0] - first) if source.offered else 0
+    report.merged_s = offered.freshness_s - (offered_at[-1][0] - first) if offered_at else 0
     if len(lat):
         report.latency_ms = {
             "p50": float(np.percentile(lat, 50) * 1000),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import duckdb
 
 from etl_dataflows.dataflow import CompiledDataflow
 from ingest.broker import BrokerHandle, EmbeddedBroker, wait_until_answering
-from ingest.collector import BatchCollector
+from ingest.collector import BatchCollector, CollectorReport
 from ingest.pipeline import Pipeline, PipelineOptions
 from ingest.runspec import RunSpec, StreamBinding, bind
 from ingest.sources import BaseSource
@@ -139,28 +140,40 @@ class UpdateStream:
         if self._thread is None or not self._thread.is_alive():
             raise UpdateFailed("the pipeline is not running")
 
+    def collector_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of a :class:`~ingest.collector.BatchCollector` into this
+        stream's topic, all but ``source`` (picklable: a collector may run in another process)."""
+        assert self.broker is not None
+        settings = self.settings
+        return {
+            "stream": SOURCE,
+            "topic": self.topic,
+            "kafka": settings.kafka,
+            "bootstrap": self.broker.bootstrap_servers,
+            "log_id": self.broker.log_id,
+            "checkpoint_dir": settings.streamdi.state_dir / "collector" / self.flow.name,
+            "batch_events": settings.ingest.batch_events,
+            "batch_ms": settings.ingest.batch_ms,
+            "buffer_bytes": settings.ingest.producer_buffer_bytes,
+        }
+
     def offer(self, source: BaseSource) -> OfferResult:
         """Collect ``source`` into the ``changes`` topic; return once it is merged into every
         warehouse target (see the module docstring)."""
+        return self.offer_with(
+            lambda arguments: _collected(BatchCollector(source=source, **arguments).run())
+        )
+
+    def offer_with(self, collect: Callable[[dict[str, Any]], tuple[int, int]]) -> OfferResult:
+        """As :meth:`offer`, the collection done by ``collect`` (given
+        :meth:`collector_arguments`; returns the events and rejects it produced), in this
+        process or another."""
         assert self.broker is not None and self.pipeline is not None
         self._check()
-        settings = self.settings
         started = time.perf_counter()
-        collector = BatchCollector(
-            stream=SOURCE,
-            topic=self.topic,
-            source=source,
-            kafka=settings.kafka,
-            bootstrap=self.broker.bootstrap_servers,
-            log_id=self.broker.log_id,
-            checkpoint_dir=settings.streamdi.state_dir / "collector" / self.flow.name,
-            batch_events=settings.ingest.batch_events,
-            batch_ms=settings.ingest.batch_ms,
-            buffer_bytes=settings.ingest.producer_buffer_bytes,
-        )
-        report = collector.run()
+        events, rejects = collect(self.collector_arguments())
         collected = time.perf_counter()
-        self._produced += report.events
+        self._produced += events
         deadline = started + self.timeout_s
         pipeline = self.pipeline
         while pipeline.report.events < self._produced:
@@ -177,14 +190,14 @@ class UpdateStream:
         done = time.perf_counter()
         logger.info(
             "offered events=%s rejects=%s staged_through=%s freshness_s=%.3f",
-            report.events,
-            report.rejects,
+            events,
+            rejects,
             through,
             done - started,
         )
         return OfferResult(
-            events=report.events,
-            rejects=report.rejects,
+            events=events,
+            rejects=rejects,
             staged_through=through,
             collect_s=collected - started,
             staged_s=staged - started,
@@ -230,3 +243,7 @@ class UpdateStream:
 
 def collector_dir(settings: StreamdiSettings) -> Path:
     return settings.streamdi.state_dir / "collector"
+
+
+def _collected(report: CollectorReport) -> tuple[int, int]:
+    return report.events, report.rejects
