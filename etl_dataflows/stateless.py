@@ -134,7 +134,8 @@ def prepare_source(
     Raises :class:`BatchInputError` when required columns are missing altogether.
     """
     schema = flow.schemas[source]
-    missing = [n for n in (*schema, TS, POS) if n not in events.column_names]
+    present = set(events.column_names)
+    missing = [n for n in (*schema, TS, POS) if n not in present]
     if missing:
         raise BatchInputError(f"events for source {source!r} lack columns {missing}")
     src = flow.source_index(source)

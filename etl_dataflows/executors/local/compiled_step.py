@@ -315,35 +315,47 @@ class CompiledStep:
         assert self.reader is not None and self.pool is not None
         n = len(usable)
         rows = np.flatnonzero(usable)
-        key_columns = [ready[k].values[rows].tolist() for k in parts]
         columns = self.kernel.pre_reads[j]
         kinds = self.flow.tables[table_name].readable_types()
-        seen: dict[tuple[Any, ...], dict[str, Any] | None] = {}
-        found = np.zeros(n, dtype=np.bool_)
-        values: dict[str, list[Any]] = {c: [None] * n for c in columns}
-        for r, key in zip(rows.tolist(), zip(*key_columns, strict=True), strict=True):
-            if key in seen:
-                row = seen[key]
-            else:
-                row = seen[key] = self.reader(table_name, key)
+        # distinct keys, and for every usable row the index of its key among them
+        if len(parts) == 1:
+            distinct, inverse = np.unique(ready[parts[0]].values[rows], return_inverse=True)
+            keys: list[tuple[Any, ...]] = [(k,) for k in distinct.tolist()]
+        else:
+            index: dict[tuple[Any, ...], int] = {}
+            tuples = zip(*[ready[k].values[rows].tolist() for k in parts], strict=True)
+            inverse = np.fromiter(
+                (index.setdefault(t, len(index)) for t in tuples), dtype=np.int64, count=len(rows)
+            )
+            keys = list(index)
+        m = len(keys)
+        found_k = np.zeros(m, dtype=np.bool_)
+        values_k: dict[str, list[Any]] = {c: [None] * m for c in columns}
+        for u, key in enumerate(keys):
+            row = self.reader(table_name, key)
             if row is None:
                 continue
-            found[r] = True
+            found_k[u] = True
             for c in columns:
-                values[c][r] = row.get(c)
+                values_k[c][u] = row.get(c)
+        found = np.zeros(n, dtype=np.bool_)
+        found[rows] = found_k[inverse]
         out = {f"p{j}_ex": found}
         for c in columns:
             kind = kinds[c]
             if kind == "string":
-                codes, valid = self.pool.encode(pa.array(values[c], type=pa.string()))
-                out[f"p{j}_{c}"], out[f"p{j}_{c}_v"] = codes, valid
-                continue
-            valid = np.fromiter((v is not None for v in values[c]), dtype=np.bool_, count=n)
-            fill: Any = False if kind == "bool" else 0
-            out[f"p{j}_{c}"] = np.array(
-                [fill if v is None else v for v in values[c]], dtype=kernel_dtype(kind)
-            )
-            out[f"p{j}_{c}_v"] = valid
+                codes_k, valid_k = self.pool.encode(pa.array(values_k[c], type=pa.string()))
+            else:
+                valid_k = np.fromiter((v is not None for v in values_k[c]), dtype=np.bool_, count=m)
+                fill: Any = False if kind == "bool" else 0
+                codes_k = np.array(
+                    [fill if v is None else v for v in values_k[c]], dtype=kernel_dtype(kind)
+                )
+            values = np.zeros(n, dtype=codes_k.dtype)
+            valid = np.zeros(n, dtype=np.bool_)
+            values[rows] = codes_k[inverse]
+            valid[rows] = valid_k[inverse]
+            out[f"p{j}_{c}"], out[f"p{j}_{c}_v"] = values, valid
         return out
 
     def warm_up(self, empty: pa.Table) -> None:
