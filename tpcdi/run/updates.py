@@ -26,6 +26,7 @@ from ingest.collector import BatchCollector, CollectorReport
 from ingest.pipeline import Pipeline, PipelineOptions
 from ingest.runspec import RunSpec, StreamBinding, bind
 from ingest.sources import BaseSource
+from staging.store import connection_config
 from streamdi.settings import StreamdiSettings
 from tpcdi.incremental.flow import SOURCE
 from tpcdi.run.exceptions import UpdateFailed
@@ -207,7 +208,7 @@ class UpdateStream:
     def _staged_watermark(self) -> int:
         """The last batch committed to staging (a cursor of the pipeline's own DuckDB instance,
         opened with the same configuration)."""
-        config: dict[str, Any] = {"memory_limit": self.settings.staging.memory_limit}
+        config = connection_config(self.settings.staging.memory_limit)
         con = duckdb.connect(str(self.settings.staging_path), config=config)
         try:
             row = con.execute('SELECT coalesce(max(batch_id), 0) FROM "streamdi"."batches"')
