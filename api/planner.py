@@ -6,9 +6,11 @@ warehouse's watermark (``staged_rows``) and how long it took. A :class:`PlanMode
 plan's seconds on a target from them:
 
 * **Nearby**: when some of the plan's recent observations read about as many rows with about as
-  many of them staged (both within ``nearby`` of the rows the query reads), the median of the
-  newest ``recent`` of them. What the same plan just cost at the same size is the best predictor
-  (queries repeat, the staged fraction drifts slowly), and a median shrugs off one slow run.
+  many of them staged (both less than ``nearby`` of the rows the query reads apart, and staged
+  rows on both sides or on neither: with nothing staged ``migrate`` pushes nothing), the median
+  of the newest ``recent`` of them. What the same plan just cost at the same size is the best
+  predictor (queries repeat, the staged fraction drifts slowly), and a median shrugs off one slow
+  run.
 * **Otherwise** it fits ``seconds ~ c0 + c1 * (warehouse_rows + staged_rows) + c2 * staged_rows``
   (the rows a query reads, and the rows that are still staged) to the recent observations (newer
   ones weigh more) by ridge regression pulled towards a prior, so a cost the observations say
@@ -124,7 +126,11 @@ class PlanModel:
         for o in history:
             seen = o.warehouse_rows + o.staged_rows
             slack = self.nearby * max(total, seen, 1)
-            if abs(seen - total) <= slack and abs(o.staged_rows - staged_rows) <= slack:
+            if (
+                abs(seen - total) < slack
+                and abs(o.staged_rows - staged_rows) < slack
+                and (o.staged_rows == 0) == (staged_rows == 0)
+            ):
                 near.append(o)
         return near
 

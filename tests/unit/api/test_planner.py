@@ -84,3 +84,17 @@ def test_nearby_observations_decide_by_their_median() -> None:
     assert model.estimate("duck", "migrate", 15_000, 185_000) == 0.125
     far = model.estimate("duck", "migrate", 50_000, 150_000)
     assert far is not None and far != 0.125
+
+
+def test_nothing_staged_is_not_near_something_staged() -> None:
+    # at 0% staged migrate pushes nothing and costs what a warehouse query costs; 5% staged
+    # (10k of 200k rows, just at the nearby limit) must not borrow those timings
+    model = PlanModel(crossover=0.25)
+    for _ in range(5):
+        model.observe("pg", "island", 200_000, 0, 0.13)
+        model.observe("pg", "migrate", 200_000, 0, 0.10)
+    model.observe("pg", "island", 190_000, 10_000, 0.15)
+    model.observe("pg", "migrate", 190_000, 10_000, 0.14)
+    decision = model.choose("pg", 190_000, 10_000)
+    assert decision.estimates == {"island": 0.15, "migrate": 0.14}
+    assert decision.plan == "migrate"
