@@ -3,10 +3,12 @@
 An ``orders`` table of 200,000 rows (TPC-C ORDERS-like columns) is split between staging and a
 warehouse: the first ``1 - f`` of it loaded and merged into the warehouse, the last ``f`` only
 staged. At each staged fraction ``f`` (0% to 100%) the query ``SELECT * FROM orders`` runs through
-the query service (:class:`~api.service.QueryService`, no HTTP) with each plan, interleaved, five
-times (the median counts; the fastest run is kept beside it). The order alternates between
-island, migrate, auto and auto, migrate, island, so island and auto take turns running right
-after a ``migrate`` (whose push and undo leave the warehouse's caches colder for the next query):
+the query service (:class:`~api.service.QueryService`, no HTTP) with each plan, interleaved, nine
+times (the median counts; the fastest run is kept beside it; on our shared 2-core machine a median
+of five still moved by 10% from run to run, as much as the margin auto is held to). The order
+alternates between island, migrate, auto and auto, migrate, island, so island and auto take turns
+running right after a ``migrate`` (whose push and undo leave the warehouse's caches colder for
+the next query):
 
 * ``island``: staging and the warehouse read in one snapshot each, unioned in the service;
 * ``migrate``: the staged batches pushed into the warehouse, then the query there (the push is
@@ -278,7 +280,7 @@ def run_bench(settings: StreamdiSettings, *, quick: bool) -> dict[str, Any]:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     rows = 20_000 if quick else 200_000
     fractions = QUICK_FRACTIONS if quick else FRACTIONS
-    reps = 1 if quick else 5
+    reps = 1 if quick else 9
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="streamdi-bench-union-") as tmp:
         root = Path(tmp)
