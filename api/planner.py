@@ -2,17 +2,27 @@
 
 Every query that ran as ``island`` or ``migrate`` leaves an observation on its target: the rows
 the warehouse held for the tables it read (``warehouse_rows``), the staged change rows above the
-warehouse's watermark (``staged_rows``) and how long it took. Per (target, plan) a
-:class:`PlanModel` fits ``seconds ~ c0 + c1 * (warehouse_rows + staged_rows) + c2 * staged_rows``
-(the rows a query reads, and the rows that are still staged) to its recent observations (newer
-ones weigh more) by ridge regression pulled towards a prior, so a cost the observations say
-nothing about (all of them at one size, or no staged rows yet) stays at the prior instead of
-collapsing to zero.
+warehouse's watermark (``staged_rows``) and how long it took. A :class:`PlanModel` estimates a
+plan's seconds on a target from them:
+
+* **Nearby**: when some of the plan's recent observations read about as many rows with about as
+  many of them staged (both less than ``nearby`` of the rows the query reads apart, and staged
+  rows on both sides or on neither: with nothing staged ``migrate`` pushes nothing), the median
+  of the newest ``recent`` of them. What the same plan just cost at the same size is the best
+  predictor (queries repeat, the staged fraction drifts slowly), and a median shrugs off one slow
+  run.
+* **Otherwise** it fits ``seconds ~ c0 + c1 * (warehouse_rows + staged_rows) + c2 * staged_rows``
+  (the rows a query reads, and the rows that are still staged) to the recent observations (newer
+  ones weigh more) by ridge regression pulled towards a prior, so a cost the observations say
+  nothing about (all of them at one size, or no staged rows yet) stays at the prior instead of
+  collapsing to zero. The prior gives the shape (how the costs relate); its scale is taken from
+  the observations, so a machine or table much faster or slower than the prior's does not drag
+  an extrapolation towards the prior's seconds.
 
 :meth:`PlanModel.choose` picks the plan with the lower estimate once both plans of a target have
-``min_observations``; until then it follows S-Store's measurement: migrate while the staged
-fraction is at most ``crossover`` (25%), island above it. The decision carries both estimates so
-an answer can say why.
+an estimate (nearby observations, or ``min_observations`` for the fit); until then it follows
+S-Store's measurement: migrate while the staged fraction is at most ``crossover`` (25%), island
+above it. The decision carries both estimates so an answer can say why.
 """
 
 from __future__ import annotations
@@ -68,12 +78,16 @@ class PlanModel:
         min_observations: int = 3,
         decay: float = 0.95,
         ridge: float = 0.05,
+        nearby: float = 0.05,
+        recent: int = 5,
     ) -> None:
         self.crossover = crossover
         self.window = window
         self.min_observations = min_observations
         self.decay = decay
         self.ridge = ridge
+        self.nearby = nearby
+        self.recent = recent
         self._observations: dict[tuple[str, str], deque[Observation]] = {}
         self._lock = threading.Lock()
 
@@ -91,13 +105,34 @@ class PlanModel:
     def estimate(
         self, target: str, plan: ChosenPlan, warehouse_rows: int, staged_rows: int
     ) -> float | None:
-        """Estimated seconds of ``plan`` on ``target`` (``None`` below ``min_observations``)."""
+        """Estimated seconds of ``plan`` on ``target``: the median of the newest nearby
+        observations, else the fit (``None`` below ``min_observations``)."""
         history = self.observations(target, plan)
+        near = self._near(history, warehouse_rows, staged_rows)
+        if near:
+            return float(np.median([o.seconds for o in near[-self.recent :]]))
         if len(history) < self.min_observations:
             return None
         coefficients = self._fit(plan, history)
         x = _features(warehouse_rows, staged_rows)
         return float(max(0.0, float(x @ coefficients)))
+
+    def _near(
+        self, history: list[Observation], warehouse_rows: int, staged_rows: int
+    ) -> list[Observation]:
+        """The observations (oldest first) that read about as many rows, about as many staged."""
+        total = warehouse_rows + staged_rows
+        near = []
+        for o in history:
+            seen = o.warehouse_rows + o.staged_rows
+            slack = self.nearby * max(total, seen, 1)
+            if (
+                abs(seen - total) < slack
+                and abs(o.staged_rows - staged_rows) < slack
+                and (o.staged_rows == 0) == (staged_rows == 0)
+            ):
+                near.append(o)
+        return near
 
     def _fit(self, plan: str, history: list[Observation]) -> np.ndarray:
         n = len(history)
@@ -105,6 +140,10 @@ class PlanModel:
         y = np.array([o.seconds for o in history])
         weights = self.decay ** np.arange(n - 1, -1, -1, dtype=float)
         prior = np.array(_PRIORS[plan])
+        # the prior's shape at the observations' scale
+        expected = float(weights @ (x @ prior))
+        if expected > 0:
+            prior = prior * (float(weights @ y) / expected)
         # minimise sum w (y - x b)^2 + ridge * |b - prior|^2
         xtw = x.T * weights
         lhs = xtw @ x + self.ridge * np.eye(3)

@@ -51,7 +51,7 @@ class DuckDBTarget(BaseTarget):
         try:
             con.execute("BEGIN TRANSACTION")
             for statement in create_statements(
-                self.layout.metadata, Dialect(), self.layout.schemas
+                self.layout.metadata, Dialect(), self.layout.schemas, row_keys=False
             ):
                 con.execute(statement)
             con.execute("COMMIT")

@@ -170,7 +170,8 @@ class Warehouse:
         if target == "duckdb":
             from duckdb_engine import Dialect
 
-            creates = create_statements(layout.metadata, Dialect(), layout.schemas)
+            # the full tables without their keys, as the DuckDB migration target makes them
+            creates = create_statements(layout.metadata, Dialect(), layout.schemas, row_keys=False)
             creates += create_statements(static_metadata(layout.schema), Dialect(), [])
             con = self.duckdb()
             try:

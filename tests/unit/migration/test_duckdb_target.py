@@ -272,3 +272,39 @@ def test_acknowledgements_stay_visible_while_the_background_release_writes_them(
     assert StagedDeltas(store).acks() == {"duckdb": 4}
     migrator.close()
     store.close()
+
+
+def test_full_tables_carry_no_primary_key_and_merges_keep_one_row_per_id(tmp_path: Path) -> None:
+    """The DuckDB warehouse's full state tables are created without their key (its index made
+    every merge's commit hold DuckDB's transaction lock ten times longer); the merge alone keeps
+    a row id once, merge after merge. The ledger keeps its key."""
+    settings = _settings(tmp_path)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 7), events=150)
+    migrator = _migrator(store, settings)
+    target = migrator.targets["duckdb"]
+    layout = target.layout
+    for batches in (range(1, 3), range(3, 5), range(5, 7)):
+        target.open()
+        changes = StagedDeltas(store).read(batches.start - 1, batches.stop - 1)
+        assert target.load(changes, "push") == batches.stop - 1
+        assert target.merge() is not None
+    keys = {
+        (schema, table)
+        for schema, table in target.fetch(
+            "SELECT schema_name, table_name FROM duckdb_constraints() "
+            "WHERE constraint_type = 'PRIMARY KEY'"
+        )
+    }
+    assert ("streamdi_migration", "ledger") in keys
+    assert not {(s, t) for s, t in keys if s == layout.schema}
+    for name, table in layout.tables.items():
+        if table.kind != "state":
+            continue
+        ids = ", ".join(f'"{c}"' for c in table.row_id)
+        dup = target.fetch(
+            f"SELECT count(*) - count(DISTINCT ({ids})) FROM {layout.full_name(name)}"
+        )
+        assert dup == [(0,)], name
+    assert_target_equals_staging(target, store.load_state().tables, _outputs(store), current=False)
+    migrator.close()
+    store.close()
