@@ -119,28 +119,46 @@ class IntKeyIndex:
 
 
 class StrKeyIndex:
-    """Maps string keys to slots (see the module docstring)."""
+    """Maps string keys to slots (see the module docstring): the slot of a string is its
+    *code*, the order in which it was first seen. The local executor's string pool is the same
+    mapping (:class:`~etl_dataflows.executors.local.strings.StringPool`)."""
 
     def __init__(self) -> None:
-        self._slot_of: dict[str, int] = {}
-        self.size = 0
+        self._code_of: dict[str, int] = {}
+        self.strings: list[str] = []  # by code
+
+    @property
+    def size(self) -> int:
+        """Codes (slots) handed out."""
+        return len(self.strings)
+
+    def code(self, value: str) -> int:
+        """The code of ``value`` (a new one for a string never seen)."""
+        code = self._code_of.get(value)
+        if code is None:
+            code = len(self.strings)
+            self._code_of[value] = code
+            self.strings.append(value)
+        return code
+
+    def codes(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Codes and validity of a string array (Arrow dictionary encoding: Python touches each
+        distinct string once); a null gets code 0 and validity False."""
+        n = len(array)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
+        encoded = pc.dictionary_encode(array)
+        uniques: list[Any] = encoded.dictionary.to_pylist()
+        mapped = np.fromiter((self.code(s) for s in uniques), dtype=np.int64, count=len(uniques))
+        valid = np.asarray(encoded.indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        codes = mapped[indices] if len(mapped) else np.zeros(n, dtype=np.int64)
+        return np.where(valid, codes, 0).astype(np.int64), valid
 
     def slots(self, keys: pa.Array | np.ndarray, valid: np.ndarray) -> np.ndarray:
         array = keys if isinstance(keys, pa.Array) else pa.array(keys, type=pa.string())
-        encoded = pc.dictionary_encode(array)
-        uniques: list[Any] = encoded.dictionary.to_pylist()
-        mapped = np.empty(len(uniques), dtype=np.int64)
-        for i, key in enumerate(uniques):
-            slot = self._slot_of.get(key)
-            if slot is None:
-                slot = self.size
-                self._slot_of[key] = slot
-                self.size += 1
-            mapped[i] = slot
-        indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        out = mapped[indices] if len(mapped) else np.zeros(len(indices), dtype=np.int64)
-        out = np.where(valid, out, -1)
-        return np.asarray(out, dtype=np.int64)
+        codes, present = self.codes(array)
+        return np.where(valid & present, codes, -1).astype(np.int64)
 
 
 class TupleKeyIndex:

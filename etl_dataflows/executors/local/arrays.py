@@ -54,6 +54,17 @@ def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) ->
     return pa.array(values, type=arrow_type(column_type), mask=mask)
 
 
+def column_to_arrow(
+    values: np.ndarray, valid: np.ndarray, kind: ColumnType, pool: StringPool | None
+) -> pa.Array:
+    """Kernel values of a column as Arrow (string codes decoded through ``pool``)."""
+    if kind == "string":
+        if pool is None:
+            raise ValueError("string codes need the string pool that made them")
+        return pool.decode(values, valid)
+    return _to_arrow(values, valid, kind)
+
+
 class ArrayTable:
     """A :class:`~etl_dataflows.tables.Table` held as arrays (see the module docstring)."""
 
@@ -144,12 +155,6 @@ class ArrayTable:
             return self.pool.encode(array)
         return column_from_arrow(array, kind)
 
-    def column_to_arrow(self, values: np.ndarray, valid: np.ndarray, kind: ColumnType) -> pa.Array:
-        """Kernel values of a column as Arrow (string codes decoded)."""
-        if kind == "string":
-            return self.pool.decode(values, valid)
-        return _to_arrow(values, valid, kind)
-
     # -- images ---------------------------------------------------------------------------------
 
     def load(self, image: pa.Table) -> None:
@@ -205,9 +210,8 @@ class ArrayTable:
         if self.table.surrogate:
             arrays.append(pa.array(self.sk[slots], type=pa.int64()))
         for column, kind in self.table.columns:
-            arrays.append(
-                self.column_to_arrow(self.values[column][slots], self.valid[column][slots], kind)
-            )
+            values, valid = self.values[column][slots], self.valid[column][slots]
+            arrays.append(column_to_arrow(values, valid, kind, self.pool))
         return pa.Table.from_arrays(arrays, schema=image_schema(self.table))
 
     def image(self) -> pa.Table:

@@ -813,7 +813,8 @@ class KernelGenerator:
     def hoist_keys_and_whens(self) -> None:
         """Keys and whens are hoisted first, so their indices are stable."""
         step = self.step
-        self.key_hoist = [self.hoist(op.key[0]) for op in step.operations]
+        self.key_parts_hoist = [[self.hoist(e) for e in op.key] for op in step.operations]
+        self.key_hoist = [parts[0] for parts in self.key_parts_hoist]
         #: Extended: whens that depend on earlier operations (evaluated in the kernel).
         self.state_whens = {
             op.index: op.when
@@ -824,9 +825,8 @@ class KernelGenerator:
             None if op.when is None or op.index in self.state_whens else self.hoist(op.when)
             for op in step.operations
         ]
-        self.key_parts_hoist = [[self.hoist(e) for e in op.key] for op in step.operations]
         parts = [k for keys in self.key_parts_hoist for k in keys]
-        for k in [*self.key_hoist, *parts, *(w for w in self.when_hoist if w is not None)]:
+        for k in [*parts, *(w for w in self.when_hoist if w is not None)]:
             self._global.add(k)
         self.pre_columns = {j: self._pre_read_columns(j) for j in sorted(self.pre_read_ops)}
 

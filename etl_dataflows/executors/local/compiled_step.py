@@ -25,7 +25,12 @@ from etl_dataflows.batch import ABORT_SCHEMA
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local.analysis import KERNEL_TYPES
-from etl_dataflows.executors.local.arrays import ArrayTable, _to_arrow, kernel_dtype
+from etl_dataflows.executors.local.arrays import (
+    ArrayTable,
+    _to_arrow,
+    column_to_arrow,
+    kernel_dtype,
+)
 from etl_dataflows.executors.local.chain_scan import ChainScan
 from etl_dataflows.executors.local.codegen import (
     HOISTED_BASE,
@@ -615,12 +620,7 @@ class CompiledStep:
             elif name in kernel_kinds:
                 assert kind is not None
                 values, valid = outputs[f"o_{name}"][rows], outputs[f"o_{name}_v"][rows]
-                if kind == "string":
-                    assert self.pool is not None
-                    arrays.append(self.pool.decode(values, valid))
-                else:
-                    arrays.append(_to_arrow(values, valid, kind))
-
+                arrays.append(column_to_arrow(values, valid, kind, self.pool))
             elif name in self.step.emit_columns:
                 expr = self.step.emit_columns[name]
                 value = getattr(expr, "value", None)
