@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from etl_dataflows.testing import ledger_dataflow
 from ingest.assembler import BatchAssembler, RawRecord
-from ingest.records import encode_batch, from_ipc
+from ingest.records import encode_batch, from_ipc, to_ipc
 from staging.store import StreamProgress
 
 TOPIC = "ledger.txns"
@@ -44,6 +44,26 @@ def _assembler(last_batch: int = 0) -> BatchAssembler:
         max_record_bytes=100_000,
         allowed_lateness_ms=None,
     )
+
+
+def test_payloads_are_compressed_and_plain_payloads_still_read() -> None:
+    """A producer of ours compresses (mostly-null columns shrink); one that writes plain Arrow IPC,
+    as an outside producer may, is read all the same."""
+    table = _events(1_000)
+    plain = pa.BufferOutputStream()
+    with pa.ipc.new_stream(plain, table.schema) as writer:
+        writer.write_table(table)
+    plain_bytes = plain.getvalue().to_pybytes()
+    ours = to_ipc(table)
+    assert len(ours) < len(plain_bytes) / 2
+    assert from_ipc(ours).equals(table)
+    assert from_ipc(plain_bytes).equals(table)
+    assembler = _assembler()
+    [record] = _records(1, table, 10**6, 0)
+    assembler.add(RawRecord(TOPIC, 0, 0, plain_bytes, record.headers))
+    taken = assembler.take(1, {(TOPIC, 0): 0})
+    assert taken.batch.inputs["txns"].column("_pos").to_pylist() == list(range(1_000))
+    assert taken.dead_letters.num_rows == 0
 
 
 def test_a_large_batch_is_split_under_the_cap_and_loses_nothing() -> None:
