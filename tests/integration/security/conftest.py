@@ -5,6 +5,7 @@ them; a service that cannot start fails the suite, it is never skipped."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -29,6 +30,14 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedService]:
         service.wait_ready()
         events = [{"op": "put", "key": k, "value": k * 10, "seq": k} for k in range(SEED_ROWS)]
         service.post("/streams/puts/events", {"events": events})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            kv = next(t for t in service.get("/tables") if t["name"] == "kv")
+            if kv["staged_rows"] == SEED_ROWS:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the seed rows were not staged within 60 s")
         service.post("/migration/push", {})
         yield service
     finally:
