@@ -125,6 +125,7 @@ def _need_external(settings: StreamdiSettings, what: str) -> str:
 def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.broker import BrokerHandle, ensure_topics, wait_until_answering
     from ingest.collector import BatchCollector
+    from ingest.eventtime import EventTimeBounds
     from ingest.runspec import load_run_spec
 
     bootstrap = _need_external(settings, "streamdi collect")
@@ -156,6 +157,7 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             batch_events=settings.ingest.batch_events,
             batch_ms=settings.ingest.batch_ms,
             buffer_bytes=settings.ingest.producer_buffer_bytes,
+            event_times=EventTimeBounds.from_settings(settings.ingest),
         ).run(stop)
         print(
             f"streamdi collect: {stream}: batches {report.first_batch}..."
@@ -230,24 +232,9 @@ def _deadletters_list(args: argparse.Namespace, settings: StreamdiSettings) -> i
 
 
 def _export(row: dict[str, Any]) -> dict[str, Any]:
-    payload: Any = row["payload"]
-    try:
-        parsed = json.loads(payload)
-        if isinstance(parsed, dict):
-            payload = parsed
-    except (TypeError, ValueError):
-        pass
-    return {
-        "id": row["id"],
-        "stream": row["stream"],
-        "reason": row["reason"],
-        "topic": row["topic"],
-        "partition": row["partition"],
-        "offset": row["offset"],
-        "pos": row["pos"],
-        "ts": row["ts"],
-        "event": payload,
-    }
+    from ingest.deadletters import dead_letter_view
+
+    return dead_letter_view(row)
 
 
 def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) -> int:
