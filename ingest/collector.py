@@ -288,7 +288,7 @@ class BatchCollector:
 
         try:
             for chunk in self.source.read(point.start_pos):
-                self._check_event_times(chunk)
+                reject_out_of_range(chunk, self.event_times)
                 first_batch = batch_id
                 events = chunk.events
                 rejects = list(chunk.rejects)
@@ -341,27 +341,6 @@ class BatchCollector:
         )
         return report
 
-    def _check_event_times(self, chunk: SourceChunk) -> None:
-        """Move the events of ``chunk`` whose event time is out of range to its rejects."""
-        events = chunk.events
-        if not events.num_rows:
-            return
-        ts = events.column("_ts")
-        values = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        problems = self.event_times.check(values)
-        for i in np.flatnonzero(np.asarray(ts.is_null())).tolist():
-            problems[int(i)] = "no event time"
-        if not problems:
-            return
-        rows = sorted(problems)
-        for i, row in zip(rows, events.take(pa.array(rows, pa.int64())).to_pylist(), strict=True):
-            pos = int(row.pop("_pos"))
-            chunk.rejects.append(Reject(pos, problems[i], json_payload(row), "json"))
-        chunk.rejects.sort(key=lambda r: r[0])
-        keep = np.ones(events.num_rows, dtype=bool)
-        keep[rows] = False
-        chunk.events = events.filter(pa.array(keep))
-
     def _checkpoint(self, producer: Any, future: Any, batch_id: int, last_pos: int) -> None:
         from kafka.errors import KafkaError
 
@@ -371,3 +350,26 @@ class BatchCollector:
         except KafkaError as exc:
             raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
         self._write_checkpoint(batch_id, last_pos, int(metadata.offset))
+
+
+def reject_out_of_range(chunk: SourceChunk, bounds: EventTimeBounds) -> None:
+    """Move the events of ``chunk`` whose event time is null or out of ``bounds`` to its rejects
+    (each with its row as JSON, ``_ts`` included)."""
+    events = chunk.events
+    if not events.num_rows:
+        return
+    ts = events.column("_ts")
+    values = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    problems = bounds.check(values)
+    for i in np.flatnonzero(np.asarray(ts.is_null())).tolist():
+        problems[int(i)] = "no event time"
+    if not problems:
+        return
+    rows = sorted(problems)
+    for i, row in zip(rows, events.take(pa.array(rows, pa.int64())).to_pylist(), strict=True):
+        pos = int(row.pop("_pos"))
+        chunk.rejects.append(Reject(pos, problems[i], json_payload(row), "json"))
+    chunk.rejects.sort(key=lambda r: r[0])
+    keep = np.ones(events.num_rows, dtype=bool)
+    keep[rows] = False
+    chunk.events = events.filter(pa.array(keep))
