@@ -26,13 +26,18 @@ from ingest.runspec import RunSpec
 from streamdi.settings import KafkaSettings
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def stored_event(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The dead letter's event when its payload is a JSON object, else None."""
+    """The dead letter's event when its payload is a JSON object (standard JSON: ``NaN`` and
+    ``Infinity``, which Python's parser takes, make it raw text to fix), else None."""
     payload = row.get("payload")
     if row.get("encoding") not in (None, "json") or not isinstance(payload, str):
         return None
     try:
-        parsed = json.loads(payload)
+        parsed = json.loads(payload, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return None
     return parsed if isinstance(parsed, dict) else None
@@ -62,8 +67,8 @@ def dead_letter_view(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def replay_as_stored(row: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The replay entry that re-offers a dead letter unchanged (its event, its event time and
-    position), or None and why it cannot be."""
+    """The replay entry that re-offers a dead letter's stored event exactly as stored (its
+    ``_ts`` when it has one; nothing added), or None and why it cannot be."""
     event = stored_event(row)
     if event is None:
         encoding = row.get("encoding") or "legacy"
@@ -71,12 +76,7 @@ def replay_as_stored(row: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str
             f"dead letter {row['id']} stores {encoding} data, not a JSON object event: fix it "
             "and re-offer it as an entry (id, stream and the event as a JSON object)"
         )
-    entry = {"id": row["id"], "stream": row["stream"], "event": event}
-    if row.get("ts") is not None:
-        entry["ts"] = row["ts"]
-    if row.get("pos") is not None:
-        entry["pos"] = row["pos"]
-    return entry, None
+    return {"id": row["id"], "stream": row["stream"], "event": event}, None
 
 
 def replay_file(
