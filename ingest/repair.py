@@ -36,10 +36,16 @@ class RepairReport:
     after: int | None
     why: str
     changed: bool
+    dry_run: bool = False
 
     def text(self) -> str:
         before = "none" if self.before is None else describe_us(self.before)
         after = "none" if self.after is None else describe_us(self.after)
+        if self.dry_run:
+            return (
+                f"stream {self.stream}: high mark {before} would become {after} ({self.why}); "
+                "--dry-run: nothing written"
+            )
         if not self.changed:
             return f"stream {self.stream}: high mark {before} left as it is: {self.why}"
         return f"stream {self.stream}: high mark {before} -> {after} ({self.why})"
@@ -101,6 +107,6 @@ def repair_high_mark(
         return RepairReport(stream, before, after, "it already has that value", False)
     # 4.
     if dry_run:
-        return RepairReport(stream, before, after, why + "; --dry-run: nothing written", False)
+        return RepairReport(stream, before, after, why, False, dry_run=True)
     set_high_mark(store, stream, after)
     return RepairReport(stream, before, after, why, True)
