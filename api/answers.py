@@ -113,13 +113,107 @@ def type_name(kind: pa.DataType) -> str:
     return str(kind)
 
 
+#: Days since the epoch of 0001-01-01 and 9999-12-31: dates (and instants) between them are
+#: written in the ordinary ISO form, any other in ISO 8601's expanded form (see json_rows).
+_FIRST_DAY, _LAST_DAY = -719_162, 2_932_896
+_US_PER_DAY = 86_400_000_000
+_US_PER_UNIT = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """Year (astronomical: 0 is 1 BC), month and day of ``days`` since 1970-01-01, for any
+    integer (the proleptic Gregorian calendar)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1_460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _year(year: int) -> str:
+    return f"{year:04d}" if 0 <= year <= 9999 else f"{'-' if year < 0 else '+'}{abs(year):06d}"
+
+
+def expanded_date(days: int) -> str:
+    """A date as ISO text, years outside 0000-9999 in the expanded form (``+148108-07-06``)."""
+    year, month, day = _civil(days)
+    return f"{_year(year)}-{month:02d}-{day:02d}"
+
+
+def expanded_instant(micros: int, digits: int = 6) -> str:
+    """µs since the epoch as ISO text (``YYYY-MM-DDTHH:MM:SS.ffffff``, ``digits`` of the
+    fraction), years outside 0000-9999 in the expanded form; never fails, whatever the value."""
+    days, rest = divmod(micros, _US_PER_DAY)
+    seconds, fraction = divmod(rest, 1_000_000)
+    hours, seconds = divmod(seconds, 3_600)
+    minutes, seconds = divmod(seconds, 60)
+    text = f"{expanded_date(days)}T{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return text + f".{fraction:06d}"[: digits + 1] if digits else text
+
+
+def _ints(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The integers under a temporal column (days of a date32, units of a timestamp)."""
+    if pa.types.is_date32(values.type):
+        return values.cast(pa.int32()).cast(pa.int64())
+    return values.cast(pa.int64())
+
+
+def _out_of_range(values: pa.ChunkedArray, low: int, high: int) -> pa.ChunkedArray | None:
+    """A mask of the values outside ``low..high`` (int64 view), or None when there are none."""
+    ints = _ints(values)
+    lowest, highest = pc.min(ints).as_py(), pc.max(ints).as_py()
+    if lowest is None or (lowest >= low and highest <= high):
+        return None
+    return pc.fill_null(pc.or_(pc.less(ints, low), pc.greater(ints, high)), False)
+
+
+def _with_expanded(
+    column: pa.ChunkedArray, mask: pa.ChunkedArray, plain: list[Any], render: Any
+) -> list[Any]:
+    ints = _ints(column).to_pylist()
+    return [
+        render(ints[i]) if outside else value
+        for i, (outside, value) in enumerate(zip(mask.to_pylist(), plain, strict=True))
+    ]
+
+
+def _timestamps(column: pa.ChunkedArray) -> list[Any]:
+    kind = column.type
+    per = _US_PER_UNIT.get(kind.unit)
+    mask = None
+    if per is not None:  # a ns timestamp always lies within 1677..2262
+        low, high = _FIRST_DAY * _US_PER_DAY // per, ((_LAST_DAY + 1) * _US_PER_DAY - 1) // per
+        mask = _out_of_range(column, low, high)
+    if mask is None:
+        return list(pc.strftime(column, format="%Y-%m-%dT%H:%M:%S").to_pylist())
+    kept = pc.if_else(mask, pa.scalar(None, kind), column)
+    plain = pc.strftime(kept, format="%Y-%m-%dT%H:%M:%S").to_pylist()
+    assert per is not None
+    digits = {"s": 0, "ms": 3, "us": 6}[kind.unit]  # as strftime writes each unit
+    return _with_expanded(column, mask, plain, lambda v: expanded_instant(v * per, digits))
+
+
+def _dates(column: pa.ChunkedArray) -> list[Any]:
+    kind = column.type
+    per_day = 1 if pa.types.is_date32(kind) else 86_400_000
+    mask = _out_of_range(column, _FIRST_DAY * per_day, (_LAST_DAY + 1) * per_day - 1)
+    if mask is None:
+        return list(column.cast(pa.string()).to_pylist())
+    kept = pc.if_else(mask, pa.scalar(None, kind), column)
+    plain = kept.cast(pa.string()).to_pylist()
+    return _with_expanded(column, mask, plain, lambda v: expanded_date(v // per_day))
+
+
 def _json_column(column: pa.ChunkedArray) -> list[Any]:
     kind = column.type
     if pa.types.is_timestamp(kind):
-        text = pc.strftime(column, format="%Y-%m-%dT%H:%M:%S")
-        return list(text.to_pylist())
+        return _timestamps(column)
     if pa.types.is_date(kind):
-        return list(column.cast(pa.string()).to_pylist())
+        return _dates(column)
     if pa.types.is_floating(kind):
         return [None if v is not None and not math.isfinite(v) else v for v in column.to_pylist()]
     if pa.types.is_decimal(kind):
@@ -149,6 +243,8 @@ def _plain(value: Any) -> Any:
 
 def json_rows(table: pa.Table) -> list[list[Any]]:
     """Rows of ``table`` as lists of JSON values: timestamps and dates in ISO form, non-finite
-    floats as null."""
+    floats as null. No stored value makes it fail: a timestamp or date outside the years
+    0001-9999 (which Python and most clients cannot represent) is written in ISO 8601's expanded
+    form, with a sign and six year digits (``+148108-07-06T14:00:27.387904``)."""
     columns = [_json_column(table.column(i)) for i in range(table.num_columns)]
     return [list(row) for row in zip(*columns, strict=True)] if columns else []

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.exceptions import ApiError, InvalidRequest
+from api.exceptions import ApiError, InvalidRequest, NoEventsPushed, UnsupportedMediaType
 from api.models import (
     AnswerPage,
     ErrorBody,
@@ -59,6 +59,7 @@ from streamdi.settings import StreamdiSettings
 logger = logging.getLogger(__name__)
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+JSON_TYPE = "application/json"
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
@@ -258,7 +259,14 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
     @app.post(
         "/streams/{stream}/events",
         response_model=PushReceiptBody,
-        responses=_ERRORS,
+        responses={
+            **_ERRORS,
+            413: {"model": ErrorBody, "description": "an event is larger than a Kafka record"},
+            415: {
+                "model": ErrorBody,
+                "description": f"the content type is neither {JSON_TYPE} nor {ARROW_STREAM}",
+            },
+        },
         tags=["ingest"],
         openapi_extra={
             "requestBody": {
@@ -275,17 +283,29 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         },
     )
     async def push(stream: str, request: Request) -> dict[str, Any]:
-        """Events for ``stream``, collected like a file's: JSON ``{"events": [...]}`` or an Arrow
-        IPC stream with the stream's columns (and ``_ts``). Returns once the events are in Kafka,
-        with their positions and logical batch ids; rows that do not parse become dead letters."""
-        body = await request.body()
+        """Events for ``stream``, collected like a file's: JSON ``{"events": [...]}``
+        (``application/json``) or an Arrow IPC stream (``application/vnd.apache.arrow.stream``)
+        with the stream's columns (and ``_ts``). Returns once the events are in Kafka, with their
+        positions and logical batch ids; rows that do not parse, and events whose ``_ts`` is not
+        integer µs in range, become dead letters (listed in the receipt). Refused with nothing
+        taken: another content type (415), fields the stream does not have (400
+        ``unknown_fields``), no events (400/422), an event larger than a Kafka record (413)."""
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in (JSON_TYPE, ARROW_STREAM):
+            raise UnsupportedMediaType(
+                f"content type {kind or '(none)'!r} is not accepted; send {JSON_TYPE} "
+                f'({{"events": [...]}}) or {ARROW_STREAM} (an Arrow IPC stream)',
+                accepted=[JSON_TYPE, ARROW_STREAM],
+            )
+        body = await request.body()
         events: list[dict[str, Any]] | pa.Table
         if kind == ARROW_STREAM:
+            if not body:
+                raise NoEventsPushed("the body is empty: an Arrow IPC stream of events expected")
             try:
                 with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
                     events = reader.read_all()
-            except (pa.ArrowInvalid, OSError) as exc:
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 raise InvalidRequest(f"not an Arrow IPC stream: {exc}") from exc
         else:
             try:

@@ -29,6 +29,10 @@ ErrorCode = Literal[
     "watermark_unavailable",
     "answer_not_found",
     "unknown_stream",
+    "unknown_fields",
+    "no_events",
+    "event_too_large",
+    "unsupported_media_type",
     "stream_not_pushable",
     "push_unavailable",
     "no_pipeline",
@@ -137,6 +141,36 @@ class AnswerNotFound(ApiError, TerminalError):
 class UnknownStream(ApiError, TerminalError):
     status = 404
     code: ErrorCode = "unknown_stream"
+
+
+class UnknownFieldsPushed(ApiError, TerminalError):
+    """Pushed events carry fields the stream does not have; nothing was taken (``detail.fields``
+    names them)."""
+
+    status = 400
+    code: ErrorCode = "unknown_fields"
+
+
+class NoEventsPushed(ApiError, TerminalError):
+    """A push without a single event (an Arrow stream of zero rows)."""
+
+    status = 400
+    code: ErrorCode = "no_events"
+
+
+class EventTooLarge(ApiError, TerminalError):
+    """A pushed event is larger than one Kafka record can carry; nothing was taken."""
+
+    status = 413
+    code: ErrorCode = "event_too_large"
+
+
+class UnsupportedMediaType(ApiError, TerminalError):
+    """A push whose content type is neither ``application/json`` nor
+    ``application/vnd.apache.arrow.stream`` (or is missing)."""
+
+    status = 415
+    code: ErrorCode = "unsupported_media_type"
 
 
 class StreamNotPushable(ApiError, TerminalError):

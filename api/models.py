@@ -196,14 +196,30 @@ class MigrateBody(BaseModel):
 
 class PushedEvents(BaseModel):
     """Events for ``POST /streams/{stream}/events`` as JSON: objects with the stream's columns
-    and optionally ``_ts`` (event time, µs since the epoch)."""
+    and optionally ``_ts`` (event time, integer µs since the epoch; without it, the time the
+    event arrived). A field the stream does not have refuses the push (``unknown_fields``); an
+    event whose ``_ts`` is not an integer or out of range (``INGEST__MIN_EVENT_TIME_MS``,
+    ``INGEST__MAX_FUTURE_MS``) becomes a dead letter."""
 
     model_config = ConfigDict(extra="forbid")
 
     events: list[dict[str, Any]] = Field(min_length=1, max_length=1_000_000)
 
 
+class RejectedEvent(BaseModel):
+    """A pushed event that became a dead letter: its position and the reason."""
+
+    pos: int
+    reason: str
+
+
 class PushReceiptBody(BaseModel):
+    """What became of a push: ``events`` accepted and ``rejects`` dead-lettered (the first 100
+    listed in ``rejected``), their positions ``first_pos..last_pos`` and the logical batches
+    ``first_batch..last_batch`` that carry them (never empty: a push of no events is refused),
+    and ``warnings`` about accepted events (e.g. some had no ``_ts`` and got their arrival
+    time)."""
+
     stream: str
     events: int
     rejects: int
@@ -211,6 +227,8 @@ class PushReceiptBody(BaseModel):
     last_pos: int
     first_batch: int
     last_batch: int
+    rejected: list[RejectedEvent] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
 
 class ReplayEntry(BaseModel):

@@ -19,15 +19,18 @@ from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
-from api.answers import AnswerCache, json_rows, type_name
+from api.answers import AnswerCache, expanded_instant, json_rows, type_name
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
+    EventTooLarge,
     IngestNotHosted,
     InvalidRequest,
+    NoEventsPushed,
     PushUnavailable,
     StreamNotPushable,
     TargetUnreachable,
+    UnknownFieldsPushed,
     UnknownStream,
     UnknownTarget,
 )
@@ -37,7 +40,8 @@ from api.planner import PlanModel
 from api.safety import check_query
 from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, mapped_errors
-from ingest.exceptions import PushRefused, PushTimedOut
+from ingest import exceptions as ingest_errors
+from ingest.deadletters import dead_letter_view, replay_as_stored
 from ingest.push import HttpPushSource
 from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
@@ -104,6 +108,15 @@ def _connection_of(target: Any) -> Callable[[], Any]:
         return target.connection
 
     return connection
+
+
+def _event_time(micros: int) -> str:
+    """An event time (µs) as ISO text with its zone; one outside the years 1-9999 (stored by
+    a version that did not check event times) in ISO 8601's expanded form instead of failing."""
+    try:
+        return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
+    except (OverflowError, ValueError, OSError):
+        return expanded_instant(int(micros)) + "+00:00"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -206,9 +219,7 @@ class QueryService:
                 "committed_age_ms": None
                 if committed is None
                 else (now - committed.replace(tzinfo=UTC).timestamp()) * 1000,
-                "newest_event_time": None
-                if newest is None
-                else datetime.fromtimestamp(newest / 1e6, UTC).isoformat(),
+                "newest_event_time": None if newest is None else _event_time(newest),
                 "newest_event_age_ms": None if newest is None else now * 1000 - newest / 1000,
             },
             "staged_rows": result.staged_rows,
@@ -365,8 +376,11 @@ class QueryService:
                 if row is None:
                     refused.append({"id": dead_id, "reason": "no such dead letter"})
                     continue
-                event = _dead_letter(row)["event"]
-                entries.append((dead_id, {"id": dead_id, "stream": row["stream"], "event": event}))
+                stored, why = replay_as_stored(row)
+                if stored is None:
+                    refused.append({"id": dead_id, "reason": why})
+                    continue
+                entries.append((dead_id, stored))
         for i, entry in enumerate(body.entries):
             entries.append((entry.id if entry.id is not None else -1 - i, entry.model_dump()))
         try:
@@ -398,9 +412,17 @@ class QueryService:
             )
         try:
             receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
-        except PushRefused as exc:
+        except ingest_errors.UnknownFields as exc:
+            raise UnknownFieldsPushed(str(exc), stream=stream, fields=exc.fields[:100]) from exc
+        except ingest_errors.EventTooLarge as exc:
+            raise EventTooLarge(
+                str(exc), stream=stream, index=exc.index, bytes=exc.size, limit=exc.limit
+            ) from exc
+        except ingest_errors.NoEvents as exc:
+            raise NoEventsPushed(str(exc), stream=stream) from exc
+        except ingest_errors.PushRefused as exc:
             raise InvalidRequest(str(exc), stream=stream) from exc
-        except PushTimedOut as exc:
+        except ingest_errors.PushTimedOut as exc:
             raise PushUnavailable(str(exc), stream=stream) from exc
         self.metrics.pushed.labels(stream).inc(receipt.events)
         return {
@@ -411,6 +433,8 @@ class QueryService:
             "last_pos": receipt.last_pos,
             "first_batch": receipt.first_batch,
             "last_batch": receipt.last_batch,
+            "rejected": [{"pos": p, "reason": r} for p, r in receipt.rejected],
+            "warnings": list(receipt.warnings),
         }
 
     # -- health ------------------------------------------------------------------------------------
@@ -538,25 +562,4 @@ class QueryService:
 
 
 def _dead_letter(row: dict[str, Any]) -> dict[str, Any]:
-    payload: Any = row.get("payload")
-    event: Any = payload
-    try:
-        parsed = json.loads(payload) if isinstance(payload, str) else None
-        if isinstance(parsed, dict):
-            event = parsed
-    except ValueError:
-        pass
-    return {
-        "id": row["id"],
-        "batch_id": row["batch_id"],
-        "stream": row["stream"],
-        "step": row["step"],
-        "topic": row["topic"],
-        "partition": row["partition"],
-        "offset": row["offset"],
-        "pos": row["pos"],
-        "ts": row["ts"],
-        "reason": row["reason"],
-        "replayed_in": row.get("replayed_in"),
-        "event": event,
-    }
+    return dead_letter_view(row)

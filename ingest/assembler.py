@@ -10,15 +10,25 @@ its own.
 * Single-event records (JSON) are buffered per stream and typed when the engine batch is taken.
 * Dead letters (step ``ingest``): oversize payloads, unknown streams, corrupt Arrow payloads,
   payloads that do not fit the stream's schema, bad JSON or encoding, values that do not convert,
-  rows the collector rejected, and events later than the allowed lateness. Each names its topic,
-  partition and offset; the pipeline goes on, so a poison record never blocks its partition.
+  rows the collector rejected, events whose event time is not integer µs or out of range
+  (:mod:`ingest.eventtime`: an outside producer may write to a topic directly, so the consumer
+  checks again), and events later than the allowed lateness. Each names its topic, partition and
+  offset; the pipeline goes on, so a poison record never blocks its partition.
+* Every dead letter keeps what came, in full: a single-event record's JSON text as it was
+  (encoding ``json``), other record bytes as text (``utf8``) or base64, an event of a batch
+  record as JSON with its ``_ts``, a collector's reject as the collector kept it. The bound is
+  the record: what the broker accepted (``KAFKA__MAX_RECORD_BYTES`` for streamdi's producers).
+* A stream's event-time high mark moves only with events that passed the range check and were
+  not late.
 * The offsets handed out with a batch point after the last record the batch accounts for, never
   past a logical batch still missing parts.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import time
 from bisect import bisect_right
 from collections.abc import Mapping
@@ -27,14 +37,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type
 from ingest.convert import convert_columns, python_array
+from ingest.eventtime import EventTimeBounds, describe_us, now_us
 from ingest.records import (
     BATCH,
     KIND,
+    LEGACY_REJECTS_NAMES,
     PART,
     PUNCT,
     REJECTS_SCHEMA,
@@ -42,13 +55,16 @@ from ingest.records import (
     STREAM,
     from_ipc,
     header_map,
-    truncate_payload,
 )
+from ingest.sources import bytes_payload, json_payload
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.store import StreamProgress
 
+logger = logging.getLogger(__name__)
+
 INGEST_STEP = "ingest"
 TopicPartition = tuple[str, int]
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,26 @@ class _Dead:
     ts: int | None
     reason: str
     payload: str
+    encoding: str | None
+    payload_bytes: int | None
+
+
+def _raw(value: bytes) -> tuple[str, str, int]:
+    """Record bytes as a dead letter keeps them: ``(payload, encoding, payload_bytes)``."""
+    text, encoding = bytes_payload(value)
+    return text, encoding, len(value)
+
+
+def _binary(value: bytes) -> tuple[str, str, int]:
+    """Binary record bytes (an Arrow payload) in base64, whatever they happen to decode as."""
+    return base64.b64encode(value).decode("ascii"), "base64", len(value)
+
+
+def _event_json(row: dict[str, Any]) -> tuple[str, str, int]:
+    """A typed event (a row of a batch) as JSON with its ``_ts``; its position is the dead
+    letter's ``pos``."""
+    text = json_payload({k: v for k, v in row.items() if k != POS})
+    return text, "json", len(text.encode("utf-8"))
 
 
 @dataclass
@@ -134,8 +170,10 @@ class BatchAssembler:
         max_record_bytes: int,
         allowed_lateness_ms: int | None,
         lateness: Mapping[str, int | None] | None = None,
+        event_times: EventTimeBounds | None = None,
     ) -> None:
         self.flow = flow
+        self.event_times = event_times or EventTimeBounds()
         self._schemas: dict[str, pa.Schema] = {}
         self.topics = {t: list(s) for t, s in topics.items()}
         self.progress = dict(progress)
@@ -148,7 +186,23 @@ class BatchAssembler:
         for stream, ms in (lateness or {}).items():
             self.lateness_us[stream] = None if ms is None else ms * 1000
         self._partials: dict[TopicPartition, _Partial] = {}
+        self._warn_poisoned()
         self._reset()
+
+    def _warn_poisoned(self) -> None:
+        """Say loudly when a stream's stored high mark is out of range (written by a version
+        that did not check event times): every event would be late until it is repaired."""
+        upper = self.event_times.upper_us()
+        for stream, progress in self.progress.items():
+            if progress.max_ts is not None and progress.max_ts > upper:
+                logger.error(
+                    "stream=%s high mark %s is out of range: its events will be dead-lettered "
+                    "as late; stop the service and run `streamdi streams repair <spec> "
+                    "--stream %s`",
+                    stream,
+                    describe_us(progress.max_ts),
+                    stream,
+                )
 
     def _reset(self) -> None:
         self._tables: dict[str, list[pa.Table]] = {}
@@ -196,18 +250,24 @@ class BatchAssembler:
         value = record.value or b""
         streams = self.topics.get(record.topic, [])
         stream = headers.get(STREAM) or (streams[0] if len(streams) == 1 else None)
+        kinded = headers.get(KIND) in ("batch", "rejects")
         if len(value) > self.max_record_bytes:
             self._dead_record(
                 record,
                 stream,
                 f"oversize payload: {len(value)} bytes > the {self.max_record_bytes}-byte cap",
                 value,
+                binary=kinded,
             )
         elif stream is None or stream not in streams:
             self._dead_record(
-                record, stream, f"unknown stream {stream!r} on topic {record.topic!r}", value
+                record,
+                stream,
+                f"unknown stream {stream!r} on topic {record.topic!r}",
+                value,
+                binary=kinded,
             )
-        elif headers.get(KIND) in ("batch", "rejects"):
+        elif kinded:
             self._add_part(record, headers, stream, value)
         elif headers.get(KIND):
             self._dead_record(record, stream, f"unknown record kind {headers[KIND]!r}", value)
@@ -224,8 +284,17 @@ class BatchAssembler:
             self._accounted[tp] = -1  # "up to the last record added"; resolved in take()
 
     def _dead_record(
-        self, record: RawRecord, stream: str | None, reason: str, value: bytes
+        self,
+        record: RawRecord,
+        stream: str | None,
+        reason: str,
+        value: bytes,
+        *,
+        binary: bool = False,
     ) -> None:
+        """A whole record as a dead letter, its bytes kept in full (``binary``: base64 even
+        when they decode as text)."""
+        payload, encoding, size = _binary(value) if binary else _raw(value)
         self._dead.append(
             _Dead(
                 stream,
@@ -235,7 +304,9 @@ class BatchAssembler:
                 None,
                 None,
                 reason,
-                _printable(value),
+                payload,
+                encoding,
+                size,
             )
         )
 
@@ -248,7 +319,7 @@ class BatchAssembler:
             part_text, _, parts_text = headers.get(PART, "0/1").partition("/")
             part, parts = int(part_text), int(parts_text)
         except ValueError:
-            self._dead_record(record, stream, "bad batch headers", value)
+            self._dead_record(record, stream, "bad batch headers", value, binary=True)
             return
         if batch_id <= self.progress.get(stream, StreamProgress()).last_batch:
             return  # a duplicate of a batch already applied
@@ -260,7 +331,8 @@ class BatchAssembler:
                     p.record,
                     stream,
                     f"incomplete batch {partial.batch_id}: part {partial.expected} never came",
-                    b"",
+                    p.record.value or b"",
+                    binary=True,
                 )
             self._partials.pop(tp)
             partial = None
@@ -275,12 +347,15 @@ class BatchAssembler:
                     record,
                     stream,
                     f"part {part}/{parts} of batch {batch_id} without its start",
-                    b"",
+                    value,
+                    binary=True,
                 )
                 return
             partial = self._partials.setdefault(tp, _Partial(stream, batch_id))
         if part != partial.expected:
-            self._dead_record(record, stream, f"part {part}/{parts} out of order", b"")
+            self._dead_record(
+                record, stream, f"part {part}/{parts} out of order", value, binary=True
+            )
             return
         partial.expected += 1
         kind = headers[KIND]
@@ -303,8 +378,8 @@ class BatchAssembler:
                     record.offset,
                     None,
                     None,
-                    f"corrupt Arrow payload: {exc}",
-                    _printable(value),
+                    f"corrupt Arrow payload: {str(exc)[:500]}",
+                    *_binary(value),
                 )
             )
             table = None
@@ -318,6 +393,17 @@ class BatchAssembler:
 
     def _conform(self, stream: str, table: pa.Table, kind: str) -> pa.Table:
         if kind == "rejects":
+            if "encoding" not in table.column_names:  # an older collector's rejects
+                old = table.select(LEGACY_REJECTS_NAMES)
+                n = old.num_rows
+                return pa.Table.from_arrays(
+                    [
+                        *old.columns,
+                        pa.nulls(n, pa.string()),
+                        pa.nulls(n, pa.int64()),
+                    ],
+                    names=REJECTS_SCHEMA.names,
+                ).cast(REJECTS_SCHEMA)
             return table.select(REJECTS_SCHEMA.names).cast(REJECTS_SCHEMA)
         schema = self._schema(stream)
         if table.schema.equals(schema):
@@ -357,6 +443,8 @@ class BatchAssembler:
                             None,
                             row["reason"],
                             row["payload"] or "",
+                            row["encoding"],
+                            row["payload_bytes"],
                         )
                     )
             elif part.kind == "batch" and part.table.num_rows:
@@ -393,7 +481,9 @@ class BatchAssembler:
         )
 
     def _add_events(self, stream: str, table: pa.Table, record: RawRecord) -> None:
-        """Late check, then queue ``table`` for the engine batch."""
+        """Range check, late check, then queue ``table`` for the engine batch. The high mark
+        moves only with the events that pass both (in arrival order)."""
+        table = self._in_range(stream, table, record)
         progress = self.progress.get(stream, StreamProgress())
         ts = np.asarray(table.column(TS).to_numpy(zero_copy_only=False), dtype=np.int64)
         high = progress.max_ts
@@ -404,28 +494,13 @@ class BatchAssembler:
             late = ts < running - lateness
             if late.any():
                 late_rows = table.filter(pa.array(late))
-                for row in late_rows.to_pylist():
-                    where = self._locate(stream, row[POS]) or (
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                    )
-                    self._dead.append(
-                        _Dead(
-                            stream,
-                            where[0],
-                            where[1],
-                            where[2],
-                            row[POS],
-                            row[TS],
-                            f"late: event time more than {lateness // 1000} ms behind the "
-                            "stream's high mark",
-                            json.dumps(
-                                {k: v for k, v in row.items() if k not in (TS, POS)}, default=str
-                            ),
-                        )
-                    )
+                reason = (
+                    f"late: event time more than {lateness // 1000} ms behind the stream's "
+                    "high mark"
+                )
+                self._dead_rows(stream, late_rows, record, [reason] * late_rows.num_rows)
                 table = table.filter(pa.array(~late))
+                ts = ts[~late]
         if len(ts):
             top = int(ts.max())
             high = top if high is None else max(high, top)
@@ -435,6 +510,39 @@ class BatchAssembler:
         if table.num_rows:
             self._tables.setdefault(stream, []).append(table)
             self._events += table.num_rows
+
+    def _in_range(self, stream: str, table: pa.Table, record: RawRecord) -> pa.Table:
+        """``table`` without its events whose event time is out of range (those become dead
+        letters)."""
+        if not table.num_rows:
+            return table
+        column = table.column(TS)
+        ts = np.asarray(column.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        problems = self.event_times.check(ts)
+        for i in np.flatnonzero(np.asarray(column.is_null())).tolist():
+            problems[int(i)] = self.event_times.problem(None) or "no event time"
+        if not problems:
+            return table
+        rows = sorted(problems)
+        self._dead_rows(
+            stream, table.take(pa.array(rows, pa.int64())), record, [problems[i] for i in rows]
+        )
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[rows] = False
+        return table.filter(pa.array(keep))
+
+    def _dead_rows(
+        self, stream: str, rows: pa.Table, record: RawRecord, reasons: list[str]
+    ) -> None:
+        """Events of a batch as dead letters: each as JSON with its ``_ts``, located at the
+        record that carried it."""
+        for row, reason in zip(rows.to_pylist(), reasons, strict=True):
+            where = self._locate(stream, row[POS]) or (
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+            self._dead.append(_Dead(stream, *where, row[POS], row[TS], reason, *_event_json(row)))
 
     def _locate(self, stream: str, pos: int) -> tuple[str, int, int] | None:
         for lo, hi, topic, partition, offset in reversed(self._index.get(stream, [])):
@@ -455,14 +563,39 @@ class BatchAssembler:
         except ValueError as exc:
             self._dead_record(record, stream, f"bad JSON: {exc}", value)
             return
+        except RecursionError:
+            self._dead_record(record, stream, "bad JSON: nested too deeply", value)
+            return
         if not isinstance(event, dict):
-            self._dead_record(record, stream, "a single-event record must be a JSON object", value)
+            self._dead_single(
+                record, stream, None, "a single-event record must be a JSON object", text
+            )
             return
         replay = headers.get(REPLAY_OF)
         if replay and replay.isdigit():
             self._replayed.append(int(replay))
         self._singles.setdefault(stream, []).append((record, event))
         self._events += 1
+
+    def _dead_single(
+        self, record: RawRecord, stream: str, ts: int | None, reason: str, text: str
+    ) -> None:
+        """A single-event record that is JSON but not an acceptable event: its text as it
+        came (encoding ``json``)."""
+        self._dead.append(
+            _Dead(
+                stream,
+                record.topic,
+                record.partition,
+                record.offset,
+                None,
+                ts,
+                reason,
+                text,
+                "json",
+                len(record.value or b""),
+            )
+        )
 
     def _type_singles(self, stream: str) -> None:
         items = self._singles.pop(stream, [])
@@ -471,13 +604,15 @@ class BatchAssembler:
         columns = {n: t or "string" for n, t in self.flow.schemas[stream].items()}
         raw = {n: python_array([e.get(n) for _, e in items]) for n in columns}
         arrays, bad = convert_columns(raw, columns)
+        now = now_us()
         ts_values = [e.get(TS, r.timestamp_ms * 1000) for r, e in items]
         pos_values = [e.get(POS, r.offset) for r, e in items]
         for i, (t, p) in enumerate(zip(ts_values, pos_values, strict=True)):
-            if not isinstance(t, int) or isinstance(t, bool):
-                bad.setdefault(i, f"_ts must be integer microseconds, got {t!r}")
-            if not isinstance(p, int) or isinstance(p, bool):
-                bad.setdefault(i, f"_pos must be an integer, got {p!r}")
+            problem = self.event_times.problem(t, now)
+            if problem is not None:
+                bad.setdefault(i, problem)
+            if not isinstance(p, int) or isinstance(p, bool) or not _INT64_MIN <= p <= _INT64_MAX:
+                bad.setdefault(i, f"_pos must be a 64-bit integer, got {str(p)[:80]}")
         clean_ts = [t if i not in bad else 0 for i, t in enumerate(ts_values)]
         clean_pos = [p if i not in bad else 0 for i, p in enumerate(pos_values)]
         table = pa.Table.from_arrays(
@@ -485,19 +620,12 @@ class BatchAssembler:
             schema=self._schema(stream),
         )
         for i, reason in sorted(bad.items()):
-            record, event = items[i]
-            self._dead.append(
-                _Dead(
-                    stream,
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    None,
-                    None,
-                    reason,
-                    truncate_payload(json.dumps(event, default=str)),
-                )
-            )
+            record, _ = items[i]
+            t = ts_values[i]
+            ts = t if isinstance(t, int) and not isinstance(t, bool) else None
+            if ts is not None and not _INT64_MIN <= ts <= _INT64_MAX:
+                ts = None
+            self._dead_single(record, stream, ts, reason, (record.value or b"").decode("utf-8"))
         if bad:
             keep = np.ones(len(items), dtype=bool)
             keep[sorted(bad)] = False
@@ -507,7 +635,7 @@ class BatchAssembler:
             self._index.setdefault(stream, []).append(
                 (pos, pos, record.topic, record.partition, record.offset)
             )
-        self._index[stream].sort()
+        self._index.setdefault(stream, []).sort()
         self._events -= len(bad)
         progress = self.progress.get(stream, StreamProgress())
         self.progress[stream] = StreamProgress(
@@ -550,17 +678,6 @@ class BatchAssembler:
         return assembled
 
 
-def _printable(value: bytes, limit: int = 4096) -> str:
-    """A payload as text for the dead-letter table: UTF-8 when it is, else escaped bytes."""
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        text = repr(value[:limit])[2:-1]
-    return (
-        truncate_payload(text) if len(text) <= limit else text[:limit] + f"... [{len(value)} bytes]"
-    )
-
-
 def _dead_table(batch_id: int, dead: list[_Dead]) -> pa.Table:
     n = len(dead)
     return pa.Table.from_arrays(
@@ -575,6 +692,8 @@ def _dead_table(batch_id: int, dead: list[_Dead]) -> pa.Table:
             pa.array([d.ts for d in dead], pa.int64()),
             pa.array([d.reason for d in dead], pa.string()),
             pa.array([d.payload for d in dead], pa.string()),
+            pa.array([d.encoding for d in dead], pa.string()),
+            pa.array([d.payload_bytes for d in dead], pa.int64()),
         ],
         schema=DEAD_LETTER_INPUT_SCHEMA,
     )
@@ -582,12 +701,19 @@ def _dead_table(batch_id: int, dead: list[_Dead]) -> pa.Table:
 
 def engine_dead_letters(assembled: AssembledBatch, engine_dead: pa.Table) -> pa.Table:
     """The engine's dead letters of a batch in staging form, each with the record that carried
-    its event."""
+    its event and, as its payload, the event as it entered the batch (JSON with ``_ts``, so a fix
+    of it replays through the stream); when the event cannot be found (no position), the row
+    the step saw, as the engine gave it."""
     if engine_dead.num_rows == 0:
         return DEAD_LETTER_INPUT_SCHEMA.empty_table()
     rows = engine_dead.to_pylist()
     located = [
         assembled.locate(r["source"], r["pos"]) if r["pos"] is not None else None for r in rows
+    ]
+    originals = _original_events(assembled, rows)
+    payloads = [
+        originals.get(i) or (r["payload"], "json", len((r["payload"] or "").encode("utf-8")))
+        for i, r in enumerate(rows)
     ]
     n = len(rows)
     return pa.Table.from_arrays(
@@ -601,7 +727,32 @@ def engine_dead_letters(assembled: AssembledBatch, engine_dead: pa.Table) -> pa.
             pa.array([r["pos"] for r in rows], pa.int64()),
             pa.array([r["ts"] for r in rows], pa.int64()),
             pa.array([r["reason"] for r in rows], pa.string()),
-            pa.array([r["payload"] for r in rows], pa.string()),
+            pa.array([p[0] for p in payloads], pa.string()),
+            pa.array([p[1] for p in payloads], pa.string()),
+            pa.array([p[2] for p in payloads], pa.int64()),
         ],
         schema=DEAD_LETTER_INPUT_SCHEMA,
     )
+
+
+def _original_events(
+    assembled: AssembledBatch, rows: list[dict[str, Any]]
+) -> dict[int, tuple[str, str, int]]:
+    """``{index in rows: the event's JSON payload}`` for engine dead letters whose event is in
+    the batch's inputs (by source and position; the first event at a position)."""
+    wanted: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["pos"] is not None and r["source"] in assembled.batch.inputs:
+            wanted.setdefault(r["source"], []).append(i)
+    found: dict[int, tuple[str, str, int]] = {}
+    for source, indices in wanted.items():
+        table = assembled.batch.inputs[source]
+        needles = pa.array([rows[i]["pos"] for i in indices], pa.int64())
+        at = pc.index_in(needles, value_set=table.column(POS)).to_pylist()
+        hits = [(i, k) for i, k in zip(indices, at, strict=True) if k is not None]
+        if not hits:
+            continue
+        events = table.take(pa.array([k for _, k in hits], pa.int64())).to_pylist()
+        for (i, _), event in zip(hits, events, strict=True):
+            found[i] = _event_json(event)
+    return found

@@ -1,4 +1,5 @@
-"""``streamdi run``, ``streamdi collect``, ``streamdi broker`` and ``streamdi deadletters``."""
+"""``streamdi run``, ``streamdi collect``, ``streamdi broker``, ``streamdi deadletters`` and
+``streamdi streams repair``."""
 
 from __future__ import annotations
 
@@ -125,6 +126,7 @@ def _need_external(settings: StreamdiSettings, what: str) -> str:
 def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.broker import BrokerHandle, ensure_topics, wait_until_answering
     from ingest.collector import BatchCollector
+    from ingest.eventtime import EventTimeBounds
     from ingest.runspec import load_run_spec
 
     bootstrap = _need_external(settings, "streamdi collect")
@@ -156,6 +158,7 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             batch_events=settings.ingest.batch_events,
             batch_ms=settings.ingest.batch_ms,
             buffer_bytes=settings.ingest.producer_buffer_bytes,
+            event_times=EventTimeBounds.from_settings(settings.ingest),
         ).run(stop)
         print(
             f"streamdi collect: {stream}: batches {report.first_batch}..."
@@ -217,37 +220,27 @@ def _deadletters_list(args: argparse.Namespace, settings: StreamdiSettings) -> i
             Path(args.json).write_text(text, encoding="utf-8")
             print(f"wrote {len(rows)} dead letters to {args.json}")
         return EXIT_OK
-    print(f"{'id':>6} {'batch':>6} {'stream':<12} {'step':<10} {'where':<24} {'pos':>8}  reason")
+    print(
+        f"{'id':>6} {'batch':>6} {'stream':<12} {'step':<10} {'where':<24} {'pos':>8} "
+        f"{'kept':<15} reason"
+    )
     for row in rows:
         where = f"{row['topic']}:{row['partition']}@{row['offset']}"
         replayed = f" (replayed in batch {row['replayed_in']})" if row["replayed_in"] else ""
+        size = row.get("payload_bytes")
+        kept = f"{row.get('encoding') or 'legacy'} {'?' if size is None else size} B"
         print(
             f"{row['id']:>6} {row['batch_id']:>6} {row['stream']!s:<12} {row['step']:<10} "
-            f"{where:<24} {row['pos']!s:>8}  {row['reason']}{replayed}"
+            f"{where:<24} {row['pos']!s:>8} {kept:<15} {row['reason']}{replayed}"
         )
     print(f"{len(rows)} dead letters")
     return EXIT_OK
 
 
 def _export(row: dict[str, Any]) -> dict[str, Any]:
-    payload: Any = row["payload"]
-    try:
-        parsed = json.loads(payload)
-        if isinstance(parsed, dict):
-            payload = parsed
-    except (TypeError, ValueError):
-        pass
-    return {
-        "id": row["id"],
-        "stream": row["stream"],
-        "reason": row["reason"],
-        "topic": row["topic"],
-        "partition": row["partition"],
-        "offset": row["offset"],
-        "pos": row["pos"],
-        "ts": row["ts"],
-        "event": payload,
-    }
+    from ingest.deadletters import dead_letter_view
+
+    return dead_letter_view(row)
 
 
 def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) -> int:
@@ -268,6 +261,41 @@ def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) ->
             {"sent": sent, "refused": [{"line": n, "reason": r} for n, r in refused]}, args.json
         )
     return EXIT_OK if not refused else EXIT_FAILED
+
+
+def _streams_repair(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.eventtime import EventTimeBounds
+    from ingest.repair import repair_high_mark
+    from ingest.runspec import load_run_spec
+    from staging.store import StagingStore
+
+    spec = load_run_spec(args.spec)
+    streams = args.stream or list(spec.flow.sources)
+    bounds = EventTimeBounds.from_settings(settings.ingest)
+    with StagingStore(settings.staging_path, spec.flow) as store:
+        reports = [
+            repair_high_mark(
+                store, stream, bounds, to_us=args.to, reset=args.reset, dry_run=args.dry_run
+            )
+            for stream in streams
+        ]
+    for report in reports:
+        print(report.text(), file=sys.stderr if args.json == "-" else sys.stdout)
+    if args.json:
+        write_json(
+            [
+                {
+                    "stream": r.stream,
+                    "before": r.before,
+                    "after": r.after,
+                    "changed": r.changed,
+                    "why": r.why,
+                }
+                for r in reports
+            ],
+            args.json,
+        )
+    return EXIT_OK
 
 
 def register(commands: Commands) -> None:
@@ -344,3 +372,24 @@ def register(commands: Commands) -> None:
     )
     replay.add_argument("--json", metavar="PATH", help="also write the result as JSON ('-')")
     replay.set_defaults(handler=_deadletters_replay)
+
+    streams = commands.add_parser("streams", help="inspect or repair the streams of a run")
+    stream_actions = streams.add_subparsers(dest="action", metavar="ACTION", required=True)
+    repair = stream_actions.add_parser(
+        "repair",
+        help="give a stream whose event-time high mark is out of range a sane one",
+        description="On the staging file of a stopped service (STAGING__PATH): a stream whose "
+        "high mark is out of range (written by a version that did not check event times, so "
+        "every later event was dead-lettered as late) gets the newest in-range event time of "
+        "its staged rows, or none (the next event starts it). In-range high marks are left "
+        "alone unless --to or --reset. Prints what it changed. Exactly-once is not affected: "
+        "the high mark only decides lateness.",
+    )
+    repair.add_argument("spec", help="module:attribute of the run")
+    repair.add_argument("--stream", action="append", help="this stream (repeatable; default all)")
+    how = repair.add_mutually_exclusive_group()
+    how.add_argument("--to", type=int, metavar="MICROS", help="set this high mark (µs, in range)")
+    how.add_argument("--reset", action="store_true", help="clear the high mark")
+    repair.add_argument("--dry-run", action="store_true", help="say what would change only")
+    repair.add_argument("--json", metavar="PATH", help="also write the result as JSON ('-')")
+    repair.set_defaults(handler=_streams_repair)

@@ -13,8 +13,11 @@ Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector
    the true resume point (it may be newer than the checkpoint when the collector died between
    producing and checkpointing). Resume at the next position with the next batch id; a batch that
    was cut off half-way is produced again from its first part (the consumer drops the torn copy).
-3. Read, cut and produce batches. The producer waits for all in-sync replicas (``acks=all``),
-   retries, is idempotent, and blocks when its bounded buffer is full (backpressure).
+3. Read, cut and produce batches. Every chunk's event times are checked against the run's bounds
+   (:mod:`ingest.eventtime`; a source checks them too, this covers sources that build ``_ts``
+   themselves): an event out of range becomes a reject with its row as JSON. The producer waits
+   for all in-sync replicas (``acks=all``), retries, is idempotent, and blocks when its bounded
+   buffer is full (backpressure).
 4. Every few batches and at the end: flush the producer, then write the checkpoint (atomically,
    by rename).
 """
@@ -32,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ingest.broker import client_config
+from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import BrokerUnavailable, CollectorBusy
 from ingest.records import BATCH, LAST_POS, PART, STREAM, encode_batch, header_map
-from ingest.sources import BaseSource, Reject
+from ingest.sources import BaseSource, Reject, SourceChunk, json_payload
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -84,6 +89,7 @@ class BatchCollector:
         batch_ms: int = 1_000,
         buffer_bytes: int = 64 * 1024 * 1024,
         fallback: ResumePoint | None = None,
+        event_times: EventTimeBounds | None = None,
     ) -> None:
         self.stream = stream
         self.topic = topic
@@ -97,6 +103,9 @@ class BatchCollector:
         self.buffer_bytes = buffer_bytes
         self.cap = kafka.max_record_bytes
         self.fallback = fallback
+        self.event_times = event_times or EventTimeBounds()
+        source.event_time_bounds = self.event_times
+        source.max_record_bytes = self.cap
         self.report = CollectorReport(stream)
 
     # -- 1. and 2. ---------------------------------------------------------------------------------
@@ -279,6 +288,7 @@ class BatchCollector:
 
         try:
             for chunk in self.source.read(point.start_pos):
+                reject_out_of_range(chunk, self.event_times)
                 first_batch = batch_id
                 events = chunk.events
                 rejects = list(chunk.rejects)
@@ -340,3 +350,26 @@ class BatchCollector:
         except KafkaError as exc:
             raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
         self._write_checkpoint(batch_id, last_pos, int(metadata.offset))
+
+
+def reject_out_of_range(chunk: SourceChunk, bounds: EventTimeBounds) -> None:
+    """Move the events of ``chunk`` whose event time is null or out of ``bounds`` to its rejects
+    (each with its row as JSON, ``_ts`` included)."""
+    events = chunk.events
+    if not events.num_rows:
+        return
+    ts = events.column("_ts")
+    values = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    problems = bounds.check(values)
+    for i in np.flatnonzero(np.asarray(ts.is_null())).tolist():
+        problems[int(i)] = "no event time"
+    if not problems:
+        return
+    rows = sorted(problems)
+    for i, row in zip(rows, events.take(pa.array(rows, pa.int64())).to_pylist(), strict=True):
+        pos = int(row.pop("_pos"))
+        chunk.rejects.append(Reject(pos, problems[i], json_payload(row), "json"))
+    chunk.rejects.sort(key=lambda r: r[0])
+    keep = np.ones(events.num_rows, dtype=bool)
+    keep[rows] = False
+    chunk.events = events.filter(pa.array(keep))

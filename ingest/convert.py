@@ -80,7 +80,10 @@ def convert_column(
             pass
         if length == 1:
             raw = piece.to_pylist()[0]
-            bad[start] = f"column {name!r}: cannot read {raw!r} as {kind}"
+            text = repr(raw)
+            if len(text) > 200:
+                text = text[:200] + f"... ({len(text):,} characters)"
+            bad[start] = f"column {name!r}: cannot read {text} as {kind}"
             good[start] = False
             return
         half = length // 2

@@ -31,7 +31,27 @@ class CollectorBusy(IngestError, TerminalError):
 
 class PushRefused(IngestError, TerminalError):
     """Events pushed over HTTP cannot become events of the stream (an Arrow table with columns of
-    the wrong type or unknown names)."""
+    the wrong type); nothing of the offer was taken."""
+
+
+class UnknownFields(PushRefused):
+    """Pushed events carry fields the stream does not have (``fields`` names them)."""
+
+    def __init__(self, reason: str, fields: list[str]) -> None:
+        self.fields = fields
+        super().__init__(reason)
+
+
+class EventTooLarge(PushRefused):
+    """A pushed event is larger than one Kafka record can carry (``KAFKA__MAX_RECORD_BYTES``)."""
+
+    def __init__(self, reason: str, index: int, size: int, limit: int) -> None:
+        self.index, self.size, self.limit = index, size, limit
+        super().__init__(reason)
+
+
+class NoEvents(PushRefused):
+    """An offer without a single event (an empty list, an Arrow stream of zero rows)."""
 
 
 class PushTimedOut(IngestError, TransientError):

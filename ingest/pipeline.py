@@ -55,6 +55,7 @@ from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord, engine_d
 from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, CollectorReport, ResumePoint
 from ingest.consumer import RecordConsumer
+from ingest.eventtime import EventTimeBounds
 from ingest.runspec import RunSpec
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
@@ -250,6 +251,7 @@ class Pipeline:
             max_record_bytes=settings.kafka.max_record_bytes,
             allowed_lateness_ms=settings.ingest.allowed_lateness_ms,
             lateness=spec.lateness(),
+            event_times=EventTimeBounds.from_settings(settings.ingest),
         )
         # 3.
         collector_threads = self._start_collectors(stop, progress) if options.collect else []
@@ -399,6 +401,7 @@ class Pipeline:
                 batch_ms=settings.ingest.batch_ms,
                 buffer_bytes=settings.ingest.producer_buffer_bytes,
                 fallback=fallback,
+                event_times=EventTimeBounds.from_settings(settings.ingest),
             )
             self.report.collectors.append(collector.report)
 

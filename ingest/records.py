@@ -5,7 +5,8 @@ columns plus ``_ts`` and ``_pos``. Headers say what it is:
 
 ==================  ============================================================================
 ``sdi-kind``        ``batch`` (events) or ``rejects`` (rows the collector could not parse:
-                    ``pos``, ``reason``, ``payload``)
+                    ``pos``, ``reason``, ``payload``, ``encoding``, ``payload_bytes``; a
+                    record of an older collector has only the first three)
 ``sdi-stream``      the source id of the dataflow the events are for
 ``sdi-batch``       the logical batch id (monotonically increasing per stream, from 1)
 ``sdi-part``        ``i/n``: the record's place among the ``n`` records of its logical batch
@@ -13,7 +14,10 @@ columns plus ``_ts`` and ``_pos``. Headers say what it is:
 ``sdi-punct``       ``1`` on the last part of a batch closed by a punctuation
 ==================  ============================================================================
 
-A batch larger than the byte cap is split by rows into several parts, none over the cap.
+A batch larger than the byte cap is split by rows into several parts, none over the cap. A reject
+keeps its row in full (the line's text, undecodable bytes in base64, an event as JSON) when that
+fits one record (:func:`event_limit`); a longer one is cut to fit, and says so in its reason
+(``payload_bytes`` keeps the original size).
 
 A **single-event record** has no ``sdi-kind`` header: its value is one JSON object with the stream's
 fields and optionally ``_ts`` (µs) and ``_pos``; ``sdi-stream`` is needed only when a topic carries
@@ -22,9 +26,12 @@ several streams, and ``sdi-replay-of`` marks a re-offered dead letter.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -38,11 +45,31 @@ KIND, STREAM, BATCH, PART, LAST_POS, PUNCT, REPLAY_OF = (
     "sdi-replay-of",
 )
 
-REJECTS_SCHEMA = pa.schema([("pos", pa.int64()), ("reason", pa.string()), ("payload", pa.string())])
-"""Rows a collector could not turn into events: source position, reason and the raw text."""
+REJECTS_SCHEMA = pa.schema(
+    [
+        ("pos", pa.int64()),
+        ("reason", pa.string()),
+        ("payload", pa.string()),
+        ("encoding", pa.string()),
+        ("payload_bytes", pa.int64()),
+    ]
+)
+"""Rows a collector could not turn into events: source position, reason, the row as it came
+(``payload`` in ``encoding``: ``json``, ``utf8`` or ``base64``) and its size in bytes."""
 
-#: Longest raw payload kept for a rejected row (the rest is cut, and the cut is said).
-MAX_REJECT_PAYLOAD = 16_384
+LEGACY_REJECTS_NAMES = ["pos", "reason", "payload"]
+"""The rejects columns of collectors before the encoding was kept (payload: text, maybe cut)."""
+
+#: Room a record needs besides one event's values (the Arrow schema and buffer framing, a
+#: reject's reason, the headers): 64 KiB, or a quarter of a smaller cap.
+RECORD_OVERHEAD = 64 * 1024
+
+
+def event_limit(cap: int) -> int:
+    """The largest event, or reject payload, one record of ``cap`` bytes carries whole:
+    ``cap`` less :data:`RECORD_OVERHEAD` (less a quarter of a cap under 256 KiB)."""
+    return cap - min(RECORD_OVERHEAD, cap // 4)
+
 
 Headers = list[tuple[str, bytes]]
 
@@ -95,46 +122,92 @@ def _split(table: pa.Table, cap: int) -> tuple[list[bytes], list[int]]:
     return payloads, oversize
 
 
-def truncate_payload(text: str) -> str:
-    if len(text) <= MAX_REJECT_PAYLOAD:
-        return text
-    return text[:MAX_REJECT_PAYLOAD] + f"... [{len(text) - MAX_REJECT_PAYLOAD} characters cut]"
+def payload_size(payload: str, encoding: str | None) -> int:
+    """The size in bytes of the original a payload text holds."""
+    if encoding == "base64":
+        return len(payload) * 3 // 4 - payload[-2:].count("=")
+    return len(payload.encode("utf-8"))
+
+
+def fit_payload(reason: str, payload: str, encoding: str, limit: int) -> tuple[str, str, str, int]:
+    """``(reason, payload, encoding, payload_bytes)`` of a reject whose payload is at most
+    ``limit`` bytes: unchanged when it fits; else cut to the first ``limit`` bytes (text stays
+    text, base64 stays base64 of a prefix; a cut JSON text is ``utf8``), the reason saying so."""
+    size = payload_size(payload, encoding)
+    if len(payload.encode("utf-8")) <= limit:
+        return reason, payload, encoding, size
+    if encoding == "base64":
+        raw = base64.b64decode(payload)[: limit * 3 // 4]
+        cut, kept = base64.b64encode(raw).decode("ascii"), len(raw)
+    else:
+        cut = payload.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+        kept = len(cut.encode("utf-8"))
+        encoding = "utf8"
+    note = (
+        f" (payload cut to its first {kept:,} of {size:,} bytes: a dead letter carried by a "
+        "Kafka record keeps at most KAFKA__MAX_RECORD_BYTES less framing)"
+    )
+    return reason + note, cut, encoding, size
+
+
+#: Longest reason kept (reasons quote values; the value itself is in the payload).
+MAX_REASON = 2_000
+
+
+def _bounded(reason: str) -> str:
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+
+
+def rejects_table(rejects: Sequence[tuple[Any, ...]], cap: int) -> pa.Table:
+    """Rejects ``(pos, reason, payload[, encoding])`` as a :data:`REJECTS_SCHEMA` table, every
+    payload fitted to one record of ``cap`` bytes (:func:`fit_payload`)."""
+    limit = event_limit(cap)
+    rows = [
+        (
+            int(r[0]),
+            *fit_payload(_bounded(r[1]), r[2] or "", r[3] if len(r) > 3 else "utf8", limit),
+        )
+        for r in sorted(rejects, key=lambda r: r[0])
+    ]
+    return pa.Table.from_arrays(
+        [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(REJECTS_SCHEMA)],
+        schema=REJECTS_SCHEMA,
+    )
 
 
 def encode_batch(
     stream: str,
     batch_id: int,
     events: pa.Table,
-    rejects: Sequence[tuple[int, str, str]],
+    rejects: Sequence[tuple[Any, ...]],
     *,
     cap: int,
     last_pos: int,
     punctuation: bool = False,
 ) -> list[OutgoingRecord]:
     """The records of one logical batch: event parts (each at most ``cap`` bytes) and, when some
-    rows were rejected, one or more rejects records. An event too large for a record on its own
-    becomes a reject with the reason ``oversize event``."""
+    rows were rejected, one or more rejects records (``(pos, reason, payload[, encoding])``, see
+    :func:`rejects_table`). An event too large for a record on its own becomes a reject with the
+    reason ``oversize event``, its row as JSON (cut to fit)."""
     payloads, oversize = _split(events, cap)
     all_rejects = list(rejects)
     if oversize:
         keep = sorted(set(range(events.num_rows)) - set(oversize))
         big = events.take(pa.array(oversize, pa.int64()))
         for row in big.to_pylist():
+            pos = int(row.pop("_pos"))
             all_rejects.append(
-                (int(row["_pos"]), f"oversize event: larger than the {cap}-byte record cap", "")
+                (
+                    pos,
+                    f"oversize event: larger than the {cap}-byte record cap",
+                    json.dumps(row, default=str, ensure_ascii=False),
+                    "json",
+                )
             )
         payloads, _ = _split(events.take(pa.array(keep, pa.int64())), cap)
     kinds = ["batch"] * len(payloads)
     if all_rejects:
-        all_rejects.sort(key=lambda r: r[0])
-        table = pa.Table.from_arrays(
-            [
-                pa.array([r[0] for r in all_rejects], pa.int64()),
-                pa.array([r[1] for r in all_rejects], pa.string()),
-                pa.array([truncate_payload(r[2]) for r in all_rejects], pa.string()),
-            ],
-            schema=REJECTS_SCHEMA,
-        )
+        table = rejects_table(all_rejects, cap)
         reject_payloads, _ = _split(table, cap)
         payloads.extend(reject_payloads)
         kinds.extend(["rejects"] * len(reject_payloads))

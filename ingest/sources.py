@@ -5,8 +5,10 @@ data line of a file, the item index of an iterable, counting from 0). A source r
 position on (:meth:`BaseSource.read`), which is how a collector resumes after a crash.
 
 Rows that cannot become events — a wrong field count, a value that does not parse as its declared
-type, bytes that are not valid text, a missing event time — are *rejects*: their position, the
-reason and the raw text travel on to the dead-letter table; the other rows go on.
+type, bytes that are not valid text, a missing event time, an event time out of range
+(:mod:`ingest.eventtime`) — are *rejects*: their position, the reason and the row as it came (the
+line's text, the undecodable bytes in base64, a Python or JSON event as JSON) travel on to the
+dead-letter table; the other rows go on.
 
 ::
 
@@ -20,14 +22,16 @@ reason and the raw text travel on to the dead-letter table; the other rows go on
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -35,9 +39,36 @@ import pyarrow.compute as pc
 
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type, check_column_type
 from ingest.convert import convert_columns, event_times, python_array
+from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import SourceUnavailable
 
-Reject = tuple[int, str, str]
+PayloadEncoding = str
+"""How a dead letter's payload text holds the original: ``json`` (a JSON document: the event as
+given), ``utf8`` (the original text, e.g. a file's line) or ``base64`` (raw bytes that are not
+text)."""
+
+
+class Reject(NamedTuple):
+    """A row a source could not turn into an event: its position, the reason, and the row as it
+    came in ``encoding`` (see :data:`PayloadEncoding`)."""
+
+    pos: int
+    reason: str
+    payload: str
+    encoding: PayloadEncoding = "utf8"
+
+
+def json_payload(value: Any) -> str:
+    """An event (or any JSON-ish value) as the JSON text a dead letter keeps."""
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def bytes_payload(raw: bytes) -> tuple[str, PayloadEncoding]:
+    """Raw bytes as dead-letter text: the text when they are UTF-8, else base64."""
+    try:
+        return raw.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), "base64"
 
 
 class _Punctuation:
@@ -58,13 +89,23 @@ class SourceChunk:
     rejects: list[Reject] = field(default_factory=list)
     last_pos: int = -1
     punctuation: bool = False
+    warnings: list[str] = field(default_factory=list)
+    """Things a client should know about accepted events (e.g. some had no ``_ts``)."""
     on_produced: Callable[[int, int], None] | None = None
     """Called by the collector with the first and last logical batch ids that carry this chunk,
     once they are produced, flushed and checkpointed (a pushed source answers its caller then)."""
 
 
 class BaseSource(ABC):
-    """A source of events with declared columns; see the module docstring."""
+    """A source of events with declared columns; see the module docstring.
+
+    :attr:`event_time_bounds` is the accepted range of event times (the defaults of
+    :class:`~ingest.eventtime.EventTimeBounds`) and :attr:`max_record_bytes` the largest Kafka
+    record the events travel in; the collector sets both from the run's settings before it
+    reads."""
+
+    event_time_bounds: EventTimeBounds = EventTimeBounds()
+    max_record_bytes: int = 900_000
 
     def __init__(self, columns: Mapping[str, str], timestamp: str | None) -> None:
         try:
@@ -97,14 +138,22 @@ class BaseSource(ABC):
         """What the source reads (a path, a name); a collector checkpoint belongs to it."""
 
     def _events(
-        self, raw: Mapping[str, pa.Array], positions: np.ndarray, times: pa.Array | None
-    ) -> tuple[pa.Table, list[Reject], list[int]]:
-        """Typed events from raw columns; returns the events, rejects and rejected row indices."""
+        self,
+        raw: Mapping[str, pa.Array],
+        positions: np.ndarray,
+        times: pa.Array | None,
+        time_problems: Mapping[int, str] | None = None,
+    ) -> tuple[pa.Table, dict[int, str]]:
+        """Typed events from raw columns, without the rows that fail: returns the events and
+        ``{row index: reason}`` of the rows left out (values that do not convert, a missing or
+        out-of-range event time, and ``time_problems`` the caller found)."""
         arrays, bad = convert_columns(raw, self.columns)
+        for i, reason in (time_problems or {}).items():
+            bad.setdefault(i, reason)
         if self.timestamp is not None:
             index = list(self.columns).index(self.timestamp)
             ts = event_times(arrays[index], self.columns[self.timestamp])
-            missing = np.flatnonzero(np.asarray(pc.is_null(ts)))
+            missing = np.flatnonzero(np.asarray(pc.is_null(ts))).tolist()
             for i in missing:
                 bad.setdefault(int(i), f"no event time in column {self.timestamp!r}")
         elif times is not None:
@@ -112,15 +161,20 @@ class BaseSource(ABC):
         else:
             now = time.time_ns() // 1000
             ts = pa.array(np.full(len(positions), now, dtype=np.int64))
+        ts = ts.cast(pa.int64())
+        values = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        for i, reason in self.event_time_bounds.check(values).items():
+            if not ts[i].is_valid:
+                continue
+            bad.setdefault(i, reason)
         table = pa.Table.from_arrays(
-            [*arrays, ts.cast(pa.int64()), pa.array(positions, pa.int64())], schema=self.schema
+            [*arrays, ts, pa.array(positions, pa.int64())], schema=self.schema
         )
         if not bad:
-            return table, [], []
-        rows = sorted(bad)
+            return table, {}
         keep = np.ones(len(positions), dtype=bool)
-        keep[rows] = False
-        return table.filter(pa.array(keep)), [], rows
+        keep[sorted(bad)] = False
+        return table.filter(pa.array(keep)), bad
 
 
 class DelimitedFileSource(BaseSource):
@@ -198,10 +252,11 @@ class DelimitedFileSource(BaseSource):
             except UnicodeDecodeError as exc:
                 texts.append(None)
                 rejects.append(
-                    (
+                    Reject(
                         first + i,
                         f"bad encoding: not {self.encoding} ({exc.reason})",
-                        repr(raw)[2:-1],
+                        base64.b64encode(raw).decode("ascii"),
+                        "base64",
                     )
                 )
         return texts, rejects
@@ -227,7 +282,11 @@ class DelimitedFileSource(BaseSource):
         wrong = np.flatnonzero(counts != width)
         for w in wrong.tolist():
             rejects.append(
-                (first + rows[w], f"wrong field count: expected {width}, got {counts[w]}", kept[w])
+                Reject(
+                    first + rows[w],
+                    f"wrong field count: expected {width}, got {counts[w]}",
+                    kept[w],
+                )
             )
         good = np.flatnonzero(counts == width)
         fields = fields.take(pa.array(good, pa.int64()))
@@ -236,16 +295,10 @@ class DelimitedFileSource(BaseSource):
             for i, name in enumerate(self.columns)
         }
         positions = np.asarray([first + rows[i] for i in good], dtype=np.int64)
-        events, more, bad = self._events(raw, positions, None)
-        if bad:
-            _, reasons = convert_columns(
-                {n: a.take(pa.array(bad, pa.int64())) for n, a in raw.items()}, self.columns
-            )
-            for j, i in enumerate(bad):
-                reason = reasons.get(j) or f"no event time in column {self.timestamp!r}"
-                line = int(good[i])
-                rejects.append((first + rows[line], reason, kept[line]))
-        rejects.extend(more)
+        events, bad = self._events(raw, positions, None)
+        for i, reason in bad.items():
+            line = int(good[i])
+            rejects.append(Reject(first + rows[line], reason, kept[line]))
         rejects.sort(key=lambda r: r[0])
         return SourceChunk(events, rejects, last_pos=first + len(lines) - 1)
 
@@ -305,26 +358,50 @@ class IterableSource(BaseSource):
     def _chunk(
         self, items: list[tuple[int, Any]], last: int, punctuation: bool = False
     ) -> SourceChunk:
+        """Typed events of ``(position, item)`` pairs. Without a timestamp column an item's
+        ``_ts`` is its event time (it must be integer µs in range, else the item is a reject),
+        and an item without one gets the time it was read (a chunk where only some items have
+        one says so in its warnings)."""
         rows = [(p, r) for p, r in items if isinstance(r, Mapping)]
         rejects: list[Reject] = [
-            (p, f"not a mapping: {type(r).__name__}", repr(r)[:200])
-            for p, r in items
-            if not isinstance(r, Mapping)
+            _not_a_mapping(p, r) for p, r in items if not isinstance(r, Mapping)
         ]
         positions = np.asarray([p for p, _ in rows], dtype=np.int64)
         raw = {n: python_array([r.get(n) for _, r in rows]) for n in self.columns}
         times = None
-        if self.timestamp is None and rows and all(TS in r for _, r in rows):
-            times = python_array([r[TS] for _, r in rows])
-            if not pa.types.is_integer(times.type):
-                times = None
-        events, _, bad = self._events(raw, positions, times)
-        if bad:
-            _, reasons = convert_columns(
-                {n: a.take(pa.array(bad, pa.int64())) for n, a in raw.items()}, self.columns
-            )
-            for j, i in enumerate(bad):
-                p, row = rows[i]
-                rejects.append((p, reasons.get(j) or "no event time", repr(dict(row))[:2000]))
+        problems: dict[int, str] = {}
+        warnings: list[str] = []
+        if self.timestamp is None:
+            given = [i for i, (_, r) in enumerate(rows) if TS in r]
+            if given:
+                now = time.time_ns() // 1000
+                values = [now] * len(rows)
+                for i in given:
+                    value = rows[i][1][TS]
+                    problem = self.event_time_bounds.problem(value, now)
+                    if problem is None:
+                        values[i] = int(value)
+                    else:
+                        problems[i] = problem
+                times = pa.array(values, pa.int64())
+                if len(given) < len(rows):
+                    warnings.append(
+                        f"{len(rows) - len(given)} of {len(rows)} events have no {TS}: their "
+                        "event time is the time they arrived"
+                    )
+        events, bad = self._events(raw, positions, times, problems)
+        for i, reason in bad.items():
+            p, row = rows[i]
+            rejects.append(Reject(p, reason, json_payload(dict(row)), "json"))
         rejects.sort(key=lambda r: r[0])
-        return SourceChunk(events, rejects, last_pos=last, punctuation=punctuation)
+        return SourceChunk(
+            events, rejects, last_pos=last, punctuation=punctuation, warnings=warnings
+        )
+
+
+def _not_a_mapping(pos: int, item: Any) -> Reject:
+    reason = f"not a mapping: {type(item).__name__}"
+    try:
+        return Reject(pos, reason, json.dumps(item, ensure_ascii=False), "json")
+    except (TypeError, ValueError):
+        return Reject(pos, reason, repr(item), "utf8")

@@ -14,6 +14,16 @@
                            ``released_through``: deltas of batches up to it were released
 ``streamdi.migration_acks``  per warehouse target, the last batch it acknowledged (migration)
 =========================  ========================================================================
+
+The system tables' layout has a version, ``layout_version`` in ``streamdi.meta``
+(:data:`LAYOUT_VERSION`). Opening a file for writing brings an older layout up to date in one
+transaction (:func:`upgrade_statements`); a read-only opening reads an older layout as it is (the
+columns it lacks read as null).
+
+* 1: the first layout (no ``layout_version`` row).
+* 2: dead letters keep the original in full: ``encoding`` (``json``, ``utf8``, ``base64``; null
+  for rows of layout 1, whose payload is a Python repr or text that may be cut) and
+  ``payload_bytes`` (the original's size in bytes).
 """
 
 from __future__ import annotations
@@ -53,10 +63,20 @@ DEAD_LETTER_TABLE_SCHEMA = pa.schema(
         ("ts", pa.int64()),
         ("reason", pa.string()),
         ("payload", pa.string()),
+        ("encoding", pa.string()),
+        ("payload_bytes", pa.int64()),
     ]
 )
 """One staged dead letter. ``step`` is ``ingest`` for records rejected before the engine (parse
-errors, corrupt payloads, late events); ``offset`` is the Kafka record that carried it."""
+errors, corrupt payloads, late or out-of-range events); ``offset`` is the Kafka record that carried
+it. ``payload`` is the original event or record in ``encoding``: ``json`` (the event as a JSON
+document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payload_bytes`` is the
+original's size (larger than what the payload holds only when a reason says it was cut)."""
+
+#: The version of the system tables' layout this code writes (see the module docstring).
+LAYOUT_VERSION = 2
+
+PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
 DEAD_LETTER_INPUT_SCHEMA = pa.schema([f for f in DEAD_LETTER_TABLE_SCHEMA if f.name != "id"])
 """What a commit hands in: the dead-letter row without its id (staging assigns ids)."""
@@ -147,7 +167,8 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "sequences": "name VARCHAR NOT NULL, value BIGINT NOT NULL",
         "dead_letters": "id BIGINT NOT NULL, batch_id BIGINT NOT NULL, stream VARCHAR, "
         'step VARCHAR, topic VARCHAR, partition INTEGER, "offset" BIGINT, pos BIGINT, ts BIGINT, '
-        "reason VARCHAR, payload VARCHAR, replayed_in BIGINT",
+        "reason VARCHAR, payload VARCHAR, replayed_in BIGINT, encoding VARCHAR, "
+        "payload_bytes BIGINT",
         "aborts": "batch_id BIGINT NOT NULL, "
         + ", ".join(
             f"{q(f.name)} {'BIGINT' if f.type == pa.int64() else 'VARCHAR'}" for f in ABORT_SCHEMA
@@ -159,6 +180,17 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
     for name, columns in system.items():
         statements.append(f"CREATE TABLE IF NOT EXISTS {qualified(SYSTEM, name)} ({columns})")
     return statements
+
+
+def upgrade_statements() -> list[str]:
+    """Statements that bring the system tables of any earlier layout to :data:`LAYOUT_VERSION`
+    (idempotent: they change nothing on a file already there). Run them in the transaction that
+    creates the layout, then record the version."""
+    dead = qualified(SYSTEM, "dead_letters")
+    return [
+        f"ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS encoding VARCHAR",
+        f"ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS payload_bytes BIGINT",
+    ]
 
 
 def state_schema(flow: CompiledDataflow, table: str) -> pa.Schema:

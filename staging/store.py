@@ -39,6 +39,7 @@ from staging.layout import (
     DEAD_LETTER_INPUT_SCHEMA,
     DEAD_LETTER_TABLE_SCHEMA,
     DELTA,
+    LAYOUT_VERSION,
     OUTPUTS,
     STATE,
     SYSTEM,
@@ -47,6 +48,7 @@ from staging.layout import (
     output_columns,
     q,
     qualified,
+    upgrade_statements,
 )
 from staging.recent import RecentCommit, RecentCommits
 
@@ -165,13 +167,29 @@ class StagingStore:
     # -- opening -----------------------------------------------------------------------------------
 
     def _create(self) -> None:
+        """Create the layout of a new file, or bring an older file's system tables up to
+        :data:`~staging.layout.LAYOUT_VERSION`, in one transaction."""
         self._con.execute("BEGIN TRANSACTION")
         for statement in create_statements(self.flow):
+            self._con.execute(statement)
+        found = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = 'layout_version'")
+        if found is not None and int(found) > LAYOUT_VERSION:
+            self._con.execute("ROLLBACK")
+            raise StagingMismatch(
+                self.path,
+                f"its layout version {found} is newer than this streamdi's ({LAYOUT_VERSION}); "
+                "open it with the streamdi that wrote it",
+            )
+        for statement in upgrade_statements():
             self._con.execute(statement)
         self._con.execute(
             f"INSERT INTO {_sys('meta')} VALUES ('dataflow', ?), ('fingerprint', ?) "
             "ON CONFLICT DO NOTHING",
             [self.flow.name, self._fingerprint],
+        )
+        self._con.execute(
+            f"INSERT OR REPLACE INTO {_sys('meta')} VALUES ('layout_version', ?)",
+            [str(LAYOUT_VERSION)],
         )
         self._con.execute("COMMIT")
 
@@ -602,7 +620,11 @@ class StagingStore:
         sql = f"SELECT * FROM {_sys('dead_letters')} WHERE {' AND '.join(where)} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return self.query(sql, params)
+        table = self.query(sql, params)
+        for f in DEAD_LETTER_TABLE_SCHEMA:  # a read-only file of an older layout lacks some
+            if f.name not in table.column_names:
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        return table
 
 
 def _sys(name: str) -> str:
@@ -650,11 +672,29 @@ def _dead_letter_rows(commits: list[BatchCommit], first_id: int) -> tuple[pa.Tab
     parts = [c.dead_letters for c in commits if c.dead_letters.num_rows]
     if not parts:
         return DEAD_LETTER_TABLE_SCHEMA.empty_table(), first_id
-    rows = pa.concat_tables(
-        [p.select(DEAD_LETTER_INPUT_SCHEMA.names).cast(DEAD_LETTER_INPUT_SCHEMA) for p in parts]
-    )
+    rows = pa.concat_tables([_dead_letter_input(p) for p in parts])
     ids = pa.array(range(first_id, first_id + rows.num_rows), pa.int64())
     return rows.add_column(0, "id", ids), first_id + rows.num_rows
+
+
+def _dead_letter_input(part: pa.Table) -> pa.Table:
+    """A handed-in dead-letter table in :data:`DEAD_LETTER_INPUT_SCHEMA`; ``encoding`` and
+    ``payload_bytes``, when absent, are null (the payload's form is then not known)."""
+    optional = ("encoding", "payload_bytes")
+    missing = [
+        f.name
+        for f in DEAD_LETTER_INPUT_SCHEMA
+        if f.name not in part.column_names and f.name not in optional
+    ]
+    if missing:
+        raise KeyError(f"dead letters lack the columns {missing}")
+    columns = [
+        part.column(f.name).cast(f.type)
+        if f.name in part.column_names
+        else pa.nulls(part.num_rows, f.type)
+        for f in DEAD_LETTER_INPUT_SCHEMA
+    ]
+    return pa.Table.from_arrays(columns, schema=DEAD_LETTER_INPUT_SCHEMA)
 
 
 def _abort_rows(commits: list[BatchCommit]) -> pa.Table:

@@ -148,6 +148,20 @@ class IngestSettings(BaseModel):
         description="An event whose event time is more than this behind its stream's high mark is "
         "dead-lettered as late. Unset (empty): no lateness check.",
     )
+    max_future_ms: int | None = Field(
+        default=300_000,
+        ge=0,
+        description="An event whose event time (_ts) is more than this ahead of the clock is "
+        "dead-lettered as out of range and never moves its stream's high mark. Unset (empty): "
+        "only the hard limit (the end of year 9999) applies.",
+    )
+    min_event_time_ms: int = Field(
+        default=0,
+        ge=-62_135_596_800_000,
+        le=253_402_300_799_999,
+        description="An event whose event time (_ts) is before this instant (ms since the "
+        "epoch; default 1970-01-01) is dead-lettered as out of range. At least 0001-01-01.",
+    )
     poll_timeout_ms: int = Field(default=100, ge=1, description="Longest wait of one Kafka poll.")
     producer_buffer_bytes: int = Field(
         default=64 * 1024 * 1024,
@@ -170,7 +184,7 @@ class IngestSettings(BaseModel):
         "in hand).",
     )
 
-    @field_validator("allowed_lateness_ms", mode="before")
+    @field_validator("allowed_lateness_ms", "max_future_ms", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value

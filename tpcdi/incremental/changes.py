@@ -188,7 +188,9 @@ def events_of(
     pos = pc.add(lines, base) if n else pa.array([], pa.int64())
     events = pa.Table.from_arrays([*arrays, ts, pos], names=[*CHANGE_COLUMNS, "_ts", "_pos"])
     reject_rows: list[Reject] = [
-        (base + int(r["line"]), f"{r['file']} line {r['line']}: {r['reason']}", r["text"] or "")
+        Reject(
+            base + int(r["line"]), f"{r['file']} line {r['line']}: {r['reason']}", r["text"] or ""
+        )
         for r in rejects.to_pylist()
     ]
     last = base + (int(pc.max(lines).as_py()) if n else 0)

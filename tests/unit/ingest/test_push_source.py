@@ -1,15 +1,20 @@
 """The HTTP push source without a broker: offers become punctuated chunks with consecutive
-positions, typed events and rejects; the offer returns when the collector reports the batches."""
+positions, typed events and rejects; the offer returns when the collector reports the batches.
+Event times are checked row by row (rejects keep the event as JSON); offers with unknown fields,
+no events or an event too large for a record are refused whole, with nothing taken."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import pyarrow as pa
 import pytest
 
-from ingest.exceptions import PushRefused, PushTimedOut
+from ingest.exceptions import EventTooLarge, NoEvents, PushRefused, PushTimedOut, UnknownFields
 from ingest.push import HttpPushSource
+from ingest.records import event_limit
 
 COLUMNS = {"op": "string", "key": "int64", "value": "int64"}
 
@@ -68,3 +73,116 @@ def test_bad_tables_are_refused_and_a_stalled_collector_times_out() -> None:
         source.offer(pa.table({"key": ["x"]}), timeout_s=1)
     with pytest.raises(PushTimedOut):
         source.offer([{"op": "put", "key": 1, "value": 1}], timeout_s=0.2)  # nobody reads
+
+
+def _serve(source: HttpPushSource) -> tuple[threading.Thread, list, list]:
+    chunks: list = []
+    produced: list = []
+    reader = threading.Thread(target=_collect, args=(source, 0, chunks, produced), daemon=True)
+    reader.start()
+    return reader, chunks, produced
+
+
+NOW = time.time_ns() // 1000
+
+
+def test_json_event_times_are_checked_and_the_rejects_keep_the_event() -> None:
+    source = HttpPushSource("kv.puts", COLUMNS, heartbeat_s=0.01)
+    reader, chunks, _ = _serve(source)
+    poison: list[object] = [2**62, -(2**62), -1, 2**70, "soon", True, 1.5, None]
+    events = [{"op": "put", "key": i, "value": i, "_ts": ts} for i, ts in enumerate(poison)]
+    events.append({"op": "put", "key": 99, "value": 99, "_ts": NOW})
+    receipt = source.offer(events, timeout_s=5)
+    source.close()
+    reader.join(5)
+    assert (receipt.events, receipt.rejects) == (1, len(poison))
+    assert receipt.first_batch == receipt.last_batch == 10
+    assert [pos for pos, _ in receipt.rejected] == list(range(len(poison)))
+    reasons = [reason for _, reason in receipt.rejected]
+    assert all(r.startswith("event time out of range") for r in reasons[:4]), reasons
+    assert all(r.startswith("_ts must be integer microseconds") for r in reasons[4:]), reasons
+    [chunk] = chunks
+    assert chunk.events.column("_ts").to_pylist() == [NOW]
+    for reject, event in zip(chunk.rejects, events, strict=False):
+        assert reject.encoding == "json" and json.loads(reject.payload) == event
+    assert receipt.warnings == []
+
+
+def test_json_events_where_only_some_have_ts_get_a_warning() -> None:
+    source = HttpPushSource("kv.puts", COLUMNS, heartbeat_s=0.01)
+    reader, chunks, _ = _serve(source)
+    before = time.time_ns() // 1000
+    receipt = source.offer(
+        [{"op": "put", "key": 1, "value": 1, "_ts": NOW - 10}, {"op": "put", "key": 2, "value": 2}],
+        timeout_s=5,
+    )
+    source.close()
+    reader.join(5)
+    assert (receipt.events, receipt.rejects) == (2, 0)
+    assert receipt.warnings == [
+        "1 of 2 events have no _ts: their event time is the time they arrived"
+    ]
+    given, arrived = chunks[0].events.column("_ts").to_pylist()
+    assert given == NOW - 10 and arrived >= before
+
+
+def test_offers_refused_as_a_whole_take_nothing() -> None:
+    source = HttpPushSource("kv.puts", COLUMNS)
+    with pytest.raises(UnknownFields) as unknown:
+        source.offer([{"op": "put", "key": 1, "value": 1, "colour": "red", "_pos": 3}], timeout_s=1)
+    assert unknown.value.fields == ["_pos", "colour"]
+    with pytest.raises(UnknownFields):
+        source.offer(pa.table({"key": [1], "colour": ["red"]}), timeout_s=1)
+    with pytest.raises(NoEvents):
+        source.offer([], timeout_s=1)
+    with pytest.raises(NoEvents):
+        source.offer(pa.table({"key": pa.array([], pa.int64())}), timeout_s=1)
+    huge = "x" * (source.max_event_bytes + 1)
+    with pytest.raises(EventTooLarge) as too_large:
+        source.offer([{"op": "put", "key": 1, "value": 1}, {"op": huge, "key": 2}], timeout_s=1)
+    assert too_large.value.index == 1 and too_large.value.limit == source.max_event_bytes
+    with pytest.raises(EventTooLarge) as too_large:
+        source.offer(pa.table({"op": ["small", huge], "key": [1, 2]}), timeout_s=1)
+    assert too_large.value.index == 1
+    with pytest.raises(PushRefused, match="_ts"):
+        source.offer(pa.table({"key": [1], "_ts": [1.5]}), timeout_s=1)
+    with pytest.raises(PushRefused, match="_ts"):
+        source.offer(pa.table({"key": [1], "_ts": ["2024-01-01"]}), timeout_s=1)
+    assert source.max_event_bytes == event_limit(900_000)
+    # nothing of the refused offers was queued: a reader sees only the next one
+    reader, chunks, _ = _serve(source)
+    receipt = source.offer([{"op": "put", "key": 5, "value": 5}], timeout_s=5)
+    source.close()
+    reader.join(5)
+    assert (receipt.first_pos, receipt.events, len(chunks)) == (0, 1, 1)
+
+
+def test_arrow_event_times_are_checked_row_by_row() -> None:
+    source = HttpPushSource("kv.puts", COLUMNS, heartbeat_s=0.01)
+    reader, chunks, _ = _serve(source)
+    table = pa.table(
+        {
+            "op": ["put"] * 5,
+            "key": [1, 2, 3, 4, 5],
+            "value": [10, 20, 30, 40, 50],
+            "_ts": pa.array([NOW, 2**62, None, -(2**62), NOW + 1], pa.int64()),
+        }
+    )
+    receipt = source.offer(table, timeout_s=5)
+    stamped = source.offer(
+        pa.table({"key": [6], "_ts": pa.array([NOW], pa.timestamp("us"))}), timeout_s=5
+    )
+    source.close()
+    reader.join(5)
+    assert (receipt.events, receipt.rejects, receipt.first_pos, receipt.last_pos) == (2, 3, 0, 4)
+    assert [pos for pos, _ in receipt.rejected] == [1, 2, 3]
+    assert chunks[0].events.column("key").to_pylist() == [1, 5]
+    assert chunks[0].events.column("_pos").to_pylist() == [0, 4]
+    assert json.loads(chunks[0].rejects[0].payload) == {
+        "op": "put",
+        "key": 2,
+        "value": 20,
+        "_ts": 2**62,
+    }
+    assert chunks[0].rejects[1].reason.endswith("got None")
+    assert stamped.events == 1 and chunks[1].events.column("_ts").to_pylist() == [NOW]
