@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type
-from ingest.convert import convert_columns, python_array
+from ingest.convert import convert_columns, python_columns
 from ingest.eventtime import EventTimeBounds, describe_us, now_us
 from ingest.records import (
     BATCH,
@@ -602,8 +602,10 @@ class BatchAssembler:
         if not items:
             return
         columns = {n: t or "string" for n, t in self.flow.schemas[stream].items()}
-        raw = {n: python_array([e.get(n) for _, e in items]) for n in columns}
+        raw, nested = python_columns(columns, [e for _, e in items])
         arrays, bad = convert_columns(raw, columns)
+        for i, reason in nested.items():
+            bad[i] = reason if i not in bad else f"{reason}; {bad[i]}"
         now = now_us()
         ts_values = [e.get(TS, r.timestamp_ms * 1000) for r, e in items]
         pos_values = [e.get(POS, r.offset) for r, e in items]

@@ -7,7 +7,7 @@ the few bad rows, so a clean chunk costs one cast per column.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,3 +128,26 @@ def python_array(values: Sequence[Any]) -> pa.Array:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+_NESTED = (list, tuple, dict, set)
+
+
+def python_columns(
+    columns: Iterable[str], rows: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, pa.Array], dict[int, str]]:
+    """The raw column of each name in ``columns`` from ``rows`` (JSON-like mappings), ready for
+    :func:`convert_columns`, and the rows that carry a list or an object where a column holds
+    one value, as ``{index: reason}`` (their value becomes null: a nested value is never read
+    as its text)."""
+    raw: dict[str, pa.Array] = {}
+    bad: dict[int, list[str]] = {}
+    for name in columns:
+        values = [r.get(name) for r in rows]
+        for i, value in enumerate(values):
+            if isinstance(value, _NESTED):
+                kind = "an object" if isinstance(value, dict) else "a list"
+                bad.setdefault(i, []).append(f"column {name!r}: {kind} is not a single value")
+                values[i] = None
+        raw[name] = python_array(values)
+    return raw, {i: "; ".join(r) for i, r in bad.items()}

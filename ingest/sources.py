@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type, check_column_type
-from ingest.convert import convert_columns, event_times, python_array
+from ingest.convert import convert_columns, event_times, python_columns
 from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import SourceUnavailable
 
@@ -367,9 +367,8 @@ class IterableSource(BaseSource):
             _not_a_mapping(p, r) for p, r in items if not isinstance(r, Mapping)
         ]
         positions = np.asarray([p for p, _ in rows], dtype=np.int64)
-        raw = {n: python_array([r.get(n) for _, r in rows]) for n in self.columns}
+        raw, problems = python_columns(self.columns, [r for _, r in rows])
         times = None
-        problems: dict[int, str] = {}
         warnings: list[str] = []
         if self.timestamp is None:
             given = [i for i, (_, r) in enumerate(rows) if TS in r]
@@ -382,7 +381,7 @@ class IterableSource(BaseSource):
                     if problem is None:
                         values[i] = int(value)
                     else:
-                        problems[i] = problem
+                        problems.setdefault(i, problem)
                 times = pa.array(values, pa.int64())
                 if len(given) < len(rows):
                     warnings.append(

@@ -194,3 +194,18 @@ def test_engine_dead_letters_keep_the_event_as_it_entered_the_batch() -> None:
     assert json.loads(rows[0]["payload"]) == _event(3, NOW)
     assert rows[0]["encoding"] == "json" and rows[0]["offset"] == 0
     assert json.loads(rows[1]["payload"]) == {"derived": 2}  # not found: the step's row
+
+
+def test_nested_values_in_single_events_are_dead_letters_beside_good_ones() -> None:
+    assembler = _assembler()
+    nested = {**_event(1, NOW), "kind": ["deposit"]}
+    records = [_single(0, nested), _single(1, _event(2, NOW + 1))]
+    for record in records:
+        assembler.add(record)
+    taken = assembler.take(1, {(TOPIC, 0): 1})
+    assert taken.batch.inputs["txns"].column("src").to_pylist() == [2]
+    dead = taken.dead_letters.to_pylist()
+    assert [(d["offset"], d["reason"]) for d in dead] == [
+        (0, "column 'kind': a list is not a single value")
+    ]
+    assert json.loads(dead[0]["payload"]) == nested

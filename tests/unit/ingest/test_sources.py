@@ -79,3 +79,21 @@ def test_iterable_events_keep_their_json_and_partial_ts_is_said() -> None:
     assert json.loads(rejects[3].payload) == items[3]
     assert json.loads(rejects[4].payload) == items[4]
     assert rejects[4].reason == "not a mapping: list"
+
+
+def test_a_list_or_an_object_where_a_column_holds_one_value_is_a_reject() -> None:
+    items = [
+        {"kind": [1], "amount": 1, "_ts": 1_000},  # beside strings: once read as the text "[1]"
+        {"kind": {"a": 1}, "amount": 2, "_ts": 2_000},
+        {"kind": "c", "amount": [3], "_ts": 3_000},
+        {"kind": "d", "amount": 4, "_ts": 4_000},
+    ]
+    source = IterableSource("it", items, {"kind": "string", "amount": "int64"})
+    chunk = _read_all(source)
+    assert chunk.events.column("kind").to_pylist() == ["d"]
+    rejects = {r.pos: r for r in chunk.rejects}
+    assert sorted(rejects) == [0, 1, 2]
+    assert rejects[0].reason == "column 'kind': a list is not a single value"
+    assert rejects[1].reason == "column 'kind': an object is not a single value"
+    assert rejects[2].reason == "column 'amount': a list is not a single value"
+    assert [json.loads(rejects[p].payload) for p in (0, 1, 2)] == items[:3]
