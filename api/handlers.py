@@ -16,7 +16,9 @@ Exceptions nothing maps (bugs) are answered by :class:`api.middleware.InternalEr
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -50,6 +52,29 @@ class Refusal(StarletteHTTPException):
         self.reason = reason
 
 
+class ErrorJSONResponse(JSONResponse):
+    """JSON that renders whatever an error carries: a lone surrogate (JSON's ``"\\udc00"`` is
+    valid JSON but not text) becomes ``?``, NaN and infinities null, another value JSON has no
+    form for its ``str``.
+    Errors echo what the client sent, so rendering one must not fail on it."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            _finite(content), ensure_ascii=False, default=str, separators=(",", ":")
+        ).encode("utf-8", errors="replace")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as null (JSON has no form for them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def error_response(
     status: int,
     code: ErrorCode,
@@ -62,7 +87,7 @@ def error_response(
     error: dict[str, Any] = {"code": code, "reason": reason}
     if detail:
         error["detail"] = detail
-    response = JSONResponse({"error": error}, status_code=status, headers=headers)
+    response = ErrorJSONResponse({"error": error}, status_code=status, headers=headers)
     if status == 401:
         response.headers["WWW-Authenticate"] = "Bearer"
     return response

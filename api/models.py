@@ -5,16 +5,37 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from sqlglot import exp
 
 from api.safety import Dialect
 
 Scalar = str | int | float | bool | None
 
+
+def unicode_text(value: str) -> str:
+    """``value`` if it is Unicode text. JSON can carry lone surrogates (``"\\udc00"``), which no
+    database, log or answer can encode; they are refused when the request is validated."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("text must be valid Unicode (a lone surrogate is not)") from exc
+    return value
+
+
+#: Text that can be encoded (see :func:`unicode_text`).
+Text = Annotated[str, AfterValidator(unicode_text)]
+
 #: A table or column name: 1 to 128 characters, no control characters (NUL included).
 Identifier = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
+    Text, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
 
 #: The largest magnitude of an integer a structured query may compare with (DECIMAL(38)'s).
@@ -37,6 +58,10 @@ def _scalar_problem(value: Scalar) -> str | None:
         return f"strings are limited to {MAX_STRING_VALUE} characters"
     if "\x00" in value:
         return "strings cannot contain NUL characters"
+    try:
+        unicode_text(value)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -162,7 +187,7 @@ class QueryBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sql: str | None = Field(default=None, max_length=100_000)
+    sql: Text | None = Field(default=None, max_length=100_000)
     structured: StructuredQuery | None = None
     dialect: Dialect = "duckdb"
     plan: Literal["island", "migrate", "auto"] = "auto"
@@ -280,7 +305,7 @@ class ReplayEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: int | None = Field(default=None, ge=0, le=2**62)
-    stream: str = Field(min_length=1, max_length=256)
+    stream: Text = Field(min_length=1, max_length=256)
     event: dict[str, Any]
 
 
