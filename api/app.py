@@ -37,6 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.exceptions import InvalidRequest
 from api.handlers import error_response, install_error_handlers
+from api.json_body import StrictJSONRoute
 from api.middleware import install_guards
 from api.models import (
     AnswerPage,
@@ -87,6 +88,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         "tables, batches, migration control, dead letters, an HTTP push source, health and "
         "metrics.",
     )
+    app.router.route_class = StrictJSONRoute
     app.state.service = service
     install_error_handlers(app)
     install_guards(

@@ -94,10 +94,12 @@ def error_response(
 
 
 def _validation_reason(exc: RequestValidationError) -> str:
-    problems = [
-        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
-        for e in exc.errors()[:20]
-    ]
+    problems = []
+    for e in exc.errors()[:20]:
+        msg = e.get("msg", "invalid")
+        if e.get("type") == "json_invalid" and e.get("ctx", {}).get("error"):
+            msg = f"{msg}: {e['ctx']['error']}"  # what is wrong with the JSON, not only where
+        problems.append(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {msg}")
     return "; ".join(problems)[:MAX_REASON] or "invalid request"
 
 
@@ -126,4 +128,9 @@ def install_error_handlers(app: FastAPI) -> None:
                 f"{request.method} is not allowed here (Allow: {headers.get('Allow', '')})",
                 headers=headers,
             )
-        return error_response(exc.status_code, "invalid_request", str(exc.detail), headers=headers)
+        reason = str(exc.detail)
+        if exc.__cause__ is not None:  # FastAPI's "error parsing the body": say what it was
+            reason = f"{reason}: {type(exc.__cause__).__name__}: {exc.__cause__}"
+        return error_response(
+            exc.status_code, "invalid_request", reason[:MAX_REASON], headers=headers
+        )

@@ -33,9 +33,29 @@ def unicode_text(value: str) -> str:
 #: Text that can be encoded (see :func:`unicode_text`).
 Text = Annotated[str, AfterValidator(unicode_text)]
 
+
+def unicode_json(value: Any) -> Any:
+    """``value`` (parsed JSON) if every key and string in it is Unicode text. An event carrying a
+    lone surrogate cannot be encoded for Kafka or staging, so it is refused here, before it is
+    re-offered."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            unicode_text(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return value
+
+
 #: A table or column name: 1 to 128 characters, no control characters (NUL included).
 Identifier = Annotated[
-    Text, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$"),
+    AfterValidator(unicode_text),
 ]
 
 #: The largest magnitude of an integer a structured query may compare with (DECIMAL(38)'s).
@@ -306,7 +326,7 @@ class ReplayEntry(BaseModel):
 
     id: int | None = Field(default=None, ge=0, le=2**62)
     stream: Text = Field(min_length=1, max_length=256)
-    event: dict[str, Any]
+    event: Annotated[dict[str, Any], AfterValidator(unicode_json)]
 
 
 class ReplayBody(BaseModel):
