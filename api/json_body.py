@@ -1,9 +1,10 @@
-"""JSON request bodies read strictly: an object naming a key twice is refused.
+"""JSON request bodies read strictly: UTF-8 only, and an object naming a key twice is refused.
 
 ``{"sql": "SELECT 1", "sql": "DROP TABLE kv"}`` is valid JSON whose meaning parsers disagree on
 (Python keeps the last value, others the first or refuse it). A proxy or audit log that reads
 the first would see another request than the service runs, so the service refuses it: 422
-``invalid_request``, "duplicate key 'sql' in a JSON object". Every route of the app uses
+``invalid_request``, "duplicate key 'sql' in a JSON object". A body in UTF-16 or UTF-32 is refused
+for the same reason (400 ``invalid_request``). Every route of the app uses
 :class:`StrictJSONRoute`; routes that read their body themselves (the push route) are not
 affected.
 """
@@ -29,10 +30,12 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 class StrictJSONRequest(Request):
-    """A request whose :meth:`json` refuses duplicate keys."""
+    """A request whose :meth:`json` takes UTF-8 only (RFC 8259; Python would also guess UTF-16
+    and UTF-32) and refuses duplicate keys."""
 
     async def json(self) -> Any:
-        return json.loads(await self.body(), object_pairs_hook=_refuse_duplicates)
+        text = (await self.body()).decode("utf-8")  # FastAPI answers a decoding error as a 400
+        return json.loads(text, object_pairs_hook=_refuse_duplicates)
 
 
 class StrictJSONRoute(APIRoute):
