@@ -427,6 +427,13 @@ class ApiSettings(BaseModel):
         description="Longest a request body may take to arrive once its route reads it; "
         "slower: 408.",
     )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Longest a client may take to send a request's line and headers, from "
+        "connecting or from the previous answer; slower: the connection is closed.",
+    )
     default_target: MigrationTarget | None = Field(
         default=None,
         description="Warehouse a query reads when it names none. Unset: the first of "

@@ -30,6 +30,7 @@ TOKEN = "attack-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LIMIT = 1 << 20  # API__MAX_BODY_MB=1
 BODY_TIMEOUT_S = 2.0
+HEADER_TIMEOUT_S = 1.5
 
 #: Routes whose JSON body this service parses itself (the push route reads its own).
 JSON_ROUTES = ("/query", "/deadletters/replay", "/migration/push", "/migration/pull")
@@ -37,8 +38,8 @@ JSON_ROUTES = ("/query", "/deadletters/replay", "/migration/push", "/migration/p
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedService]:
-    """``streamdi serve`` (a DuckDB warehouse) with a token, a 1 MiB body limit and a 2 s body
-    timeout, holding a few rows."""
+    """``streamdi serve`` (a DuckDB warehouse) with a token, a 1 MiB body limit, a 2 s body
+    timeout and a 1.5 s header timeout, holding a few rows."""
     service = ServedService(
         tmp_path_factory.mktemp("attacks") / "state",
         MIGRATION__TARGETS="duckdb",
@@ -46,6 +47,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedService]
         API__TOKEN=TOKEN,
         API__MAX_BODY_MB="1",
         API__BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
+        API__HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
     )
     service.client.headers.update(AUTH)
     try:
@@ -271,6 +273,48 @@ def test_an_abandoned_body_costs_nothing(limited: ServedService) -> None:
     time.sleep(0.5)
     still_serving(limited)
     assert "request failed" not in limited.log.read_text()
+
+
+def test_a_connection_without_a_timely_request_head_is_closed(limited: ServedService) -> None:
+    """Idle, half a head, a head dripping a byte at a time: each connection is closed once
+    API__HEADER_TIMEOUT_S passes, while a client that asks promptly keeps its connection."""
+    idle = connect(limited)
+    partial = connect(limited)
+    partial.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    drip = connect(limited)
+    drip.sendall(b"GET /health HTTP/1.1\r\nX-Slow: ")
+    started = time.monotonic()
+    closed: dict[str, float] = {}
+    try:
+        while len(closed) < 3 and time.monotonic() - started < 20:
+            for name, sock in (("idle", idle), ("partial", partial), ("drip", drip)):
+                if name not in closed and select.select([sock], [], [], 0)[0]:
+                    assert closed_by_peer(sock, 1), name
+                    closed[name] = time.monotonic() - started
+            if "drip" not in closed:
+                try:
+                    drip.sendall(b"a")
+                except OSError:
+                    closed["drip"] = time.monotonic() - started
+            time.sleep(0.2)
+    finally:
+        for sock in (idle, partial, drip):
+            sock.close()
+    assert set(closed) == {"idle", "partial", "drip"}, closed
+    assert all(HEADER_TIMEOUT_S * 0.8 < t < HEADER_TIMEOUT_S + 5 for t in closed.values()), closed
+    with connect(limited) as sock:  # prompt requests, each after a pause shorter than the limit
+        for _ in range(4):
+            sock.sendall(head("GET", "/health", f"Authorization: Bearer {TOKEN}"))
+            assert read_answer(sock)[0] == 200
+            time.sleep(HEADER_TIMEOUT_S * 0.6)
+        # two pipelined requests in one write: both answered
+        sock.sendall(head("GET", "/health", f"Authorization: Bearer {TOKEN}") * 2)
+        sock.settimeout(10)
+        answers = b""
+        while answers.count(b"HTTP/1.1 200") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, answers
+            answers += chunk
 
 
 def test_many_connections_at_once(limited: ServedService) -> None:

@@ -220,3 +220,19 @@ def test_without_a_token_nothing_asks_for_one(stage: ShopStage, tmp_path: Path) 
         two = [("Authorization", "x"), ("Authorization", "y")]
         assert client.get("/health", headers=two).status_code == 200
     service.close()
+
+
+def test_binding_beyond_loopback_without_a_token_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from api.serve import warn_if_exposed
+
+    open_settings = shop_settings(tmp_path)
+    assert not warn_if_exposed("127.0.0.1", open_settings)
+    assert not warn_if_exposed("::1", open_settings)
+    assert not warn_if_exposed("localhost", open_settings)
+    assert not warn_if_exposed("0.0.0.0", shop_settings(tmp_path, token=TOKEN))
+    assert capsys.readouterr().err == ""
+    assert warn_if_exposed("0.0.0.0", open_settings)
+    assert warn_if_exposed("10.1.2.3", open_settings)
+    assert "without API__TOKEN" in capsys.readouterr().err
