@@ -20,8 +20,10 @@
 =================================  ===============================================================
 
 Every error is ``{"error": {"code", "reason", "detail"?}}`` with a stable code
-(:data:`api.exceptions.ErrorCode`). With ``API__TOKEN`` set, every route wants
-``Authorization: Bearer <token>``.
+(:data:`api.exceptions.ErrorCode`); bad input is a 4xx, a 500 ``internal_error`` is a bug (and
+keeps the connection). With ``API__TOKEN`` set, every route wants exactly one
+``Authorization: Bearer <token>``. Request bodies are bounded in size and time
+(``API__MAX_BODY_MB``, ``API__BODY_TIMEOUT_S``); see :mod:`api.middleware`.
 """
 
 from __future__ import annotations

@@ -220,7 +220,8 @@ class InternalErrorGuard:
 class RequestMetrics:
     """Counts every answer in ``streamdi_http_requests`` (method, route template, status) and
     observes its latency per route. A request no route matched is ``unmatched``; one the
-    authentication refused is ``unauthorized`` (its path is the client's, not a route's)."""
+    authentication refused is ``unauthorized`` (its path is the client's, not a route's); one
+    that got no answer because its client went away has status 499."""
 
     def __init__(self, app: ASGIApp, *, metrics: ServiceMetrics) -> None:
         self.app = app
@@ -231,7 +232,7 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = [500]
+        status = [499]  # no answer at all: the client went away first (nginx's code for it)
 
         async def observed_send(message: Message) -> None:
             if message["type"] == "http.response.start":

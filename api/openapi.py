@@ -23,6 +23,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.models import ErrorBody
+
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 
@@ -187,8 +189,6 @@ def _error(description: str) -> dict[str, Any]:
 def _add_http_answers(schema: dict[str, Any], bearer: bool) -> None:
     components = schema.setdefault("components", {})
     if "ErrorBody" not in components.get("schemas", {}):
-        from api.models import ErrorBody
-
         defs = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
         nested = defs.pop("$defs", {})
         components.setdefault("schemas", {}).update({"ErrorBody": defs, **nested})

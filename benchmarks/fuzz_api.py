@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -68,6 +68,42 @@ _SECTIONS = ("KAFKA", "STAGING", "INGEST", "ENGINE", "STREAMDI", "MIGRATION", "P
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
+#: Requests known to stop the service (the pipeline fails, ``streamdi serve`` exits), reported
+#: and pinned by strict xfail tests in ``tests/integration/security/test_http_attacks.py``. The
+#: run does not send them (it would end there); it counts them. Remove an entry once it is fixed.
+KNOWN_CRASHES = {
+    "push-nested-value": "POST /streams/{stream}/events with an event value that is a list or an "
+    "object: the collector fails ('expected text, got list<...>') and the pipeline stops",
+    "replay-to-stream": "POST /deadletters/replay re-offering an event to a real stream (by id, "
+    "or an entry) that does not parse: the pipeline stops (KeyError on the stream)",
+}
+
+
+def known_crash(case: Any, streams: set[str]) -> str | None:
+    """The :data:`KNOWN_CRASHES` key ``case`` would trigger, or None."""
+    label = case.operation.label
+    body = case.body if isinstance(case.body, dict) else {}
+    if label == "POST /streams/{stream}/events":
+        events = body.get("events")
+        if isinstance(events, list) and any(
+            isinstance(event, dict) and any(isinstance(v, list | dict) for v in event.values())
+            for event in events
+        ):
+            return "push-nested-value"
+    if label == "POST /deadletters/replay":
+        entries = body.get("entries")
+        if body.get("ids") or (
+            isinstance(entries, list)
+            and any(isinstance(e, dict) and e.get("stream") in streams for e in entries)
+        ):
+            return "replay-to-stream"
+    return None
+
+
+class ServiceStopped(Exception):
+    """The service stopped answering: the run ends here."""
+
+
 @dataclass
 class Failure:
     """One check that failed, with what reproduces it."""
@@ -94,6 +130,8 @@ class FuzzReport:
     failure_counts: Counter[str] = field(default_factory=Counter)
     resets: int = 0
     transport_errors: int = 0
+    skipped_known: Counter[str] = field(default_factory=Counter)
+    stopped: str | None = None
     load_average: dict[str, list[float]] = field(default_factory=dict)
     server_errors_logged: int | None = None
 
@@ -114,6 +152,7 @@ class FuzzReport:
             and self.resets == 0
             and self.transport_errors == 0
             and not self.server_errors_logged
+            and self.stopped is None
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,6 +164,8 @@ class FuzzReport:
             "resets": self.resets,
             "transport_errors": self.transport_errors,
             "server_errors_logged": self.server_errors_logged,
+            "service_stopped": self.stopped,
+            "skipped_known_crashes": dict(self.skipped_known),
             "failures": len(self.failures),
             "failure_counts": dict(self.failure_counts),
             "load_average": self.load_average,
@@ -153,6 +194,8 @@ class _Client:
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._last_answer_at: float | None = None
         self._last_closed = False
+        self.streams: set[str] = set()
+        self._recent: deque[str] = deque(maxlen=5)
 
     def connections(self) -> int:
         total = 0
@@ -192,26 +235,44 @@ class _Client:
             )
 
     def call_case(self, case: Any, phase: str) -> Any:
-        """Send ``case``; its response, or None when the transport failed (counted)."""
+        """Send ``case``; its response, or None when it was not sent (a known crash, counted)
+        or the transport failed (counted). Raises :class:`ServiceStopped` when the service no
+        longer answers."""
+        crash = known_crash(case, self.streams)
+        if crash is not None:
+            self.report.skipped_known[crash] += 1
+            return None
         before = self.connections()
+        curl = case.as_curl_command(headers={"Authorization": "Bearer $TOKEN"})
+        self._recent.append(curl)
         try:
             response = case.call(session=self.session, headers=self.auth, timeout=120)
         except Exception as exc:
             self.report.transport_errors += 1
             self.fail(
-                phase,
-                case.operation.label,
-                "transport",
-                None,
-                f"{type(exc).__name__}: {exc}",
-                case.as_curl_command(headers=self.auth),
+                phase, case.operation.label, "transport", None, f"{type(exc).__name__}: {exc}", curl
             )
             self._last_answer_at = None
+            self._check_alive()
             return None
         closing = "close" in ",".join(response.headers.get("connection", [])).lower()
         self._note_connection(before, closing)
         self.record(phase, case.operation.label, response.status_code)
         return response
+
+    def _check_alive(self) -> None:
+        try:
+            alive: int | str = httpx.get(
+                self.url + "/health", headers=self.auth, timeout=30
+            ).status_code
+        except httpx.HTTPError as exc:
+            alive = f"{type(exc).__name__}: {exc}"
+        if alive != 200:
+            self.report.stopped = (
+                f"the service stopped answering (/health: {alive}); the last requests:\n"
+                + "\n".join(self._recent)
+            )
+            raise ServiceStopped(self.report.stopped)
 
     def raw(
         self, phase: str, label: str, method: str, path: str, headers: Mapping[str, str]
@@ -439,6 +500,8 @@ def _per_operation_phase(
 
         try:
             send()
+        except ServiceStopped:
+            raise
         except Unsatisfiable:
             pass  # an operation with nothing to negate (no parameters, no body)
         except Exception as exc:  # a generation problem is a finding about the description
@@ -447,7 +510,8 @@ def _per_operation_phase(
 
 def _stateful_phase(client: _Client, schema: Any, budget: int, seed: int, deadline: float) -> None:
     """schemathesis' state machine over the OpenAPI links until ``budget`` requests are sent."""
-    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import HealthCheck, Phase, reject, settings
+    from hypothesis.errors import Unsatisfiable
     from hypothesis.stateful import run_state_machine_as_test
 
     base = schema.as_state_machine()
@@ -456,7 +520,7 @@ def _stateful_phase(client: _Client, schema: Any, budget: int, seed: int, deadli
         def call(self, case: Any, **kwargs: Any) -> Any:
             response = client.call_case(case, "stateful")
             if response is None:
-                raise _TransportFailed
+                reject()  # not sent (a known crash) or no answer: this scenario ends here
             return response
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
@@ -479,16 +543,23 @@ def _stateful_phase(client: _Client, schema: Any, budget: int, seed: int, deadli
                     derandomize=False,
                 ),
             )
-        except _TransportFailed:
-            continue
+        except ServiceStopped:
+            raise
+        except Unsatisfiable:
+            continue  # every scenario of this round met a request it does not send
         except Exception as exc:
             client.fail("stateful", "state machine", "stateful", None, repr(exc)[:2000], "")
             if round_ > 3 and client.report.by_phase["stateful"] == start:
                 return  # the machine cannot run at all; reported once is enough
 
 
-class _TransportFailed(Exception):
-    """A request of a stateful scenario got no answer (already counted)."""
+def _streams(schema: Any) -> set[str]:
+    """The streams the push route takes (its ``stream`` parameter's enum)."""
+    operation = schema["/streams/{stream}/events"]["POST"]
+    for parameter in operation.definition.raw.get("parameters", []):
+        if parameter.get("name") == "stream":
+            return set(parameter.get("schema", {}).get("enum", []))
+    return set()
 
 
 def fuzz(
@@ -513,14 +584,20 @@ def fuzz(
     schema = schemathesis.openapi.from_url(
         f"{url}/openapi.json", headers={"Authorization": f"Bearer {token}"}
     )
-    _auth_phase(client, schema, token)
-    _methods_phase(client, schema, token)
-    left = max(0, requests - report.requests)
-    _per_operation_phase(client, schema, "positive", int(left * SHARES["positive"]), seed, deadline)
-    _per_operation_phase(
-        client, schema, "negative", int(left * SHARES["negative"]), seed + 1, deadline
-    )
-    _stateful_phase(client, schema, max(0, requests - report.requests), seed + 2, deadline)
+    client.streams = _streams(schema)
+    try:
+        _auth_phase(client, schema, token)
+        _methods_phase(client, schema, token)
+        left = max(0, requests - report.requests)
+        _per_operation_phase(
+            client, schema, "positive", int(left * SHARES["positive"]), seed, deadline
+        )
+        _per_operation_phase(
+            client, schema, "negative", int(left * SHARES["negative"]), seed + 1, deadline
+        )
+        _stateful_phase(client, schema, max(0, requests - report.requests), seed + 2, deadline)
+    except ServiceStopped:
+        pass  # reported in report.stopped
     report.seconds = time.monotonic() - started
     report.load_average = {"before": load_before, "after": list(os.getloadavg())}
     if log is not None:
@@ -649,6 +726,8 @@ def markdown(report: FuzzReport, *, budget: int) -> str:
         f"- load average (1, 5, 15 min) before {data['load_average'].get('before')}, after "
         f"{data['load_average'].get('after')}",
         f"- requests per phase: {data['by_phase']}",
+        f"- not sent, known to stop the service (reported): {data['skipped_known_crashes']}",
+        f"- service stopped: {'no' if report.stopped is None else 'YES'}",
         "",
         "| operation | requests | answers by status |",
         "|---|---:|---|",
@@ -657,6 +736,11 @@ def markdown(report: FuzzReport, *, budget: int) -> str:
         total = sum(statuses.values())
         spread = ", ".join(f"{s}: {n}" for s, n in statuses.items())
         lines.append(f"| `{operation}` | {total} | {spread} |")
+    if report.stopped is not None:
+        lines += ["", "## The service stopped", "", "```", report.stopped, "```"]
+    if report.skipped_known:
+        lines += ["", "## Known crashes (not sent)", ""]
+        lines += [f"- `{key}`: {KNOWN_CRASHES[key]}" for key in sorted(report.skipped_known)]
     if report.failures:
         lines += ["", "## Failures (first examples of each)", ""]
         for failure in report.failures:

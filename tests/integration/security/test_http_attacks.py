@@ -491,3 +491,47 @@ def test_it_listens_on_loopback_only(limited: ServedService) -> None:
         if fields[3] == "0A" and int(port, 16) == limited.port:
             listening.append(address)
     assert listening == ["0100007F"], listening  # 127.0.0.1 unless API__HOST says otherwise
+
+
+# -- known crashes (reported) ------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ingest area, reported: the request stops the pipeline and the service exits; "
+    "when it passes, drop this mark and the entry in benchmarks.fuzz_api.KNOWN_CRASHES",
+)
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        pytest.param(
+            "/streams/puts/events",
+            {"events": [{"op": [1], "key": 1, "value": 1, "seq": 1}]},
+            id="push-nested-value",
+        ),
+        pytest.param(
+            "/deadletters/replay",
+            {"entries": [{"stream": "puts", "event": {"op": "put", "key": "x", "value": 1}}]},
+            id="replay-to-stream",
+        ),
+    ],
+)
+def test_one_bad_event_does_not_stop_the_service(
+    tmp_path: Path, path: str, body: dict[str, Any]
+) -> None:
+    service = ServedService(
+        tmp_path / "state", MIGRATION__TARGETS="duckdb", ENGINE__BATCH_TIMEOUT_MS="50"
+    )
+    try:
+        service.wait_ready()
+        service.post("/streams/puts/events", {"events": [{"op": "put", "key": 1, "value": 1}]})
+        response = service.client.post(path, json=body)
+        assert response.status_code < 500, response.text
+        deadline = time.monotonic() + 5  # the pipeline consumes the event meanwhile
+        while time.monotonic() < deadline:
+            assert service.process.poll() is None, service.log.read_text()
+            still_serving(service)
+            time.sleep(0.2)
+    finally:
+        if service.process.poll() is None:
+            service.stop()
