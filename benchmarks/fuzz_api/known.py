@@ -30,7 +30,7 @@ def known_crash(case: Any, streams: set[str]) -> str | None:
         entries = body.get("entries")
         if body.get("ids") or (
             isinstance(entries, list)
-            and any(isinstance(e, dict) and e.get("stream") in streams for e in entries)
+            and any(isinstance(e, dict) and str(e.get("stream")) in streams for e in entries)
         ):
             return "replay-to-stream"
     return None
