@@ -15,7 +15,8 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
+from datetime import time as time_of_day
 from decimal import Decimal
 from typing import Any
 
@@ -219,26 +220,40 @@ def _json_column(column: pa.ChunkedArray) -> list[Any]:
     if pa.types.is_decimal(kind):
         return list(column.cast(pa.float64()).to_pylist())
     values = column.to_pylist()
-    if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return [_plain(v) for v in values]
-    return list(values)
+    if (
+        pa.types.is_integer(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+    ):
+        return list(values)
+    # nested, binary, time, interval, dictionary...: whatever Python value Arrow gives
+    return [_plain(v) for v in values]
 
 
 def _plain(value: Any) -> Any:
-    """A nested value as JSON-ready data."""
+    """Any value as JSON-ready data: nested values element by element, times and dates in ISO
+    form, intervals as their parts, bytes in hex, non-finite floats as null, anything else JSON
+    has no form for as its ``str`` (so no column type can fail an answer)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, pa.MonthDayNano):  # an INTERVAL
+        return {"months": value.months, "days": value.days, "nanoseconds": value.nanoseconds}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime | date | time_of_day):
         return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+        return _plain(float(value))
+    return str(value)
 
 
 def json_rows(table: pa.Table) -> list[list[Any]]:

@@ -20,27 +20,27 @@
 =================================  ===============================================================
 
 Every error is ``{"error": {"code", "reason", "detail"?}}`` with a stable code
-(:data:`api.exceptions.ErrorCode`). With ``API__TOKEN`` set, every route wants
-``Authorization: Bearer <token>``.
+(:data:`api.exceptions.ErrorCode`); bad input is a 4xx, a 500 ``internal_error`` is a bug (and
+keeps the connection). With ``API__TOKEN`` set, every route wants exactly one
+``Authorization: Bearer <token>``. Request bodies are bounded in size and time
+(``API__MAX_BODY_MB``, ``API__BODY_TIMEOUT_S``); see :mod:`api.middleware`.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import pyarrow as pa
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.exceptions import ApiError, InvalidRequest, NoEventsPushed, UnsupportedMediaType
+from api.exceptions import InvalidRequest, NoEventsPushed, UnsupportedMediaType
+from api.handlers import error_response, install_error_handlers
+from api.json_body import StrictJSONRoute
+from api.middleware import install_guards
 from api.models import (
     AnswerPage,
     ErrorBody,
@@ -52,6 +52,7 @@ from api.models import (
     ReplayResult,
     TableInfo,
 )
+from api.openapi import describe_api
 from api.service import QueryService
 from streamdi import __version__
 from streamdi.settings import StreamdiSettings
@@ -67,7 +68,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         400: "the request or the query was refused (see error.code)",
         401: "a bearer token is required (API__TOKEN)",
         404: "no such answer, stream or dead letter",
-        408: "the query ran past its time limit",
+        408: "the query ran past its time limit, or the request body arrived too slowly",
         409: "a pinned watermark is not reached or no longer readable; the stream takes no "
         "pushes; no pipeline to pause or resume",
         422: "the request does not match the schema",
@@ -76,45 +77,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(
-    http_status: int, code: str, reason: str, detail: dict[str, Any] | None = None
-) -> JSONResponse:
-    error: dict[str, Any] = {"code": code, "reason": reason}
-    if detail:
-        error["detail"] = detail
-    headers = {"WWW-Authenticate": "Bearer"} if http_status == 401 else None
-    return JSONResponse({"error": error}, status_code=http_status, headers=headers)
-
-
-def _authorized(request: Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
-
-
-def _declare_bearer(app: FastAPI) -> None:
-    """Tell the OpenAPI description that every route wants a bearer token."""
-    from fastapi.openapi.utils import get_openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer", "description": "API__TOKEN"}
-            }
-            schema["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
 def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
-    """The app serving ``service``; see the module docstring."""
+    """The app serving ``service``; see the module docstring. Its guards
+    (:mod:`api.middleware`), error handlers (:mod:`api.handlers`) and OpenAPI additions
+    (:mod:`api.openapi`) are installed here; the routes follow."""
     token = settings.api.token.get_secret_value() if settings.api.token is not None else None
 
     app = FastAPI(
@@ -125,54 +91,17 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         "tables, batches, migration control, dead letters, an HTTP push source, health and "
         "metrics.",
     )
-    if token is not None:
-        _declare_bearer(app)
+    app.router.route_class = StrictJSONRoute
     app.state.service = service
-
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        response = JSONResponse(exc.body(), status_code=exc.status)
-        if exc.status == 401:
-            response.headers["WWW-Authenticate"] = "Bearer"
-        return response
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
-            for e in exc.errors()
-        ]
-        return _error(422, "invalid_request", "; ".join(problems)[:2000] or "invalid request")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 404:
-            return _error(404, "not_found", f"no route {request.url.path}")
-        if exc.status_code == 405:
-            return _error(405, "method_not_allowed", f"{request.method} is not allowed here")
-        return _error(exc.status_code, "invalid_request", str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("request failed path=%s", request.url.path)
-        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}"[:500])
-
-    @app.middleware("http")
-    async def measure(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        if token is not None and not _authorized(request, token):
-            response: Response = _error(
-                401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)"
-            )
-            service.metrics.requests.labels(request.method, "unauthorized", "401").inc()
-            return response
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        service.metrics.requests.labels(request.method, route, str(response.status_code)).inc()
-        service.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
-        return response
+    install_error_handlers(app)
+    install_guards(
+        app,
+        metrics=service.metrics,
+        token=token,
+        max_bytes=int(settings.api.max_body_mb * 2**20),
+        timeout_s=settings.api.body_timeout_s,
+    )
+    describe_api(app, bearer=token is not None, streams=sorted(service.push_sources))
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -198,7 +127,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         tags=["query"],
     )
     def page(
-        answer_id: str,
+        answer_id: Annotated[str, Path(min_length=1, max_length=128)],
         offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
     ) -> JSONResponse:
@@ -346,7 +275,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         alive, body = service.health()
         if alive:
             return JSONResponse(body)
-        return _error(503, "not_ready", f"the pipeline failed: {body['error']}", body)
+        return error_response(503, "not_ready", f"the pipeline failed: {body['error']}", body)
 
     @app.get("/ready", tags=["service"], responses={503: {"model": ErrorBody}})
     def ready() -> JSONResponse:
@@ -354,7 +283,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         ok, body = service.ready()
         if ok:
             return JSONResponse(body)
-        return _error(503, "not_ready", "; ".join(body["reasons"]), body)
+        return error_response(503, "not_ready", "; ".join(body["reasons"]), body)
 
     @app.get(
         "/metrics",

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from sqlglot import exp
 
 from api.safety import Dialect
@@ -12,20 +20,117 @@ from api.safety import Dialect
 Scalar = str | int | float | bool | None
 
 
+def unicode_text(value: str) -> str:
+    """``value`` if it is Unicode text. JSON can carry lone surrogates (``"\\udc00"``), which no
+    database, log or answer can encode; they are refused when the request is validated."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("text must be valid Unicode (a lone surrogate is not)") from exc
+    return value
+
+
+#: Text that can be encoded (see :func:`unicode_text`).
+Text = Annotated[str, AfterValidator(unicode_text)]
+
+
+def unicode_json(value: Any) -> Any:
+    """``value`` (parsed JSON) if every key and string in it is Unicode text. An event carrying a
+    lone surrogate cannot be encoded for Kafka or staging, so it is refused here, before it is
+    re-offered."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            unicode_text(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return value
+
+
+#: A table or column name: 1 to 128 characters, no control characters (NUL included).
+Identifier = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$"),
+    AfterValidator(unicode_text),
+]
+
+#: The largest magnitude of an integer a structured query may compare with (DECIMAL(38)'s).
+MAX_INTEGER = 10**38 - 1
+
+#: The most values an ``in`` condition may list, and the longest string value.
+MAX_IN_VALUES = 10_000
+MAX_STRING_VALUE = 10_000
+
+
+def _scalar_problem(value: Scalar) -> str | None:
+    """Why ``value`` cannot be a literal of a structured query, or None when it can."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if abs(value) <= MAX_INTEGER else "integers are limited to ±(10^38 - 1)"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "numbers must be finite (no NaN or Infinity)"
+    if len(value) > MAX_STRING_VALUE:
+        return f"strings are limited to {MAX_STRING_VALUE} characters"
+    if "\x00" in value:
+        return "strings cannot contain NUL characters"
+    try:
+        unicode_text(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 class Condition(BaseModel):
-    """One condition of a structured query: ``column op value``."""
+    """One condition of a structured query: ``column op value``. The comparison operators and
+    ``like`` take one non-null value (``like`` a string); ``in`` takes a list of 1 to
+    :data:`MAX_IN_VALUES` values; ``is_null`` and ``not_null`` take none. A value is a string
+    (no NUL, at most :data:`MAX_STRING_VALUE` characters), an integer within ±:data:`MAX_INTEGER`,
+    a finite number, a boolean, or (inside ``in``) null. Anything else is refused when the request
+    is validated (422 ``invalid_request``), never when the SQL is built."""
 
     model_config = ConfigDict(extra="forbid")
 
-    column: str = Field(min_length=1, max_length=128)
+    column: Identifier
     op: Literal["=", "!=", "<", "<=", ">", ">=", "in", "like", "is_null", "not_null"] = "="
     value: Scalar | list[Scalar] = None
+
+    @model_validator(mode="after")
+    def _value_fits_op(self) -> Condition:
+        value = self.value
+        if self.op in ("is_null", "not_null"):
+            if value is not None:
+                raise ValueError(f"operator {self.op} takes no value")
+            return self
+        if self.op == "in":
+            if not isinstance(value, list):
+                raise ValueError("operator in takes a list of values")
+            if not 1 <= len(value) <= MAX_IN_VALUES:
+                raise ValueError(f"operator in takes 1 to {MAX_IN_VALUES} values")
+            values = value
+        elif isinstance(value, list):
+            raise ValueError(f"operator {self.op} takes one value, not a list")
+        elif value is None:
+            raise ValueError(f"operator {self.op} takes a value (for NULL use is_null)")
+        elif self.op == "like" and not isinstance(value, str):
+            raise ValueError("operator like takes a string pattern")
+        else:
+            values = [value]
+        for item in values:
+            problem = _scalar_problem(item)
+            if problem is not None:
+                raise ValueError(f"value of {self.column!r}: {problem}")
+        return self
 
 
 class OrderBy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    column: str = Field(min_length=1, max_length=128)
+    column: Identifier
     descending: bool = False
 
 
@@ -35,11 +140,11 @@ class StructuredQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    table: str = Field(min_length=1, max_length=128)
-    columns: list[str] | None = Field(default=None, max_length=256)
+    table: Identifier
+    columns: list[Identifier] | None = Field(default=None, max_length=256)
     where: list[Condition] = Field(default_factory=list, max_length=64)
     order_by: list[OrderBy] = Field(default_factory=list, max_length=16)
-    limit: int | None = Field(default=None, ge=0)
+    limit: int | None = Field(default=None, ge=0, le=2**62)
 
     def to_sql(self) -> str:
         """The query as DuckDB SQL, every name quoted and every value a literal."""
@@ -77,11 +182,11 @@ def _condition(cond: Condition, column: exp.Expression) -> exp.Expression:
         return exp.Is(this=column, expression=exp.Null())
     if cond.op == "not_null":
         return exp.Not(this=exp.Is(this=column, expression=exp.Null()))
+    # Condition's validator has checked that the value fits the operator
     if cond.op == "in":
-        values = cond.value if isinstance(cond.value, list) else [cond.value]
-        return exp.In(this=column, expressions=[_literal(v) for v in values])
-    if isinstance(cond.value, list):
-        raise ValueError(f"operator {cond.op} takes one value, not a list")
+        assert isinstance(cond.value, list)
+        return exp.In(this=column, expressions=[_literal(v) for v in cond.value])
+    assert cond.value is not None and not isinstance(cond.value, list)
     value = _literal(cond.value)
     builders: dict[str, type[exp.Expression]] = {
         "=": exp.EQ,
@@ -102,7 +207,7 @@ class QueryBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sql: str | None = Field(default=None, max_length=100_000)
+    sql: Text | None = Field(default=None, max_length=100_000)
     structured: StructuredQuery | None = None
     dialect: Dialect = "duckdb"
     plan: Literal["island", "migrate", "auto"] = "auto"
@@ -115,6 +220,9 @@ class QueryBody(BaseModel):
     def _one_query(self) -> QueryBody:
         if (self.sql is None) == (self.structured is None):
             raise ValueError("give exactly one of sql and structured")
+        if self.sql is not None and "\x00" in self.sql:
+            # no dialect has a use for it, and PostgreSQL refuses statement text holding one
+            raise ValueError("sql cannot contain NUL characters")
         return self
 
     def text(self) -> str:
@@ -234,9 +342,9 @@ class PushReceiptBody(BaseModel):
 class ReplayEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: int | None = None
-    stream: str = Field(min_length=1, max_length=256)
-    event: dict[str, Any]
+    id: int | None = Field(default=None, ge=0, le=2**62)
+    stream: Text = Field(min_length=1, max_length=256)
+    event: Annotated[dict[str, Any], AfterValidator(unicode_json)]
 
 
 class ReplayBody(BaseModel):
@@ -245,7 +353,9 @@ class ReplayBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[int] = Field(default_factory=list, max_length=100_000)
+    ids: list[Annotated[int, Field(ge=0, le=2**62)]] = Field(
+        default_factory=list, max_length=100_000
+    )
     entries: list[ReplayEntry] = Field(default_factory=list, max_length=100_000)
 
     @model_validator(mode="after")

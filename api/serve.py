@@ -9,9 +9,11 @@ the migration (the DuckDB warehouse) also answers the queries. The run, in order
 3. Open staging and, with ``MIGRATION__TARGETS``, the migrator the pipeline pushes with; the
    query service reads through the same store and targets.
 4. Run the pipeline in a thread (collectors, engine, commits, migration worker).
-5. Serve the app with uvicorn on ``API__HOST:API__PORT`` (127.0.0.1 by default) until SIGTERM or
-   Ctrl-C, or until the pipeline fails (then exit 1: a process whose pipeline died should be
-   restarted, not left answering from a frozen staging file).
+5. Serve the app with uvicorn on ``API__HOST:API__PORT`` (127.0.0.1 by default; another address
+   without ``API__TOKEN`` is warned about) until SIGTERM or Ctrl-C, or until the pipeline fails
+   (then exit 1: a process whose pipeline died should be restarted, not left answering from a
+   frozen staging file). Each request's head must arrive within ``API__HEADER_TIMEOUT_S``
+   (:mod:`api.protocol`).
 6. Stop: the server, then the pipeline (it finishes and commits the batch in hand, pushes what
    is pending), then the readers, the migrator and staging.
 """
@@ -19,6 +21,7 @@ the migration (the DuckDB warehouse) also answers the queries. The run, in order
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import os
 import signal
@@ -28,6 +31,7 @@ import time
 from typing import Any
 
 from api.app import create_app
+from api.protocol import head_deadline_protocol
 from api.service import PipelineState, QueryService
 from ingest.broker import open_broker
 from ingest.deadletters import replay_entries
@@ -164,7 +168,10 @@ def serve(
             log_level="warning",
             lifespan="off",
             timeout_graceful_shutdown=10,
+            http=head_deadline_protocol(settings.api.header_timeout_s),
+            server_header=False,
         )
+        warn_if_exposed(host, settings)
         server = uvicorn.Server(config)
         watcher = threading.Thread(
             target=_watch, args=(server, runner, host, port), name="serve-watch", daemon=True
@@ -194,6 +201,24 @@ def serve(
         print(f"streamdi serve: the pipeline failed: {runner.error}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def warn_if_exposed(host: str, settings: StreamdiSettings) -> bool:
+    """Say on stderr when the service listens beyond this machine without ``API__TOKEN``: then
+    anyone who reaches the port may query, push, replay and pause. True if it warned."""
+    try:
+        local = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = host == "localhost"
+    if local or settings.api.token is not None:
+        return False
+    print(
+        f"streamdi serve: listening on {host} without API__TOKEN: anyone who can reach this "
+        "port may query, push, replay and pause; set API__TOKEN or bind 127.0.0.1",
+        file=sys.stderr,
+        flush=True,
+    )
+    return True
 
 
 def _watch(server: Any, runner: _PipelineThread, host: str, port: int) -> None:

@@ -428,6 +428,26 @@ class ApiSettings(BaseModel):
     token: SecretStr | None = Field(
         default=None, description="Bearer token required by every endpoint when set."
     )
+    max_body_mb: float = Field(
+        default=64.0,
+        gt=0,
+        le=4096,
+        description="Largest request body (MiB), counted while it is read; larger: 413.",
+    )
+    body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Longest a request body may take to arrive once its route reads it; "
+        "slower: 408.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Longest a client may take to send a request's line and headers, from "
+        "connecting or from the previous answer; slower: the connection is closed.",
+    )
     default_target: MigrationTarget | None = Field(
         default=None,
         description="Warehouse a query reads when it names none. Unset: the first of "
@@ -485,6 +505,18 @@ class ApiSettings(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("token")
+    @classmethod
+    def _sendable_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # an empty token would match an empty "Bearer " header; other characters cannot travel
+        # in a header as themselves, so no client could present them
+        secret = value.get_secret_value() if value is not None else None
+        if secret is not None and not (secret and all("!" <= c <= "~" for c in secret)):
+            raise ValueError(
+                "API__TOKEN must be visible ASCII characters without spaces (or unset for no auth)"
+            )
+        return value
 
 
 class TpcdiSettings(BaseModel):
