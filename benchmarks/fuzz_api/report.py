@@ -118,7 +118,7 @@ def markdown(report: FuzzReport, *, budget: int) -> str:
         lines += ["", "## The service stopped", "", "```", report.stopped, "```"]
     if report.skipped_known:
         lines += ["", "## Known crashes (not sent)", ""]
-        lines += [f"- `{key}`: {KNOWN_CRASHES[key]}" for key in sorted(report.skipped_known)]
+        lines += [f"- `{key}`: {KNOWN_CRASHES[key][0]}" for key in sorted(report.skipped_known)]
     if report.failures:
         lines += ["", "## Failures (first examples of each)", ""]
         for failure in report.failures:

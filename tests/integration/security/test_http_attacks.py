@@ -493,14 +493,9 @@ def test_it_listens_on_loopback_only(limited: ServedService) -> None:
     assert listening == ["0100007F"], listening  # 127.0.0.1 unless API__HOST says otherwise
 
 
-# -- known crashes (reported) ------------------------------------------------------------------------
+# -- requests that once stopped the service ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ingest area, reported: the request stops the pipeline and the service exits; "
-    "when it passes, drop this mark and the entry in benchmarks.fuzz_api.KNOWN_CRASHES",
-)
 @pytest.mark.parametrize(
     ("path", "body"),
     [
