@@ -34,7 +34,7 @@ from api.exceptions import (
 from api.metrics import ServiceMetrics
 from api.models import MigrateBody, QueryBody, ReplayBody
 from api.planner import PlanModel
-from api.safety import check_query
+from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, mapped_errors
 from ingest.exceptions import PushRefused, PushTimedOut
@@ -45,7 +45,7 @@ from migration.reader import DuckDBReader, PostgresReader, WarehouseReader
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
-from streamdi.settings import StreamdiSettings
+from streamdi.settings import ApiSettings, StreamdiSettings
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,17 @@ def build_readers(
     return readers
 
 
+def query_limits(api: ApiSettings) -> QueryLimits:
+    """The size and shape limits of user queries (``API__MAX_QUERY_*``)."""
+    return QueryLimits(
+        max_chars=api.max_query_chars,
+        max_nodes=api.max_query_nodes,
+        max_depth=api.max_query_depth,
+        max_tables=api.max_query_tables,
+        max_selects=api.max_query_selects,
+    )
+
+
 def _connection_of(target: Any) -> Callable[[], Any]:
     def connection() -> Any:
         return target.connection
@@ -136,6 +147,7 @@ class QueryService:
         self.sandbox = UnionSandbox(memory_limit=api.sandbox_memory_limit)
         self.readers = dict(readers) if readers is not None else build_readers(migrator, settings)
         self.planner = UnionPlanner(store, migrator, self.readers, self.sandbox, api, model)
+        self.limits = query_limits(api)
         self.answers = AnswerCache(ttl_s=api.answer_ttl_s, max_bytes=api.answer_cache_mb << 20)
         self._running = threading.BoundedSemaphore(api.max_concurrent_queries)
         self.push_sources = dict(push_sources or {})
@@ -155,7 +167,7 @@ class QueryService:
 
     def query(self, body: QueryBody) -> dict[str, Any]:
         """Run a union query; the first page of its answer."""
-        checked = check_query(body.text(), self._columns(), body.dialect)
+        checked = check_query(body.text(), self._columns(), body.dialect, self.limits)
         request = UnionRequest(checked, body.plan, body.include_staged, body.target, body.watermark)
         label = body.plan if body.include_staged else "warehouse"
         target = body.target or "default"
