@@ -181,7 +181,7 @@ def test_user_sql_runs_where_files_are_out_of_reach(split_shop: ShopStage, tmp_p
         "SELECT * FROM glob('/etc/*')",
     ):
         with pytest.raises(QueryFailed) as refused:
-            service.sandbox.run([item], sql, timeout_s=5)
+            service.sandbox.run([item], sql, timeout_s=5, max_bytes=1 << 20)
         assert "disabled" in refused.value.reason or "Permission" in refused.value.reason
     ask(service, "accounts", include_staged=False)  # a read locks the warehouse instance down
     reader = service.readers["duckdb"]
