@@ -24,11 +24,14 @@ DuckDB extension's reader) can never pass. :func:`check_allowed` walks a parsed 
 those that are useful get a bound checked here (:data:`BOUNDED`): ``lpad``/``rpad`` only with a
 literal width up to :data:`MAX_PAD_WIDTH`; ``replace`` only with literal strings whose
 replacement is no longer than what it replaces, and ``regexp_replace`` only with an empty
-replacement (so the output is never longer than the input, however they nest). What remains
-grows at most linearly with the query's own size (``||``, ``concat``), which
-:mod:`api.limits` bounds. Aggregates that gather many rows into one value (``string_agg``,
-``array_agg``) are bounded by the answer's byte cap and the row-size guard of the readers, not
-here.
+replacement (so the output is never longer than the input, however they nest). Concatenation
+(``||``, ``concat``, ``concat_ws``, ``overlay``) is the one operation left whose output is the
+sum of its inputs; through CTEs and subqueries it compounds (``v||v`` over ``v||v`` over ... is
+exponential), so it is allowed only in the outermost SELECT and with at most
+:data:`MAX_CONCAT_OPERANDS` operands in the whole query. Aggregates that gather many rows into one
+value (``string_agg``, ``array_agg``/``list``) are refused: a single value as large as a table
+defeats every per-row bound. So every value a query computes is at most a constant times the
+largest stored value or literal.
 """
 
 from __future__ import annotations
@@ -46,6 +49,22 @@ Dialect = Literal["duckdb", "postgres"]
 MAX_PAD_WIDTH = 1_000
 #: Longest char(n)/varchar(n) of a cast.
 MAX_TYPE_LENGTH = 10_000
+#: Most operands of concatenations in one query.
+MAX_CONCAT_OPERANDS = 32
+
+#: Operations whose output is as long as all their inputs together.
+CONCATENATIONS: tuple[type[exp.Expr], ...] = (exp.DPipe, exp.Concat, exp.ConcatWs, exp.Overlay)
+
+#: Where a SELECT is nested in another query (concatenation is refused below these).
+_NESTING: tuple[type[exp.Expr], ...] = (
+    exp.Subquery,
+    exp.CTE,
+    exp.Exists,
+    exp.In,
+    exp.Any,
+    exp.All,
+    exp.Select,
+)
 
 FUNCTIONS: frozenset[type[exp.Func]] = frozenset(
     {
@@ -65,8 +84,6 @@ FUNCTIONS: frozenset[type[exp.Func]] = frozenset(
         exp.PercentileCont,
         exp.PercentileDisc,
         exp.ApproxDistinct,
-        exp.GroupConcat,
-        exp.ArrayAgg,
         exp.LogicalAnd,
         exp.LogicalOr,
         exp.AnyValue,
@@ -506,7 +523,16 @@ def check_allowed(tree: exp.Expr, dialect: Dialect) -> None:
     (``forbidden_function``, ``forbidden_clause``). Iterative: call it after
     :func:`api.limits.check_tree`."""
     named = NAMED_FUNCTIONS[dialect]
+    operands = 0
     for node in tree.walk():
+        if isinstance(node, CONCATENATIONS):
+            _check_outermost(node)
+            operands += 2 if isinstance(node, exp.DPipe | exp.Overlay) else len(node.expressions)
+            if operands > MAX_CONCAT_OPERANDS:
+                raise QueryRejected(
+                    "forbidden_clause",
+                    f"more than {MAX_CONCAT_OPERANDS} concatenated operands in one query",
+                )
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise QueryRejected(
                 "forbidden_clause", "WITH RECURSIVE is refused (its rows are not bounded)"
@@ -536,6 +562,18 @@ def check_allowed(tree: exp.Expr, dialect: Dialect) -> None:
                 "windows and scalar expressions)",
                 construct=_construct_name(node),
             )
+
+
+def _check_outermost(node: exp.Expr) -> None:
+    """Refuse a concatenation below the outermost SELECT (see the module docstring)."""
+    select = node.find_ancestor(exp.Select)
+    outer = select.find_ancestor(*_NESTING) if select is not None else None
+    if outer is not None:
+        raise QueryRejected(
+            "forbidden_clause",
+            "string concatenation (||, concat, concat_ws, overlay) is allowed in the outermost "
+            "SELECT only: through subqueries and CTEs it could grow values exponentially",
+        )
 
 
 def check_target(tree: exp.Expr, dialect: Dialect) -> None:

@@ -211,7 +211,7 @@ class QueryRunner:
             worker.thread.start()
             self.guard.wake()
             # 4.
-            if not worker.done.wait(self.timeout_s):
+            if not self._wait(worker, self.timeout_s):
                 worker.scope.interrupt("timeout")
                 # 5.
                 if not worker.done.wait(self.grace_s):
@@ -237,6 +237,24 @@ class QueryRunner:
                 raise worker.error
             raise answer from worker.error
         return worker.result  # type: ignore[return-value]
+
+    def _wait(self, worker: _Worker, seconds: float) -> bool:
+        """Wait for ``worker`` up to ``seconds``, or until shutdown interrupted it."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return worker.done.is_set()
+            if worker.done.wait(min(left, 0.1)):
+                return True
+            if worker.scope.reason == "shutdown":
+                return worker.done.wait(self.grace_s) or self._abandon(worker)
+
+    def _abandon(self, worker: _Worker) -> bool:
+        with self._lock:
+            if not worker.done.is_set():
+                self._abandoned.add(worker)
+        raise NotReady("the service is stopping; the query was interrupted")
 
     def shutdown(self, wait_s: float) -> int:
         """Refuse new queries, interrupt the running ones, wait up to ``wait_s`` for them; the

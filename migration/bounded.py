@@ -14,8 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-#: Rows per record batch read from DuckDB.
-BATCH_ROWS = 8_192
+#: Rows per record batch read from DuckDB (one DuckDB vector: a batch holds at most this many
+#: rows of the largest size a query can make, see :mod:`api.allowlist`).
+BATCH_ROWS = 2_048
 
 
 def read_bounded(relation: Any, max_bytes: int, too_large: Callable[[int], Exception]) -> pa.Table:
