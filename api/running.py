@@ -45,7 +45,6 @@ import psutil
 import pyarrow as pa
 
 from api.exceptions import (
-    ApiError,
     NotReady,
     QueryMemoryExceeded,
     QueryTimeout,
@@ -276,7 +275,7 @@ class QueryRunner:
 
 def _translated(error: BaseException, scope: QueryScope, timeout_s: float) -> BaseException:
     """The error to answer for ``error``, by why the scope was interrupted (if it was)."""
-    if scope.reason is None or not isinstance(error, ApiError):
+    if scope.reason is None or not isinstance(error, Exception):
         return error
     if scope.reason == "memory":
         return QueryMemoryExceeded(
