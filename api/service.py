@@ -42,7 +42,8 @@ from ingest.exceptions import PushRefused, PushTimedOut
 from ingest.push import HttpPushSource
 from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
-from migration.reader import DuckDBReader, PostgresReader, WarehouseReader
+from migration.postgres_reader import PostgresReader
+from migration.reader import DuckDBReader, WarehouseReader
 from migration.reader_login import LoginPlan, RoleLimits
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
