@@ -31,8 +31,7 @@ predicate:
   own, not a cursor of the target's, so closing either never waits for the other), which runs
   with ``enable_external_access = false``, a memory limit and a thread limit
   (:meth:`migration.targets.duckdb_file.DuckDBTarget.lock_down`, checked on every snapshot).
-  Results stream
-  in bounded pieces (:mod:`migration.bounded`).
+  Results stream in bounded pieces (:mod:`migration.bounded`).
 
 The PostgreSQL reader lives in :mod:`migration.postgres_reader`.
 """
