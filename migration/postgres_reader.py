@@ -217,6 +217,8 @@ class PostgresReader(WarehouseReader):
         :mod:`migration.reader_login`). Raises
         :class:`~migration.exceptions.ReaderLoginRefused` (fix the configuration) or
         :class:`~migration.exceptions.TargetUnavailable` (tried again on the next snapshot)."""
+        if self._login is not None:
+            return
         with self._prepare_lock:
             if self._login is not None:
                 return
