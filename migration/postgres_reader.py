@@ -50,6 +50,8 @@ class _CappedSink(io.RawIOBase):
 
     def __init__(self, cap: int, cancel: Callable[[], object], target: str) -> None:
         self.buffer = io.BytesIO()
+        self._write = self.buffer.write
+        self._size = 0
         self.cap = cap
         self.passed = False
         self._cancel = cancel
@@ -60,12 +62,13 @@ class _CappedSink(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         size = len(data)
-        if self.buffer.tell() + size > self.cap:
+        if self._size + size > self.cap:
             self.passed = True
             with suppress(Exception):
                 self._cancel()
             raise WarehouseQueryTooLarge(self._target, self.cap)
-        self.buffer.write(data)
+        self._size += size
+        self._write(data)
         return size
 
 
