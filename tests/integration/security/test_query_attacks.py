@@ -29,7 +29,7 @@ import pytest
 from api.exceptions import QueryMemoryExceeded, QueryTimeout
 from api.running import QueryRunner, rss_bytes
 from api.sandbox import UnionInput, UnionSandbox
-from migration.exceptions import WarehouseQueryFailed
+from migration.exceptions import WarehouseQueryFailed, WarehouseQueryTooLarge
 from streamdi.settings import load_settings
 from streamdi.watchdog import statement
 from tests.integration.api.conftest import ServedService
@@ -378,6 +378,25 @@ def test_the_reader_session_is_no_superuser_and_reaches_no_role(fenced: Any) -> 
     ):
         warehouse.query("SELECT pg_read_file('/etc/passwd')")
     assert "permission denied" in str(denied.value)
+
+
+def test_postgres_answers_stop_at_their_byte_cap_without_draining(fenced: Any) -> None:
+    reader = fenced.readers["postgres"]
+    many = "SELECT g, md5(g::text) FROM generate_series(1, 5000000) g"  # ~200 MB as CSV
+    one = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 200000) g"  # one 6 MB row
+    for run, sql in (("fetch", many), ("query", many), ("query", one)):
+        started = time.monotonic()
+        with (
+            reader.snapshot(timeout_s=30, max_bytes=1 << 20) as warehouse,
+            pytest.raises(WarehouseQueryTooLarge),
+        ):
+            if run == "fetch":
+                warehouse.fetch(sql, {"g": pa.int64(), "m": pa.string()})
+            else:
+                warehouse.query(sql)
+        assert time.monotonic() - started < 10, (run, sql)  # cancelled, not drained
+    with reader.snapshot(timeout_s=5) as warehouse:  # the pool still serves
+        assert warehouse.query("SELECT 1 AS one").column(0).to_pylist() == [1]
 
 
 def test_duckdb_warehouse_instance_refuses_files_and_settings(fenced: Any) -> None:
