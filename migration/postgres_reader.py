@@ -75,13 +75,27 @@ class _CappedSink(io.RawIOBase):
         return size
 
 
-def _row_guard(sql: str, cap: int) -> str:
-    """``sql`` whose every row is checked on the server to be at most ``cap`` bytes: a larger
-    one fails the statement (with :data:`_ROW_TOO_LARGE` in its message) before it is sent, so
-    the service never receives a row larger than its cap in one piece."""
+#: Type OIDs of fixed, small size (bool, ints, floats, dates, times, intervals, uuid, money):
+#: a row of only these needs no size check.
+_FIXED_SIZE = frozenset(
+    {16, 18, 20, 21, 23, 26, 700, 701, 790, 1082, 1083, 1114, 1184, 1186, 1266, 2950}
+)
+
+
+def _row_guard(sql: str, cap: int, oids: list[int]) -> str:
+    """``sql`` (whose columns have type ``oids``) with every row checked on the server to be at
+    most ``cap`` bytes in its variable-size columns: a larger one fails the statement (with
+    :data:`_ROW_TOO_LARGE` in its message) before it is sent, so the service never receives a
+    row larger than its cap in one piece. Columns are renamed by position inside (the caller
+    names them)."""
+    varying = [i for i, oid in enumerate(oids) if oid not in _FIXED_SIZE]
+    if not varying:
+        return sql
+    names = ", ".join(f"c{i}" for i in range(len(oids)))
+    size = " + ".join(f"coalesce(pg_column_size(_q.c{i}), 0)" for i in varying)
     return (
-        f"SELECT _q.* FROM ({sql}) AS _q WHERE CASE WHEN pg_column_size(_q.*) > {int(cap)} "
-        f"THEN ('{_ROW_TOO_LARGE} ' || pg_column_size(_q.*))::int = 0 ELSE true END"
+        f"SELECT * FROM ({sql}) AS _q({names}) WHERE CASE WHEN {size} > {int(cap)} "
+        f"THEN ('{_ROW_TOO_LARGE} ' || ({size}))::int = 0 ELSE true END"
     )
 
 
@@ -160,7 +174,8 @@ class _PostgresSnapshot(WarehouseSnapshot):
             description = list(self._cursor.description or [])
         names = [str(d[0]) for d in description]
         types = [_PG_TYPES.get(int(d[1]), pa.string()) for d in description]
-        return self._copy(_row_guard(sql, cap), names, types, cap)
+        oids = [int(d[1]) for d in description]
+        return self._copy(_row_guard(sql, cap, oids), names, types, cap)
 
 
 @contextmanager
