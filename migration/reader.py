@@ -39,6 +39,7 @@ The PostgreSQL reader lives in :mod:`migration.postgres_reader`.
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -250,6 +251,10 @@ def _duck_errors(target: str, timeout_s: float) -> Iterator[None]:
         raise WarehouseQueryFailed(target, _first_line(exc)) from exc
 
 
+#: Idle connections a DuckDB reader keeps for its next snapshots.
+_DUCKDB_IDLE = 4
+
+
 class DuckDBReader(WarehouseReader):
     """Snapshots of the DuckDB warehouse file ``path``, each on a connection of its own to the
     database instance the migration target opened (``ensure_layout`` opens it first; a
@@ -273,6 +278,8 @@ class DuckDBReader(WarehouseReader):
         self._path = path
         self._lock_down = lock_down
         self._mark_busy = mark_busy
+        self._idle: list[Any] = []  # connections of finished snapshots (a fresh one is colder)
+        self._lock = threading.Lock()
 
     @contextmanager
     def snapshot(
@@ -283,8 +290,12 @@ class DuckDBReader(WarehouseReader):
         self._ensure_layout()
         if self._mark_busy is not None:
             self._mark_busy(timeout_s)
-        with _duck_errors(self.name, timeout_s):
-            con = duckdb.connect(self._path)
+        with self._lock:
+            con = self._idle.pop() if self._idle else None
+        if con is None:
+            with _duck_errors(self.name, timeout_s):
+                con = duckdb.connect(self._path)
+        reusable = False
         try:
             with _duck_errors(self.name, timeout_s):
                 external = con.execute(
@@ -303,8 +314,24 @@ class DuckDBReader(WarehouseReader):
             yield _DuckDBSnapshot(
                 layout, con, int(watermark), int(merged), timeout_s=timeout_s, max_bytes=max_bytes
             )
+            reusable = True
         finally:
-            with suppress(Exception):
+            try:
                 con.execute("ROLLBACK")
+            except Exception:
+                reusable = False
+            if reusable:
+                with self._lock:
+                    if len(self._idle) < _DUCKDB_IDLE:
+                        self._idle.append(con)
+                        con = None
+            if con is not None:
+                with suppress(Exception):
+                    con.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for con in idle:
             with suppress(Exception):
                 con.close()
