@@ -39,6 +39,22 @@ class Answer:
     nbytes: int
 
 
+def bounded_page(table: pa.Table, start: int, limit: int, max_bytes: int) -> pa.Table:
+    """Rows ``start..start+limit`` of ``table``, fewer when they pass ``max_bytes`` (as Arrow;
+    at least one row, an answer's rows being bounded by ``API__MAX_ANSWER_MB``)."""
+    rows = table.slice(start, limit)
+    if rows.num_rows <= 1 or rows.nbytes <= max_bytes:
+        return rows
+    low, high = 1, rows.num_rows  # the most rows that fit lies in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if table.slice(start, middle).nbytes <= max_bytes:
+            low = middle
+        else:
+            high = middle
+    return table.slice(start, low)
+
+
 class AnswerCache:
     """See the module docstring. Thread-safe."""
 

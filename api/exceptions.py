@@ -23,6 +23,9 @@ ErrorCode = Literal[
     "query_failed",
     "query_timeout",
     "result_too_large",
+    "query_too_complex",
+    "query_memory_exceeded",
+    "answer_too_large",
     "unknown_target",
     "no_target",
     "watermark_not_reached",
@@ -78,9 +81,10 @@ class InvalidRequest(ApiError, TerminalError):
 
 
 class QueryRejected(ApiError, TerminalError):
-    """The query is not one read-only SELECT over known tables; ``code`` says which rule it broke
-    (``sql_syntax``, ``not_a_query``, ``multiple_statements``, ``unknown_table``,
-    ``table_function``, ``forbidden_function``, ``forbidden_clause``)."""
+    """The query is not one read-only SELECT over known tables made of what the allowlist admits;
+    ``code`` says which rule it broke (``sql_syntax``, ``not_a_query``, ``multiple_statements``,
+    ``unknown_table``, ``table_function``, ``forbidden_function``, ``forbidden_clause``,
+    ``query_too_complex``)."""
 
     status = 400
 
@@ -108,6 +112,23 @@ class ResultTooLarge(ApiError, TerminalError):
 
     status = 400
     code: ErrorCode = "result_too_large"
+
+
+class QueryMemoryExceeded(ApiError, TerminalError):
+    """The query passed its memory budget: DuckDB's memory limit refused an allocation, or the
+    service's resident memory passed ``API__RSS_LIMIT_MB`` while it ran (every query running
+    then is interrupted)."""
+
+    status = 400
+    code: ErrorCode = "query_memory_exceeded"
+
+
+class AnswerTooLarge(ApiError, TerminalError):
+    """The answer (or one of its rows) passed ``API__MAX_ANSWER_MB``; ask for fewer or narrower
+    rows."""
+
+    status = 400
+    code: ErrorCode = "answer_too_large"
 
 
 class UnknownTarget(ApiError, TerminalError):

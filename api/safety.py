@@ -1,29 +1,33 @@
-"""Checking a user's SQL before anything runs it: exactly one read-only SELECT over known tables.
+"""Checking a user's SQL before anything runs it: exactly one read-only SELECT over known tables,
+made only of what the allowlist admits.
 
 :func:`check_query` parses the text with sqlglot (in the dialect the client names: ``duckdb`` or
 ``postgres``) and refuses, with a :class:`~api.exceptions.QueryRejected` whose code names the rule:
 
+* a query too long, too big or nested too deeply, before, while and after parsing
+  (``query_too_complex``; :mod:`api.limits`);
 * text that does not parse (``sql_syntax``), more than one statement (``multiple_statements``),
   anything but a query: DDL, DML, ``COPY``, ``ATTACH``, ``INSTALL``, ``LOAD``, ``SET``,
   ``PRAGMA``, ``CALL``, ``EXPLAIN``... (``not_a_query``);
+* any function, construct or cast type that is not on the allowlist of :mod:`api.allowlist`
+  (deny by default: ``forbidden_function``, ``forbidden_clause``), and the bounded functions
+  used beyond their bound;
 * a table that is not one of the logical tables (a state table or a sink of the dataflow), a
   schema-qualified name, a file path in ``FROM`` (``unknown_table``); a table function in
-  ``FROM`` such as ``read_csv(...)``, ``glob(...)``, ``dblink(...)`` (``table_function``);
-* functions that reach files, the network, settings, sequences or other SQL: ``read_*``,
-  ``glob``, ``query``, ``getenv``, ``pg_*`` (``pg_read_file``...), ``lo_*``, ``dblink*``,
-  ``current_setting``, ``nextval`` and the rest of :data:`DENIED_FUNCTIONS` and
-  :data:`DENIED_PREFIXES` (``forbidden_function``);
+  ``FROM`` (``table_function``);
 * ``SELECT ... INTO``, ``FOR UPDATE``/``FOR SHARE`` and CTEs named like a table
   (``forbidden_clause``).
 
 The parser is the first fence, not the only one: the query then runs where files and the network
-are out of reach (an in-memory DuckDB with external access disabled, the DuckDB warehouse with the
-same setting, or a PostgreSQL read-only transaction under a role without privileges; see
-:mod:`migration.reader` and :mod:`api.sandbox`).
+are out of reach and memory is bounded (an in-memory DuckDB with external access disabled, the
+DuckDB warehouse's instance with the same setting, or a PostgreSQL session whose login role is
+not a superuser and may only read the warehouse; see :mod:`migration.reader`,
+:mod:`api.sandbox`).
 
 :class:`CheckedQuery` keeps the parsed tree with identifiers resolved to the real table and column
-names; :meth:`CheckedQuery.render` writes it for a dialect, with a row limit and, optionally,
-each table replaced by a SQL relation (a warehouse's as-of view).
+names; :meth:`CheckedQuery.render` writes it for a dialect (checking the dialect's allowlist of
+untyped functions again), with a row limit and, optionally, each table replaced by a SQL relation
+(a warehouse's as-of view).
 """
 
 from __future__ import annotations
@@ -31,72 +35,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from api.allowlist import Dialect, check_allowed, check_target
 from api.exceptions import QueryRejected
+from api.limits import QueryLimits, check_text, check_tree, parsing
 
 # sqlglot warns when it falls back to a generic command (LOAD, CALL...): those are refused anyway
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
-Dialect = Literal["duckdb", "postgres"]
-
-DENIED_FUNCTIONS = frozenset(
-    {
-        "glob",
-        "query",
-        "query_table",
-        "getenv",
-        "current_setting",
-        "set_config",
-        "sniff_csv",
-        "load_extension",
-        "install_extension",
-        "nextval",
-        "setval",
-        "currval",
-        "lastval",
-        "st_read",
-        "copy",
-        "to_file",
-        "which_secret",
-        "txid_current",
-        "make_secret",
-        "system",
-        "shell",
-    }
-)
-"""Functions refused by name (lower case) wherever they appear."""
-
-DENIED_PREFIXES = (
-    "read_",
-    "parquet_",
-    "iceberg_",
-    "delta_",
-    "sqlite_",
-    "postgres_",
-    "mysql_",
-    "duckdb_",
-    "pragma_",
-    "http",
-    "json_execute",
-    "sql_",
-    "pg_",
-    "lo_",
-    "dblink",
-    "query_to_xml",
-    "table_to_xml",
-    "schema_to_xml",
-    "database_to_xml",
-    "cursor_to_xml",
-)
-"""Functions refused by prefix: file and network readers of DuckDB's extensions, DuckDB's
-catalog and settings functions, PostgreSQL's server functions, large objects, dblink, and the
-``*_to_xml`` functions that run SQL given as text."""
+__all__ = ["CheckedQuery", "Dialect", "QueryLimits", "check_query"]
 
 #: Node types a predicate may consist of to be pushed down to the warehouse read.
 _PUSHABLE = (
@@ -130,16 +83,6 @@ _PUSHABLE = (
 )
 
 
-def _function_names(node: exp.Func) -> list[str]:
-    if isinstance(node, exp.Anonymous):
-        return [str(node.name).lower()]
-    return [str(n).lower() for n in type(node).sql_names()]
-
-
-def _denied(name: str) -> bool:
-    return name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES)
-
-
 @dataclass(frozen=True)
 class CheckedQuery:
     """A checked query. ``tables`` are the logical tables it reads; ``columns[t]`` the columns of
@@ -160,7 +103,16 @@ class CheckedQuery:
         relations: Mapping[str, str] | None = None,
     ) -> str:
         """The query as ``dialect`` SQL, returning at most ``limit`` rows; each table named in
-        ``relations`` becomes ``(<its SQL>) AS <alias>``."""
+        ``relations`` becomes ``(<its SQL>) AS <alias>``. Raises
+        :class:`~api.exceptions.QueryRejected` when an untyped function is not on ``dialect``'s
+        list (:func:`api.allowlist.check_target`)."""
+        check_target(self.tree, dialect)
+        with parsing():
+            return self._render(dialect, limit, relations)
+
+    def _render(
+        self, dialect: Dialect, limit: int | None, relations: Mapping[str, str] | None
+    ) -> str:
         tree = self.tree.copy()
         if relations:
             for table in list(tree.find_all(exp.Table)):
@@ -180,6 +132,7 @@ class CheckedQuery:
         """The pushable WHERE as ``dialect`` SQL (``None`` when there is none)."""
         if self.filter is None:
             return None
+        check_target(self.filter, dialect)
         return self.filter.sql(dialect=dialect, identify=True)
 
 
@@ -198,12 +151,20 @@ def _limited(tree: exp.Query, limit: int) -> exp.Query:
 
 
 def check_query(
-    sql: str, tables: Mapping[str, Sequence[str]], dialect: Dialect = "duckdb"
+    sql: str,
+    tables: Mapping[str, Sequence[str]],
+    dialect: Dialect = "duckdb",
+    limits: QueryLimits | None = None,
 ) -> CheckedQuery:
     """Check ``sql`` against the rules of the module docstring; ``tables`` maps each logical
-    table to its columns. Raises :class:`~api.exceptions.QueryRejected`."""
+    table to its columns; ``limits`` bound the query's size and shape (defaults: those of
+    :class:`~api.limits.QueryLimits`). Raises :class:`~api.exceptions.QueryRejected`; never a
+    :class:`RecursionError`."""
+    limits = limits or QueryLimits()
+    check_text(sql, dialect, limits)
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        with parsing():
+            statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (ParseError, TokenError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot parse"
         raise QueryRejected("sql_syntax", f"the query does not parse: {message}") from exc
@@ -222,7 +183,22 @@ def check_query(
             f"only a read-only SELECT may run here (got {kind}); DDL, DML, COPY, ATTACH, "
             "INSTALL, LOAD, SET, PRAGMA and the like are refused",
         )
-    tree = normalize_identifiers(tree, dialect=dialect)
+    check_tree(tree, limits)
+    for node in tree.walk():
+        if isinstance(node, exp.Into):
+            raise QueryRejected("forbidden_clause", "SELECT ... INTO writes a table; refused")
+        if isinstance(node, exp.Lock):
+            raise QueryRejected("forbidden_clause", "FOR UPDATE / FOR SHARE locks rows; refused")
+    check_allowed(tree, dialect)
+    with parsing():
+        normalized = normalize_identifiers(tree, dialect=dialect)
+        return _resolved(normalized, tables, dialect)
+
+
+def _resolved(
+    tree: exp.Query, tables: Mapping[str, Sequence[str]], dialect: Dialect
+) -> CheckedQuery:
+    """The checked query with its tables and columns resolved to the logical ones."""
     by_lower = {name.lower(): name for name in tables}
     ctes = {str(c.alias_or_name).lower() for c in tree.find_all(exp.CTE)}
     shadowing = sorted(ctes & set(by_lower))
@@ -231,20 +207,6 @@ def check_query(
             "forbidden_clause",
             f"a CTE may not be named like a table ({shadowing}); choose another name",
         )
-    for node in tree.walk():
-        if isinstance(node, exp.Into):
-            raise QueryRejected("forbidden_clause", "SELECT ... INTO writes a table; refused")
-        if isinstance(node, exp.Lock):
-            raise QueryRejected("forbidden_clause", "FOR UPDATE / FOR SHARE locks rows; refused")
-        if isinstance(node, exp.Func):
-            for name in _function_names(node):
-                if _denied(name):
-                    raise QueryRejected(
-                        "forbidden_function",
-                        f"function {name}() reaches files, the network, settings or other "
-                        "SQL; refused",
-                        function=name,
-                    )
     used: list[str] = []
     aliases: set[str] = set()
     for table in tree.find_all(exp.Table):

@@ -14,8 +14,16 @@ the migration (the DuckDB warehouse) also answers the queries. The run, in order
    (then exit 1: a process whose pipeline died should be restarted, not left answering from a
    frozen staging file). Each request's head must arrive within ``API__HEADER_TIMEOUT_S``
    (:mod:`api.protocol`).
-6. Stop: the server, then the pipeline (it finishes and commits the batch in hand, pushes what
-   is pending), then the readers, the migrator and staging.
+6. Stop: as soon as the server is told to exit, refuse new queries and interrupt the running
+   ones (each stops at once, or is abandoned after ``API__QUERY_GRACE_S``: DuckDB's binder cannot
+   be interrupted); then the server, then the pipeline (it finishes and commits the batch in
+   hand, pushes what is pending), then the readers, the migrator and staging. A statement still
+   running after all that (an abandoned one) is left to the end of the process, which then exits
+   at once (``os._exit``) rather than wait for it in DuckDB's teardown: everything staged and
+   migrated is committed by then.
+
+Before step 4 the query service verifies what user queries will run as (the PostgreSQL reader
+login): an unsafe configuration stops the start with a message saying what to fix.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from api.app import create_app
@@ -43,6 +52,7 @@ from migration.schema import WarehouseLayout
 from staging.handoff import StagedDeltas
 from staging.store import StagingStore
 from streamdi.commands import EXIT_FAILED, EXIT_OK
+from streamdi.errors import StreamdiError
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
@@ -159,6 +169,15 @@ def serve(
             ingest=runner.pipeline,
         )
         runner.pipeline.observers.append(service.metrics.observe_batch)
+        try:
+            service.start()
+        except StreamdiError as exc:
+            print(f"streamdi serve: {exc}", file=sys.stderr)
+            service.close()
+            if migrator is not None:
+                migrator.close()
+            store.close()
+            return EXIT_FAILED
         runner.start()
         # 5.
         config = uvicorn.Config(
@@ -173,8 +192,12 @@ def serve(
         )
         warn_if_exposed(host, settings)
         server = uvicorn.Server(config)
+        grace = settings.api.query_grace_s
         watcher = threading.Thread(
-            target=_watch, args=(server, runner, host, port), name="serve-watch", daemon=True
+            target=_watch,
+            args=(server, runner, host, port, lambda: service.shutdown(grace)),
+            name="serve-watch",
+            daemon=True,
         )
         watcher.start()
         # uvicorn hands a signal it caught back to the handler it found when it stops: ours
@@ -193,14 +216,25 @@ def serve(
             for source in push_sources.values():
                 source.close()
             runner.join(timeout=120)
+            left = service.shutdown(0.0)
             service.close()
             if migrator is not None:
                 migrator.close()
             store.close()
+    code = EXIT_OK
     if runner.error is not None:
         print(f"streamdi serve: the pipeline failed: {runner.error}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+        code = EXIT_FAILED
+    if left:
+        print(
+            f"streamdi serve: {left} abandoned query statements still run; exiting without "
+            "waiting for them",
+            file=sys.stderr,
+            flush=True,
+        )
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 def warn_if_exposed(host: str, settings: StreamdiSettings) -> bool:
@@ -221,8 +255,18 @@ def warn_if_exposed(host: str, settings: StreamdiSettings) -> bool:
     return True
 
 
-def _watch(server: Any, runner: _PipelineThread, host: str, port: int) -> None:
-    """Announce the address once the server listens; stop the server if the pipeline fails."""
+def _watch(
+    server: Any, runner: _PipelineThread, host: str, port: int, on_exit: Callable[[], object]
+) -> None:
+    """Announce the address once the server listens; stop the server if the pipeline fails;
+    call ``on_exit`` (interrupt the queries) as soon as the server is told to exit."""
+    try:
+        _watch_until_exit(server, runner, host, port)
+    finally:
+        on_exit()
+
+
+def _watch_until_exit(server: Any, runner: _PipelineThread, host: str, port: int) -> None:
     announced = False
     while not server.should_exit:
         if not announced and server.started:

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
-from api.answers import AnswerCache, expanded_instant, json_rows, type_name
+from api.answers import AnswerCache, bounded_page, expanded_instant, json_rows, type_name
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
@@ -37,19 +37,22 @@ from api.exceptions import (
 from api.metrics import ServiceMetrics
 from api.models import MigrateBody, QueryBody, ReplayBody
 from api.planner import PlanModel
-from api.safety import check_query
+from api.running import QueryRunner
+from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox
-from api.union import UnionPlanner, UnionRequest, mapped_errors
+from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
 from ingest import exceptions as ingest_errors
 from ingest.deadletters import dead_letter_view, replay_as_stored
 from ingest.push import HttpPushSource
 from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
-from migration.reader import DuckDBReader, PostgresReader, WarehouseReader
+from migration.postgres_reader import PostgresReader
+from migration.reader import DuckDBReader, WarehouseReader
+from migration.reader_login import LoginPlan, RoleLimits
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
-from streamdi.settings import StreamdiSettings
+from streamdi.settings import ApiSettings, StreamdiSettings
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ def build_readers(
 
         if isinstance(target, DuckDBTarget):
             readers[name] = DuckDBReader(
-                target.layout, ensure, _connection_of(target), target.mark_busy
+                target.layout, ensure, str(target.path), target.lock_down, target.mark_busy
             )
         elif isinstance(target, PostgresTarget):
             readers[name] = PostgresReader(
@@ -97,17 +100,38 @@ def build_readers(
                 ensure,
                 target.dsn,
                 target.connect_args,
+                login=login_plan(settings.api),
                 pool_size=settings.api.postgres_pool,
-                role=settings.api.postgres_reader_role,
             )
     return readers
 
 
-def _connection_of(target: Any) -> Callable[[], Any]:
-    def connection() -> Any:
-        return target.connection
+def login_plan(api: ApiSettings) -> LoginPlan:
+    """How user queries log in to PostgreSQL (``API__POSTGRES_READER_*``)."""
+    timeout_ms = int((api.query_timeout_s + api.query_grace_s) * 1000)
+    return LoginPlan(
+        reader_dsn=api.postgres_reader_dsn.get_secret_value()
+        if api.postgres_reader_dsn is not None
+        else None,
+        role=api.postgres_reader_role,
+        limits=RoleLimits(
+            statement_timeout_ms=timeout_ms,
+            work_mem=api.postgres_reader_work_mem,
+            temp_file_limit=api.postgres_reader_temp_file_limit,
+            connection_limit=api.postgres_pool + 4,
+        ),
+    )
 
-    return connection
+
+def query_limits(api: ApiSettings) -> QueryLimits:
+    """The size and shape limits of user queries (``API__MAX_QUERY_*``)."""
+    return QueryLimits(
+        max_chars=api.max_query_chars,
+        max_nodes=api.max_query_nodes,
+        max_depth=api.max_query_depth,
+        max_tables=api.max_query_tables,
+        max_selects=api.max_query_selects,
+    )
 
 
 def _event_time(micros: int) -> str:
@@ -146,11 +170,22 @@ class QueryService:
         self.settings = settings
         self.migrator = migrator
         api = settings.api
-        self.sandbox = UnionSandbox(memory_limit=api.sandbox_memory_limit)
+        self.sandbox = UnionSandbox(
+            memory_limit=api.sandbox_memory_limit,
+            threads=api.sandbox_threads,
+            timeout_s=api.query_timeout_s,
+        )
         self.readers = dict(readers) if readers is not None else build_readers(migrator, settings)
         self.planner = UnionPlanner(store, migrator, self.readers, self.sandbox, api, model)
+        self.limits = query_limits(api)
         self.answers = AnswerCache(ttl_s=api.answer_ttl_s, max_bytes=api.answer_cache_mb << 20)
-        self._running = threading.BoundedSemaphore(api.max_concurrent_queries)
+        self.runner = QueryRunner(
+            slots=api.max_concurrent_queries,
+            timeout_s=api.query_timeout_s,
+            grace_s=api.query_grace_s,
+            rss_limit_bytes=api.rss_limit_mb << 20,
+            rss_sample_s=api.rss_sample_ms / 1000,
+        )
         self.push_sources = dict(push_sources or {})
         self._pushable = dict(pushable or {})
         self.replayer = replayer
@@ -166,15 +201,29 @@ class QueryService:
 
     # -- queries -----------------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Set up and verify what user queries run as on each warehouse (the PostgreSQL reader
+        login). Raises :class:`~migration.exceptions.ReaderLoginRefused` on an unsafe
+        configuration; a warehouse that cannot be reached now is tried again by the first
+        query."""
+        for name, reader in self.readers.items():
+            try:
+                reader.prepare()
+            except TargetUnavailable as exc:
+                logger.warning("warehouse not reachable at start target=%s: %s", name, exc)
+
+    def shutdown(self, wait_s: float) -> int:
+        """Refuse new queries and interrupt the running ones; how many still run after
+        ``wait_s`` (see :meth:`api.running.QueryRunner.shutdown`)."""
+        return self.runner.shutdown(wait_s)
+
     def query(self, body: QueryBody) -> dict[str, Any]:
-        """Run a union query; the first page of its answer."""
-        checked = check_query(body.text(), self._columns(), body.dialect)
-        request = UnionRequest(checked, body.plan, body.include_staged, body.target, body.watermark)
+        """Run a union query (checked, then run within its bounds: :mod:`api.running`); the
+        first page of its answer."""
         label = body.plan if body.include_staged else "warehouse"
         target = body.target or "default"
         try:
-            with self._running:
-                result = self.planner.run(request)
+            result = self.runner.run(lambda: self._run(body))
         except ApiError as exc:
             self.metrics.queries.labels(label, target, exc.code).inc()
             raise
@@ -185,6 +234,11 @@ class QueryService:
         answer = self.answers.put(result, body.include_staged, self.planner.describe(result))
         size = body.page_size or self.settings.api.page_size
         return self._page(answer.answer_id, 0, size)
+
+    def _run(self, body: QueryBody) -> UnionResult:
+        checked = check_query(body.text(), self._columns(), body.dialect, self.limits)
+        request = UnionRequest(checked, body.plan, body.include_staged, body.target, body.watermark)
+        return self.planner.run(request)
 
     def page(self, answer_id: str, offset: int, limit: int | None) -> dict[str, Any]:
         """A page of a kept answer."""
@@ -197,7 +251,7 @@ class QueryService:
         table = result.table
         total = table.num_rows
         start = min(max(offset, 0), total)
-        rows = table.slice(start, limit)
+        rows = bounded_page(table, start, limit, self.settings.api.max_page_mb << 20)
         end = start + rows.num_rows
         facts = answer.facts
         now = time.time()

@@ -46,7 +46,9 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from api.exceptions import (
+    AnswerTooLarge,
     QueryFailed,
+    QueryMemoryExceeded,
     QueryTimeout,
     ResultTooLarge,
     TargetUnreachable,
@@ -58,7 +60,14 @@ from api.planner import PlanDecision, PlanModel
 from api.safety import CheckedQuery
 from api.sandbox import UnionInput, UnionSandbox
 from etl_dataflows.dataflow import CompiledDataflow
-from migration.exceptions import TargetUnavailable, WarehouseQueryFailed, WarehouseQueryTimeout
+from migration.exceptions import (
+    ReaderLoginRefused,
+    TargetUnavailable,
+    WarehouseQueryFailed,
+    WarehouseQueryOutOfMemory,
+    WarehouseQueryTimeout,
+    WarehouseQueryTooLarge,
+)
 from migration.migrator import Migrator
 from migration.reader import WarehouseReader, WarehouseSnapshot, column_types
 from migration.schema import WarehouseLayout
@@ -169,6 +178,8 @@ class UnionPlanner:
         self.model = model or PlanModel(crossover=settings.auto_crossover)
         self.tables = logical_tables(store.flow)
         self._layout = WarehouseLayout(store.flow)
+        self._answer_cap = settings.max_answer_mb << 20
+        self._union_cap = settings.max_union_mb << 20
         self._sizes: dict[tuple[str, int, int, str], int] = {}
         self._counts: dict[tuple[str, int, int], int] = {}
 
@@ -234,7 +245,9 @@ class UnionPlanner:
                 reader = self.readers[target]
                 with mapped_errors(target):
                     warehouse = stack.enter_context(
-                        reader.snapshot(timeout_s=self.settings.query_timeout_s)
+                        reader.snapshot(
+                            timeout_s=self.settings.query_timeout_s, max_bytes=self._answer_cap
+                        )
                     )
             yield snap, warehouse
 
@@ -355,6 +368,7 @@ class UnionPlanner:
     ) -> UnionResult:
         query = request.query
         cap = self.settings.max_union_rows
+        budget = self._union_cap  # bytes all tables together may still pull
         inputs: list[UnionInput] = []
         t0 = time.perf_counter()
         for name in query.tables:
@@ -370,8 +384,17 @@ class UnionPlanner:
                 where = query.filter_sql(wh.dialect)  # type: ignore[arg-type]
                 if where is not None:
                     sql += f" WHERE {where}"
-                with mapped_errors(wh.target):
-                    rows = wh.fetch(f"{sql} LIMIT {cap + 1}", wanted)
+                try:
+                    with mapped_errors(wh.target):
+                        rows = wh.fetch(f"{sql} LIMIT {cap + 1}", wanted, max_bytes=budget)
+                except AnswerTooLarge as exc:
+                    raise ResultTooLarge(
+                        f"an island union would pull more than {self._union_cap:,} bytes from "
+                        f"{wh.target} (API__MAX_UNION_MB); narrow the query or use plan=migrate",
+                        table=name,
+                        limit_bytes=self._union_cap,
+                    ) from exc
+                budget -= rows.nbytes
                 if rows.num_rows > cap:
                     raise ResultTooLarge(
                         f"an island union would pull more than {cap:,} rows of {name!r} from "
@@ -392,7 +415,10 @@ class UnionPlanner:
         t1 = time.perf_counter()
         limit = self.settings.max_rows
         result = self.sandbox.run(
-            inputs, query.render("duckdb", limit=limit + 1), timeout_s=self.settings.query_timeout_s
+            inputs,
+            query.render("duckdb", limit=limit + 1),
+            timeout_s=self.settings.query_timeout_s,
+            max_bytes=self._answer_cap,
         )
         t2 = time.perf_counter()
         truncated = result.num_rows > limit
@@ -450,7 +476,12 @@ class UnionPlanner:
             timings["push_ms"] = (time.perf_counter() - t0) * 1000
         reader = self.readers[target]
         t1 = time.perf_counter()
-        with mapped_errors(target), reader.snapshot(timeout_s=self.settings.query_timeout_s) as wh:
+        with (
+            mapped_errors(target),
+            reader.snapshot(
+                timeout_s=self.settings.query_timeout_s, max_bytes=self._answer_cap
+            ) as wh,
+        ):
             held, merged = wh.watermark, wh.merged_through
             if pin is not None and pin > held and not (push and not pending):
                 raise WatermarkNotReached(
@@ -531,6 +562,19 @@ def mapped_errors(target: str) -> Iterator[None]:
         yield
     except TargetUnavailable as exc:
         raise TargetUnreachable(str(exc), target=target) from exc
+    except ReaderLoginRefused as exc:
+        raise TargetUnreachable(str(exc), target=target) from exc
+    except WarehouseQueryTooLarge as exc:
+        raise AnswerTooLarge(
+            f"the answer from {target} passed {exc.limit_bytes:,} bytes, or one of its rows did "
+            "(API__MAX_ANSWER_MB); ask for fewer or narrower rows",
+            target=target,
+            limit_bytes=exc.limit_bytes,
+        ) from exc
+    except WarehouseQueryOutOfMemory as exc:
+        raise QueryMemoryExceeded(
+            f"the query passed {target}'s memory limit: {exc.detail}", target=target
+        ) from exc
     except WarehouseQueryTimeout as exc:
         raise QueryTimeout(
             f"the query ran past its limit of {exc.seconds:g} s on {target}", seconds=exc.seconds

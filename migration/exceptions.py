@@ -75,3 +75,35 @@ class WarehouseQueryTimeout(MigrationError, TerminalError):
         self.target = target
         self.seconds = seconds
         super().__init__(f"query on warehouse {target} ran past its limit of {seconds:g} s")
+
+
+class WarehouseQueryTooLarge(MigrationError, TerminalError):
+    """A read-only query's answer (or one of its rows) passed its byte cap; reading stopped
+    there."""
+
+    def __init__(self, target: str, limit_bytes: int) -> None:
+        self.target = target
+        self.limit_bytes = limit_bytes
+        super().__init__(
+            f"an answer from warehouse {target} passed its limit of {limit_bytes:,} bytes"
+        )
+
+
+class WarehouseQueryOutOfMemory(MigrationError, TerminalError):
+    """A read-only query passed the warehouse's memory limit (DuckDB refused an allocation)."""
+
+    def __init__(self, target: str, detail: str) -> None:
+        self.target = target
+        self.detail = detail
+        super().__init__(f"query on warehouse {target} ran out of its memory: {detail}")
+
+
+class ReaderLoginRefused(MigrationError, TerminalError):
+    """The PostgreSQL login user queries would run as cannot be set up, or is not safe to use (a
+    superuser, a member of a role, able to read server files...). ``fix`` says what to change;
+    user SQL never falls back to running as the migration's user."""
+
+    def __init__(self, detail: str, fix: str) -> None:
+        self.detail = detail
+        self.fix = fix
+        super().__init__(f"the PostgreSQL reader login is refused: {detail}. {fix}")

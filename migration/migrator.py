@@ -104,7 +104,12 @@ def build_targets(
     targets: dict[str, BaseTarget] = {}
     for name in chosen:
         if name == "duckdb":
-            targets[name] = DuckDBTarget(layout, settings.warehouse_path)
+            targets[name] = DuckDBTarget(
+                layout,
+                settings.warehouse_path,
+                memory_limit=settings.api.warehouse_memory_limit,
+                threads=settings.api.warehouse_threads,
+            )
         elif name == "postgres":
             dsn, args = postgres_connection(settings)
             targets[name] = PostgresTarget(layout, dsn, args)

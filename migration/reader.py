@@ -12,23 +12,32 @@ warehouse as of one committed state, and tells which:
 each row id among the deltas of batches ``<= upto`` (a sink: its full and delta rows of batches
 ``<= upto``). :meth:`~WarehouseSnapshot.fetch` runs such service-made SQL and
 :meth:`~WarehouseSnapshot.query` a user's query (already checked and rewritten by the query
-service); both return Arrow and both run fenced in, because service SQL may carry a user's
+service); both return Arrow, both stop at a byte cap (``max_bytes``: reading stops there and
+:class:`~migration.exceptions.WarehouseQueryTooLarge` is raised), both run each statement under
+its deadline and inside the current query's scope (:func:`streamdi.watchdog.statement`: the
+service may interrupt it), and both run fenced in, because service SQL may carry a user's
 predicate:
 
-* **PostgreSQL**: a ``REPEATABLE READ READ ONLY`` transaction with ``SET LOCAL statement_timeout``,
-  under ``SET LOCAL ROLE`` of a ``NOLOGIN`` reader role that holds only ``USAGE`` and ``SELECT`` on
-  the warehouse schemas (created when the connecting user may; ``pg_read_file``, ``COPY ... TO
-  PROGRAM``, ``lo_import`` and the like need privileges it lacks). Rows leave through ``COPY (...)
-  TO STDOUT`` as CSV read by Arrow, never row by row through Python.
-* **DuckDB**: the warehouse file's database instance runs with ``enable_external_access = false``
-  (set before the first user query; the setting is per instance and cannot be turned back on while
-  it lives, which is why this reader shares the migration target's instance instead of opening a
-  second one), and a timer interrupts a statement that passes the time limit.
+* **PostgreSQL**: connections whose *session* user is the reader login of
+  :mod:`migration.reader_login` (not a superuser, a member of no role, ``SELECT`` on the
+  warehouse only; ``SET ROLE`` under another session user would be no fence), in a
+  ``REPEATABLE READ READ ONLY`` transaction with ``SET LOCAL statement_timeout``. Rows leave
+  through ``COPY (...) TO STDOUT`` as CSV into a buffer that counts bytes (past the cap the
+  statement is cancelled and the connection dropped, never drained), read by Arrow; a user
+  query's rows are each checked to be smaller than the cap on the server, before they are sent
+  (libpq holds a whole row in memory).
+* **DuckDB**: every snapshot opens its own connection to the warehouse file's database instance
+  (the one the migration target opened: one instance per file and process; a connection of its
+  own, not a cursor of the target's, so closing either never waits for the other), which runs
+  with ``enable_external_access = false``, a memory limit and a thread limit
+  (:meth:`migration.targets.duckdb_file.DuckDBTarget.lock_down`, checked on every snapshot).
+  Results stream in bounded pieces (:mod:`migration.bounded`).
+
+The PostgreSQL reader lives in :mod:`migration.postgres_reader`.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -37,33 +46,24 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from etl_dataflows.types import ColumnType, arrow_type
-from migration.exceptions import TargetUnavailable, WarehouseQueryFailed, WarehouseQueryTimeout
+from migration.bounded import read_bounded
+from migration.exceptions import (
+    TargetUnavailable,
+    WarehouseQueryFailed,
+    WarehouseQueryOutOfMemory,
+    WarehouseQueryTimeout,
+    WarehouseQueryTooLarge,
+)
 from migration.schema import WarehouseLayout
 from staging.layout import q
-from staging.store import arrow_of
-from streamdi.watchdog import WATCHDOG
+from streamdi.watchdog import statement
 
 logger = logging.getLogger(__name__)
 
-#: The PostgreSQL role user queries run as (``NOLOGIN``; ``USAGE``/``SELECT`` on the warehouse).
-READER_ROLE = "streamdi_reader"
-
-#: PostgreSQL type OIDs and the Arrow types their CSV text is read as (others stay text).
-_PG_TYPES: dict[int, pa.DataType] = {
-    16: pa.bool_(),
-    20: pa.int64(),
-    21: pa.int64(),
-    23: pa.int64(),
-    26: pa.int64(),
-    700: pa.float64(),
-    701: pa.float64(),
-    1700: pa.float64(),
-    1082: pa.date32(),
-    1114: pa.timestamp("us"),
-}
+#: Default byte cap of one read (``API__MAX_ANSWER_MB`` sets the service's).
+DEFAULT_MAX_BYTES = 64 << 20
 
 
 def relation_sql(layout: WarehouseLayout, name: str, upto: int, columns: Sequence[str]) -> str:
@@ -104,27 +104,45 @@ def column_types(layout: WarehouseLayout, name: str) -> dict[str, pa.DataType]:
     return {c: arrow_type(k) if k is not None else pa.string() for c, k in kinds.items()}
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class WarehouseSnapshot(ABC):
-    """One read-only transaction on a warehouse; see the module docstring."""
+    """One read-only transaction on a warehouse; see the module docstring. Each statement stops
+    after ``timeout_s``; each read at ``max_bytes`` unless it names its own cap."""
 
     target: str
     dialect: str
 
-    def __init__(self, layout: WarehouseLayout, watermark: int, merged_through: int) -> None:
+    def __init__(
+        self,
+        layout: WarehouseLayout,
+        watermark: int,
+        merged_through: int,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+    ) -> None:
         self.layout = layout
         self.watermark = watermark
         self.merged_through = merged_through
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
 
     def relation_sql(self, name: str, upto: int, columns: Sequence[str] | None = None) -> str:
         chosen = list(columns) if columns is not None else list(self.layout.tables[name].columns)
         return relation_sql(self.layout, name, upto, chosen)
 
     @abstractmethod
-    def fetch(self, sql: str, types: dict[str, pa.DataType]) -> pa.Table:
+    def fetch(
+        self, sql: str, types: dict[str, pa.DataType], *, max_bytes: int | None = None
+    ) -> pa.Table:
         """Rows of service-made ``sql`` whose columns are ``types`` (names and Arrow types)."""
 
     @abstractmethod
-    def query(self, sql: str) -> pa.Table:
+    def query(self, sql: str, *, max_bytes: int | None = None) -> pa.Table:
         """Rows of a user's query (checked and rewritten by the caller), fenced in."""
 
     def count(self, name: str, upto: int) -> int:
@@ -161,237 +179,20 @@ class WarehouseReader(ABC):
         self.layout = layout
         self._ensure_layout = ensure_layout
 
+    def prepare(self) -> None:  # noqa: B027 - readers without set-up keep the default
+        """Set up and verify what user queries will run as (at the service's start; the first
+        snapshot does it otherwise). Raises :class:`~migration.exceptions.ReaderLoginRefused`
+        on a configuration that is not safe."""
+
     @abstractmethod
-    def snapshot(self, *, timeout_s: float) -> AbstractContextManager[WarehouseSnapshot]:
+    def snapshot(
+        self, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> AbstractContextManager[WarehouseSnapshot]:
         """A context manager yielding a snapshot whose statements each stop after
-        ``timeout_s`` seconds."""
+        ``timeout_s`` seconds and whose reads stop at ``max_bytes``."""
 
     def close(self) -> None:  # noqa: B027 - readers without resources keep the default
         """Release connections."""
-
-
-# -- PostgreSQL ------------------------------------------------------------------------------------
-
-
-class _PostgresSnapshot(WarehouseSnapshot):
-    target = "postgres"
-    dialect = "postgres"
-
-    def __init__(
-        self, layout: WarehouseLayout, cursor: Any, watermark: int, merged: int, timeout_s: float
-    ) -> None:
-        super().__init__(layout, watermark, merged)
-        self._cursor = cursor
-        self._timeout_s = timeout_s
-
-    def _copy(self, sql: str, names: list[str], types: list[pa.DataType]) -> pa.Table:
-        buffer = io.BytesIO()
-        with _pg_errors(self.target, self._timeout_s):
-            self._cursor.copy_expert(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", buffer)
-        placeholder = [f"c{i}" for i in range(len(names))]
-        if buffer.tell() == 0:
-            arrays = [pa.array([], t) for t in types]
-            return pa.Table.from_arrays(arrays, names=names)
-        buffer.seek(0)
-        table = pacsv.read_csv(
-            buffer,
-            read_options=pacsv.ReadOptions(column_names=placeholder, block_size=1 << 24),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict(zip(placeholder, types, strict=True)),
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-                true_values=["t"],
-                false_values=["f"],
-            ),
-        )
-        return pa.Table.from_arrays(list(table.columns), names=names)
-
-    def fetch(self, sql: str, types: dict[str, pa.DataType]) -> pa.Table:
-        return self._copy(sql, list(types), list(types.values()))
-
-    def query(self, sql: str) -> pa.Table:
-        # the result's shape first (planning only), then the rows through COPY
-        with _pg_errors(self.target, self._timeout_s):
-            self._cursor.execute(f"SELECT * FROM ({sql}) AS _shape LIMIT 0")
-            description = list(self._cursor.description or [])
-        names = [str(d[0]) for d in description]
-        types = [_PG_TYPES.get(int(d[1]), pa.string()) for d in description]
-        return self._copy(sql, names, types)
-
-
-@contextmanager
-def _pg_errors(target: str, timeout_s: float) -> Iterator[None]:
-    import psycopg2
-    import psycopg2.errors
-
-    try:
-        yield
-    except psycopg2.errors.QueryCanceled as exc:
-        raise WarehouseQueryTimeout(target, timeout_s) from exc
-    except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-        raise TargetUnavailable(target, _first_line(exc)) from exc
-    except psycopg2.Error as exc:
-        raise WarehouseQueryFailed(target, _first_line(exc)) from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class PostgresReader(WarehouseReader):
-    """Snapshots of a PostgreSQL warehouse from a small pool of connections."""
-
-    name = "postgres"
-    dialect = "postgres"
-
-    def __init__(
-        self,
-        layout: WarehouseLayout,
-        ensure_layout: Callable[[], object],
-        dsn: str,
-        connect_args: dict[str, str] | None = None,
-        *,
-        pool_size: int = 8,
-        role: str | None = READER_ROLE,
-    ) -> None:
-        super().__init__(layout, ensure_layout)
-        self._dsn = dsn
-        self._args = dict(connect_args or {})
-        self._idle: list[Any] = []
-        self._slots = threading.BoundedSemaphore(pool_size)
-        self._lock = threading.Lock()
-        self._role = role
-        self._prepared = False
-
-    def _connect(self) -> Any:
-        import psycopg2
-
-        try:
-            return psycopg2.connect(self._dsn, **self._args)
-        except psycopg2.Error as exc:
-            raise TargetUnavailable(self.name, _first_line(exc)) from exc
-
-    def _prepare(self) -> None:
-        """Once: the layout exists, and the reader role exists with read access (or, when the
-        connecting user may not create it, reads run as that user: logged)."""
-        if self._prepared:
-            return
-        self._ensure_layout()
-        if self._role is not None:
-            self._role = self._create_role(self._role)
-        self._prepared = True
-
-    def _create_role(self, role: str) -> str | None:
-        import psycopg2
-
-        con = self._connect()
-        schemas = ", ".join(q(s) for s in self.layout.schemas)
-        try:
-            with con.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [READER_ROLE])
-                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
-                if not cur.fetchall():
-                    cur.execute(f"CREATE ROLE {q(role)} NOLOGIN")
-                cur.execute(
-                    "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
-                )
-                if not cur.fetchall()[0][0]:
-                    cur.execute(f"GRANT {q(role)} TO CURRENT_USER")
-                cur.execute(f"GRANT USAGE ON SCHEMA {schemas} TO {q(role)}")
-                cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schemas} TO {q(role)}")
-            con.commit()
-            with con.cursor() as cur:
-                cur.execute(f"SET LOCAL ROLE {q(role)}")  # proves we may take it
-            con.rollback()
-            return role
-        except psycopg2.Error as exc:
-            with suppress(psycopg2.Error):
-                con.rollback()
-            logger.warning(
-                "postgres reader role unavailable role=%s: %s; user queries run as the "
-                "connecting user (still read-only, with a statement timeout)",
-                role,
-                _first_line(exc),
-            )
-            return None
-        finally:
-            con.close()
-
-    @contextmanager
-    def snapshot(self, *, timeout_s: float) -> Iterator[WarehouseSnapshot]:
-        import psycopg2
-        import psycopg2.extensions
-
-        self._prepare()
-        self._slots.acquire()
-        con: Any = None
-        broken = False
-        try:
-            with self._lock:
-                con = self._idle.pop() if self._idle else None
-            if con is None or con.closed:
-                con = self._connect()
-            try:
-                con.set_session(
-                    isolation_level=psycopg2.extensions.ISOLATION_LEVEL_REPEATABLE_READ,
-                    readonly=True,
-                )
-                cur = con.cursor()
-                ms = max(1, int(timeout_s * 1000))
-                cur.execute(f"SET LOCAL statement_timeout = {ms}")
-                cur.execute("SET LOCAL TimeZone = 'UTC'")
-                layout = self.layout
-                cur.execute(
-                    f"SELECT (SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} "
-                    f"WHERE stream = %s), (SELECT coalesce(max(through_batch), 0) FROM "
-                    f"{layout.merges_name} WHERE stream = %s)",
-                    [layout.stream, layout.stream],
-                )
-                watermark, merged = cur.fetchone()
-                if self._role is not None:
-                    cur.execute(f"SET LOCAL ROLE {q(self._role)}")
-            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-                broken = True
-                raise TargetUnavailable(self.name, _first_line(exc)) from exc
-            except psycopg2.Error as exc:
-                broken = True
-                raise TargetUnavailable(self.name, _first_line(exc)) from exc
-            try:
-                yield _PostgresSnapshot(layout, cur, int(watermark), int(merged), timeout_s)
-            except TargetUnavailable:
-                broken = True
-                raise
-        finally:
-            if con is not None:
-                try:
-                    if not broken and not con.closed:
-                        con.rollback()
-                        # nothing a query set for the session outlives its snapshot
-                        con.autocommit = True
-                        with con.cursor() as reset:
-                            reset.execute("DISCARD ALL")
-                        con.autocommit = False
-                except psycopg2.Error:
-                    broken = True
-                if broken or con.closed:
-                    with suppress(psycopg2.Error):
-                        con.close()
-                else:
-                    with self._lock:
-                        self._idle.append(con)
-            self._slots.release()
-
-    def close(self) -> None:
-        import psycopg2
-
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for con in idle:
-            with suppress(psycopg2.Error):
-                con.close()
 
 
 # -- DuckDB ------------------------------------------------------------------------------------
@@ -402,25 +203,36 @@ class _DuckDBSnapshot(WarehouseSnapshot):
     dialect = "duckdb"
 
     def __init__(
-        self, layout: WarehouseLayout, cursor: Any, watermark: int, merged: int, timeout_s: float
+        self,
+        layout: WarehouseLayout,
+        connection: Any,
+        watermark: int,
+        merged: int,
+        *,
+        timeout_s: float,
+        max_bytes: int,
     ) -> None:
-        super().__init__(layout, watermark, merged)
-        self._cursor = cursor
-        self._timeout_s = timeout_s
+        super().__init__(layout, watermark, merged, timeout_s=timeout_s, max_bytes=max_bytes)
+        self._con = connection
 
-    def _run(self, sql: str) -> pa.Table:
+    def _run(self, sql: str, max_bytes: int | None) -> pa.Table:
+        cap = max_bytes or self.max_bytes
         with (
-            WATCHDOG.armed(self._timeout_s, self._cursor.interrupt),
-            _duck_errors(self.target, self._timeout_s),
+            statement(self.timeout_s, self._con.interrupt),
+            _duck_errors(self.target, self.timeout_s),
         ):
-            return arrow_of(self._cursor.sql(sql))
+            return read_bounded(
+                self._con.sql(sql), cap, lambda n: WarehouseQueryTooLarge(self.target, n)
+            )
 
-    def fetch(self, sql: str, types: dict[str, pa.DataType]) -> pa.Table:
-        table = self._run(sql)
+    def fetch(
+        self, sql: str, types: dict[str, pa.DataType], *, max_bytes: int | None = None
+    ) -> pa.Table:
+        table = self._run(sql, max_bytes)
         return table.rename_columns(list(types)).cast(pa.schema(list(types.items())))
 
-    def query(self, sql: str) -> pa.Table:
-        return self._run(sql)
+    def query(self, sql: str, *, max_bytes: int | None = None) -> pa.Table:
+        return self._run(sql, max_bytes)
 
 
 @contextmanager
@@ -431,18 +243,25 @@ def _duck_errors(target: str, timeout_s: float) -> Iterator[None]:
         yield
     except duckdb.InterruptException as exc:
         raise WarehouseQueryTimeout(target, timeout_s) from exc
+    except duckdb.OutOfMemoryException as exc:
+        raise WarehouseQueryOutOfMemory(target, _first_line(exc)) from exc
     except (duckdb.IOException, duckdb.ConnectionException) as exc:
         raise TargetUnavailable(target, _first_line(exc)) from exc
     except duckdb.Error as exc:
         raise WarehouseQueryFailed(target, _first_line(exc)) from exc
 
 
+#: Idle connections a DuckDB reader keeps for its next snapshots.
+_DUCKDB_IDLE = 4
+
+
 class DuckDBReader(WarehouseReader):
-    """Snapshots of the DuckDB warehouse file through cursors of the migration target's own
-    connection (``connection()``): one database instance per file and process, so its
-    ``enable_external_access = false`` covers every user query. Cursors live for one snapshot
-    only: the target may close and reopen its connection between snapshots. ``mark_busy``
-    tells the target a reader is at work (its idle pull waits)."""
+    """Snapshots of the DuckDB warehouse file ``path``, each on a connection of its own to the
+    database instance the migration target opened (``ensure_layout`` opens it first; a
+    connection with the same, empty configuration joins it). ``lock_down`` (the target's
+    :meth:`~migration.targets.duckdb_file.DuckDBTarget.lock_down`) is applied again whenever a
+    snapshot finds external access on (a new instance). ``mark_busy`` tells the target a reader is
+    at work (its idle pull waits)."""
 
     name = "duckdb"
     dialect = "duckdb"
@@ -451,39 +270,68 @@ class DuckDBReader(WarehouseReader):
         self,
         layout: WarehouseLayout,
         ensure_layout: Callable[[], object],
-        connection: Callable[[], Any],
+        path: str,
+        lock_down: Callable[[Any], None],
         mark_busy: Callable[[float], None] | None = None,
     ) -> None:
         super().__init__(layout, ensure_layout)
-        self._connection = connection
+        self._path = path
+        self._lock_down = lock_down
         self._mark_busy = mark_busy
-        self._locked: Any = None  # the target connection whose instance was locked down
+        self._idle: list[Any] = []  # connections of finished snapshots (a fresh one is colder)
+        self._lock = threading.Lock()
 
     @contextmanager
-    def snapshot(self, *, timeout_s: float) -> Iterator[WarehouseSnapshot]:
+    def snapshot(
+        self, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> Iterator[WarehouseSnapshot]:
+        import duckdb
+
         self._ensure_layout()
         if self._mark_busy is not None:
             self._mark_busy(timeout_s)
-        with _duck_errors(self.name, timeout_s):
-            connection = self._connection()
-            cursor = connection.cursor()
+        with self._lock:
+            con = self._idle.pop() if self._idle else None
+        if con is None:
+            with _duck_errors(self.name, timeout_s):
+                con = duckdb.connect(self._path)
+        reusable = False
         try:
             with _duck_errors(self.name, timeout_s):
-                if self._locked is not connection:
-                    # a new connection may be a new database instance: lock it down (once)
-                    cursor.execute("SET enable_external_access = false")
-                    self._locked = connection
-                cursor.execute("BEGIN TRANSACTION")
+                external = con.execute(
+                    "SELECT current_setting('enable_external_access')"
+                ).fetchall()[0][0]
+                if external:  # a new instance (the target reconnected meanwhile): lock it down
+                    self._lock_down(con)
+                con.execute("BEGIN TRANSACTION")
                 layout = self.layout
-                watermark, merged = cursor.execute(
+                watermark, merged = con.execute(
                     f"SELECT (SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} "
                     f"WHERE stream = ?), (SELECT coalesce(max(through_batch), 0) FROM "
                     f"{layout.merges_name} WHERE stream = ?)",
                     [layout.stream, layout.stream],
                 ).fetchall()[0]
-            yield _DuckDBSnapshot(layout, cursor, int(watermark), int(merged), timeout_s)
+            yield _DuckDBSnapshot(
+                layout, con, int(watermark), int(merged), timeout_s=timeout_s, max_bytes=max_bytes
+            )
+            reusable = True
         finally:
+            try:
+                con.execute("ROLLBACK")
+            except Exception:
+                reusable = False
+            if reusable:
+                with self._lock:
+                    if len(self._idle) < _DUCKDB_IDLE:
+                        self._idle.append(con)
+                        con = None
+            if con is not None:
+                with suppress(Exception):
+                    con.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for con in idle:
             with suppress(Exception):
-                cursor.execute("ROLLBACK")
-            with suppress(Exception):
-                cursor.close()
+                con.close()

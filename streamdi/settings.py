@@ -490,18 +490,117 @@ class ApiSettings(BaseModel):
         default=30.0, gt=0, description="Longest wait for the collector to produce pushed events."
     )
     sandbox_memory_limit: str = Field(
-        default="1GB", description="DuckDB memory_limit of the in-memory island."
+        default="1GB",
+        description="DuckDB memory_limit of the in-memory island (all island queries together; "
+        "it does not spill to disk: a query past it answers query_memory_exceeded).",
+    )
+    sandbox_threads: int = Field(
+        default=2, ge=1, le=64, description="DuckDB threads of the in-memory island."
+    )
+    warehouse_memory_limit: str = Field(
+        default="1GB",
+        description="DuckDB memory_limit of the DuckDB warehouse's instance, which the migration "
+        "and user queries share (sorts and joins past it spill to <warehouse>.tmp).",
+    )
+    warehouse_threads: int = Field(
+        default=2, ge=1, le=64, description="DuckDB threads of the DuckDB warehouse's instance."
+    )
+    max_query_chars: int = Field(
+        default=65_536, ge=16, le=1 << 20, description="Longest query text, in characters."
+    )
+    max_query_nodes: int = Field(
+        default=10_000,
+        ge=16,
+        le=200_000,
+        description="Most tokens, and most syntax nodes once parsed, of one query.",
+    )
+    max_query_depth: int = Field(
+        default=24,
+        ge=2,
+        le=32,
+        description="Deepest nesting of brackets, CASE and prefix operators in a query (its "
+        "parsed tree may be 4x as deep); at most 32 so parsing never exhausts the stack.",
+    )
+    max_query_tables: int = Field(
+        default=32,
+        ge=1,
+        le=256,
+        description="Most table references of one query (joins, set operations and CTE "
+        "references count): planning time grows with them and cannot be interrupted.",
+    )
+    max_query_selects: int = Field(
+        default=32,
+        ge=1,
+        le=256,
+        description="Most SELECT blocks of one query (union branches, subqueries and CTEs).",
+    )
+    max_answer_mb: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="Bytes (MiB, as Arrow) one answer may hold; past it the query answers "
+        "answer_too_large. A PostgreSQL row may not be larger either.",
+    )
+    max_page_mb: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="Bytes (MiB, as Arrow) of rows one page carries; fewer rows than asked when "
+        "they are wide (next_offset continues).",
+    )
+    max_union_mb: int = Field(
+        default=256,
+        ge=1,
+        le=16384,
+        description="Bytes (MiB, as Arrow) an island query may pull from a warehouse, all its "
+        "tables together (besides API__MAX_UNION_ROWS per table).",
+    )
+    rss_limit_mb: int = Field(
+        default=4096,
+        ge=0,
+        description="Memory backstop: while user queries run, the service's resident memory is "
+        "sampled every API__RSS_SAMPLE_MS; past this many MiB every running user query is "
+        "interrupted and answers query_memory_exceeded. 0: off.",
+    )
+    rss_sample_ms: int = Field(
+        default=50, ge=5, le=5000, description="How often the memory backstop samples."
+    )
+    query_grace_s: float = Field(
+        default=5.0,
+        ge=0.5,
+        le=600,
+        description="How long past API__QUERY_TIMEOUT_S an interrupted statement may take to "
+        "stop before the service abandons it (answers query_timeout and frees its slot).",
     )
     postgres_pool: int = Field(
         default=8, ge=1, le=256, description="PostgreSQL connections of the query service."
     )
-    postgres_reader_role: str | None = Field(
+    postgres_reader_dsn: SecretStr | None = Field(
+        default=None,
+        description="libpq DSN of the login role user queries run as on PostgreSQL: not a "
+        "superuser, a member of no role, with SELECT on the warehouse's tables. Unset: streamdi "
+        "creates and manages API__POSTGRES_READER_ROLE with a fresh password each start (needs a "
+        "POSTGRES__DSN user that may create roles; the embedded server's may).",
+    )
+    postgres_reader_role: str = Field(
         default="streamdi_reader",
-        description="NOLOGIN role user queries run as on PostgreSQL (created when the connecting "
-        "user may). Empty: run as the connecting user.",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z_][a-z0-9_]*$",
+        description="Name of the LOGIN role streamdi creates for user queries when "
+        "API__POSTGRES_READER_DSN is unset (NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
+        "NOBYPASSRLS, read-only by default, SELECT on the warehouse only).",
+    )
+    postgres_reader_work_mem: str = Field(
+        default="64MB",
+        description="work_mem of the managed reader role (per sort or hash of a user query).",
+    )
+    postgres_reader_temp_file_limit: str = Field(
+        default="1GB",
+        description="temp_file_limit of the managed reader role (disk one user query may spill).",
     )
 
-    @field_validator("default_target", "postgres_reader_role", mode="before")
+    @field_validator("default_target", "postgres_reader_dsn", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -517,6 +616,20 @@ class ApiSettings(BaseModel):
                 "API__TOKEN must be visible ASCII characters without spaces (or unset for no auth)"
             )
         return value
+
+    @field_validator("sandbox_memory_limit", "warehouse_memory_limit")
+    @classmethod
+    def _a_duckdb_size(cls, value: str) -> str:
+        if not re.fullmatch(r"\s*\d+\s*([KMGT]i?B)\s*", value, flags=re.IGNORECASE):
+            raise ValueError("expected a whole number with a unit, such as 1GB or 512MiB")
+        return value.strip()
+
+    @field_validator("postgres_reader_work_mem", "postgres_reader_temp_file_limit")
+    @classmethod
+    def _a_postgres_size(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+(kB|MB|GB|TB)", value.strip()):
+            raise ValueError("expected a PostgreSQL size such as 64MB or 1GB (units kB MB GB TB)")
+        return value.strip()
 
 
 class TpcdiSettings(BaseModel):

@@ -7,12 +7,20 @@ file): each Arrow table is registered as a
 view and appended with one ``INSERT ... SELECT`` (DuckDB reads Arrow without copying it row by
 row). The file has one writing process, so the stream lock is a lock of this process.
 
+The file's database instance runs user queries too (the query service's reader joins it: one
+instance per file and process), so :meth:`DuckDBTarget.lock_down` sets it up for that when the
+target connects: ``enable_external_access = false`` (no file, network or extension from any SQL,
+and DuckDB refuses to turn it back on while the instance lives; the rows the target loads arrive
+as registered Arrow tables, which it still reads), a ``memory_limit`` (sorts and joins past it
+spill to ``<file>.tmp``; DuckDB's default is 80% of RAM) and a thread count.
+
 Idle detection: DuckDB has no view of other clients, so a warehouse file counts as busy only while
 :meth:`DuckDBTarget.mark_busy` says so (the query service marks its reads).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -29,15 +37,26 @@ from migration.schema import WarehouseLayout, create_statements
 from migration.targets.base import BaseTarget, Hook
 from staging.layout import q
 
+logger = logging.getLogger(__name__)
+
 
 class DuckDBTarget(BaseTarget):
     """See the module docstring."""
 
     name = "duckdb"
 
-    def __init__(self, layout: WarehouseLayout, path: Path | str) -> None:
+    def __init__(
+        self,
+        layout: WarehouseLayout,
+        path: Path | str,
+        *,
+        memory_limit: str = "1GB",
+        threads: int = 2,
+    ) -> None:
         super().__init__(layout)
         self.path = Path(path)
+        self.memory_limit = memory_limit
+        self.threads = threads
         self._con: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.RLock()
         self._busy_until = 0.0
@@ -59,13 +78,23 @@ class DuckDBTarget(BaseTarget):
             con.close()
             raise
         self._con = con
+        self.lock_down(con)
         # Loads append to index-free delta tables; checkpointing belongs to the merges (which
         # rewrite the full tables anyway), not to whichever load crosses DuckDB's 16 MB default.
         self._con.execute("SET checkpoint_threshold = '256MB'")
 
+    def lock_down(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Set up the instance ``con`` belongs to for user queries (see the module docstring)."""
+        con.execute("SET enable_external_access = false")
+        con.execute(f"SET memory_limit = '{self.memory_limit}'")
+        con.execute(f"SET threads = {int(self.threads)}")
+
     def close(self) -> None:
         if self._con is not None:
-            self._con.close()
+            try:
+                self._con.close()
+            except duckdb.Error as exc:  # a statement of ours still runs on it: leave it be
+                logger.warning("closing the duckdb warehouse connection failed: %s", exc)
         self._con = None
         self._opened = False
 

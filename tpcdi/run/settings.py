@@ -43,6 +43,8 @@ def run_settings(base: StreamdiSettings, workdir: Path, targets: Sequence[str]) 
     postgres = base.postgres.model_copy(
         update={"data_dir": base.postgres.data_dir or base.streamdi.state_dir / "postgres"}
     )
+    # the migration target and the run's warehouse share one DuckDB instance: one memory limit
+    api = base.api.model_copy(update={"warehouse_memory_limit": base.tpcdi.duckdb_memory_limit})
     return base.model_copy(
         update={
             "streamdi": service,
@@ -51,5 +53,6 @@ def run_settings(base: StreamdiSettings, workdir: Path, targets: Sequence[str]) 
             "ingest": ingest,
             "engine": engine,
             "postgres": postgres,
+            "api": api,
         }
     )
