@@ -35,6 +35,8 @@ COPY migration ./migration
 COPY api ./api
 COPY tpcdi ./tpcdi
 COPY benchmarks ./benchmarks
+COPY runtime ./runtime
+COPY cli ./cli
 RUN pip install --no-deps . \
     && ln -s "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin streamdi \

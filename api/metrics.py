@@ -188,7 +188,7 @@ class ServiceMetrics:
         )
 
     def observe_batch(self, batch: Any) -> None:
-        """Account a committed batch (an :class:`ingest.pipeline.CommittedBatch`)."""
+        """Account a committed batch (an :class:`runtime.pipeline.CommittedBatch`)."""
         self.batch_latency.observe(batch.latency_s)
         self.engine_events.inc(batch.events)
         self.engine_seconds.observe(batch.executed_s)

@@ -23,17 +23,14 @@ from api.answers import AnswerCache, bounded_page, expanded_instant, json_rows, 
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
-    EventTooLarge,
     IngestNotHosted,
-    InvalidRequest,
-    NoEventsPushed,
     PushUnavailable,
     StreamNotPushable,
     TargetUnreachable,
-    UnknownFieldsPushed,
     UnknownStream,
     UnknownTarget,
 )
+from api.hosted import EventSink
 from api.metrics import ServiceMetrics
 from api.models import MigrateBody, QueryBody, ReplayBody
 from api.planner import PlanModel
@@ -41,14 +38,12 @@ from api.running import QueryRunner
 from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
-from ingest import exceptions as ingest_errors
-from ingest.deadletters import dead_letter_view, replay_as_stored
-from ingest.push import HttpPushSource
 from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
 from migration.postgres_reader import PostgresReader
 from migration.reader import DuckDBReader, WarehouseReader
 from migration.reader_login import LoginPlan, RoleLimits
+from staging.dead_letters import dead_letter_view, replay_as_stored
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
@@ -60,7 +55,8 @@ PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
 
 
 class IngestControl(Protocol):
-    """What the service may do to the pipeline it hosts (an :class:`ingest.pipeline.Pipeline`)."""
+    """What the service may do to the pipeline it hosts (the composition root fills it with a
+    :class:`runtime.pipeline.Pipeline`)."""
 
     paused: threading.Event
     consumer_lag: dict[str, int]
@@ -159,7 +155,7 @@ class QueryService:
         *,
         migrator: Migrator | None = None,
         readers: Mapping[str, WarehouseReader] | None = None,
-        push_sources: Mapping[str, HttpPushSource] | None = None,
+        push_sources: Mapping[str, EventSink] | None = None,
         pushable: Mapping[str, bool] | None = None,
         replayer: Replayer | None = None,
         pipeline_state: Callable[[], tuple[PipelineState, str | None]] | None = None,
@@ -464,20 +460,7 @@ class QueryService:
             raise PushUnavailable(
                 f"stream {stream!r} has no running collector (the service hosts no pipeline)"
             )
-        try:
-            receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
-        except ingest_errors.UnknownFields as exc:
-            raise UnknownFieldsPushed(str(exc), stream=stream, fields=exc.fields[:100]) from exc
-        except ingest_errors.EventTooLarge as exc:
-            raise EventTooLarge(
-                str(exc), stream=stream, index=exc.index, bytes=exc.size, limit=exc.limit
-            ) from exc
-        except ingest_errors.NoEvents as exc:
-            raise NoEventsPushed(str(exc), stream=stream) from exc
-        except ingest_errors.PushRefused as exc:
-            raise InvalidRequest(str(exc), stream=stream) from exc
-        except ingest_errors.PushTimedOut as exc:
-            raise PushUnavailable(str(exc), stream=stream) from exc
+        receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
         self.metrics.pushed.labels(stream).inc(receipt.events)
         return {
             "stream": stream,

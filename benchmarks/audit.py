@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_OK, Commands
+from cli.commands import EXIT_OK, Commands
 from streamdi.settings import StreamdiSettings
 
 #: DIGen row counts at SF=3 (reference/tpcdi.md section 2.5), scaled linearly by --sf.
@@ -296,7 +296,7 @@ def render(results: dict[str, Any]) -> str:
 
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from tpcdi.audit.cli import open_warehouse
+    from cli.tpcdi_audit import open_warehouse
     from tpcdi.datasets import locate_digen
 
     keys = Path(args.data) if args.data else locate_digen(settings.tpcdi)

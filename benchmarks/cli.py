@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from streamdi.commands import Commands
+from cli.commands import Commands
 
 #: Modules that add ``streamdi bench`` subcommands.
 BENCH_MODULES: tuple[str, ...] = (

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 DEFAULT_EXECUTORS = ("local", "serial", "lock", "pat", "tstream")

@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows import Dataflow, col, old
-from ingest import RunSpec, bind
 from ingest.broker import free_port
 from ingest.records import to_ipc
-from streamdi.commands import EXIT_OK, Commands, write_json
+from runtime import RunSpec, bind
 from streamdi.settings import StreamdiSettings
 
 ACCOUNTS = 100_000
@@ -138,7 +138,7 @@ class _Service:
         self.log = state / "serve.log"
         with self.log.open("ab") as handle:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streamdi.cli", "-q", "serve", "benchmarks.freshness:run"],
+                [sys.executable, "-m", "cli.main", "-q", "serve", "benchmarks.freshness:run"],
                 env=env,
                 stdout=handle,
                 stderr=subprocess.STDOUT,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows.batch import BatchResult, TableDelta
 from etl_dataflows.dataflow import Dataflow
 from etl_dataflows.executors import create_executor
@@ -32,12 +33,11 @@ from etl_dataflows.state import image_schema
 from etl_dataflows.testing import ledger_dataflow
 from ingest.broker import BrokerHandle, client_config, ensure_topics, open_broker
 from ingest.ledger import ledger_events
-from ingest.pipeline import Pipeline, PipelineOptions
 from ingest.records import encode_batch
-from ingest.runspec import bind
+from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.runspec import bind
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.store import BatchCommit, StagingStore
-from streamdi.commands import EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings, load_settings
 
 RECORD_EVENTS = 10_000

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.postgres import bench_postgres
+from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
@@ -38,7 +39,6 @@ from migration.targets.postgres import PostgresTarget
 from staging.handoff import StagedDeltas
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA, q
 from staging.store import BatchCommit, StagingStore, StreamProgress
-from streamdi.commands import EXIT_OK, Commands, write_json
 from streamdi.settings import MigrationSettings, StreamdiSettings
 
 BATCH_ROWS = 10_000

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.engine import _peak_rss_mb, table_digest
-from streamdi.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 BREAKDOWN = (

@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_OK, Commands
+from cli.commands import EXIT_OK, Commands
 from streamdi.settings import StreamdiSettings
 
 DIGEN_RATE = 190_000

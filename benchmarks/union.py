@@ -42,6 +42,7 @@ from api.models import QueryBody
 from api.planner import PlanModel
 from api.service import QueryService
 from benchmarks.postgres import bench_postgres
+from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
@@ -53,7 +54,6 @@ from migration.targets.postgres import PostgresTarget
 from staging.handoff import StagedDeltas
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA, q
 from staging.store import BatchCommit, StagingStore, StreamProgress
-from streamdi.commands import EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings, load_settings
 
 PLANS = ("island", "migrate", "auto")

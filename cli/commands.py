@@ -8,11 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from streamdi.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from streamdi.settings import StreamdiSettings
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: A service or resource the command needs does not answer (``streamdi status|pause|resume``).
-EXIT_UNAVAILABLE = 3
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "Commands",
+    "Handler",
+    "write_json",
+]
 
 Handler: TypeAlias = Callable[[argparse.Namespace, StreamdiSettings], int]
 #: What ``register`` receives: the ``add_subparsers()`` result of the parent parser.

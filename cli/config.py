@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streamdi.commands import EXIT_OK, Commands, write_json
+from cli.commands import EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings, masked_settings
 
 

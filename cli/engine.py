@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from streamdi.commands import EXIT_OK, EXIT_USAGE, Commands, write_json
+from cli.commands import EXIT_OK, EXIT_USAGE, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
 
@@ -29,7 +29,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _crash_at(text: str | None) -> tuple[str, int] | None:
-    from ingest.pipeline import CRASH_PHASES
+    from runtime.pipeline import CRASH_PHASES
 
     if not text:
         return None
@@ -43,8 +43,8 @@ def _crash_at(text: str | None) -> tuple[str, int] | None:
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.broker import open_broker
-    from ingest.pipeline import Pipeline, PipelineOptions
-    from ingest.runspec import load_run_spec
+    from runtime.pipeline import Pipeline, PipelineOptions
+    from runtime.runspec import load_run_spec
 
     if not args.verbose:
         logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -127,7 +127,7 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.broker import BrokerHandle, ensure_topics, wait_until_answering
     from ingest.collector import BatchCollector
     from ingest.eventtime import EventTimeBounds
-    from ingest.runspec import load_run_spec
+    from runtime.runspec import load_run_spec
 
     bootstrap = _need_external(settings, "streamdi collect")
     wait_until_answering(bootstrap, kafka=settings.kafka)
@@ -204,7 +204,7 @@ def _broker(args: argparse.Namespace, settings: StreamdiSettings) -> int:
 
 
 def _deadletters_list(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from ingest.runspec import load_run_spec
+    from runtime.runspec import load_run_spec
     from staging.store import StagingStore
 
     spec = load_run_spec(args.spec)
@@ -238,18 +238,18 @@ def _deadletters_list(args: argparse.Namespace, settings: StreamdiSettings) -> i
 
 
 def _export(row: dict[str, Any]) -> dict[str, Any]:
-    from ingest.deadletters import dead_letter_view
+    from staging.dead_letters import dead_letter_view
 
     return dead_letter_view(row)
 
 
 def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.deadletters import replay_file
-    from ingest.runspec import load_run_spec
+    from runtime.runspec import load_run_spec
 
     bootstrap = _need_external(settings, "streamdi deadletters replay")
     spec = load_run_spec(args.spec)
-    sent, refused = replay_file(spec, settings.kafka, bootstrap, Path(args.file))
+    sent, refused = replay_file(spec.stream_topics(), settings.kafka, bootstrap, Path(args.file))
     for line, reason in refused:
         print(f"line {line}: not re-offered: {reason}", file=sys.stderr)
     print(
@@ -266,7 +266,7 @@ def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) ->
 def _streams_repair(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.eventtime import EventTimeBounds
     from ingest.repair import repair_high_mark
-    from ingest.runspec import load_run_spec
+    from runtime.runspec import load_run_spec
     from staging.store import StagingStore
 
     spec = load_run_spec(args.spec)
@@ -306,7 +306,7 @@ def register(commands: Commands) -> None:
         "the engine batch by batch and commit each batch to staging exactly once. SIGTERM or "
         "Ctrl-C finishes the batch in hand, commits it and exits.",
     )
-    run.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec (ingest.bind)")
+    run.add_argument("spec", help="module:attribute naming a Dataflow or a RunSpec (runtime.bind)")
     run.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
     run.add_argument(
         "--spark-master",

@@ -18,8 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cli.commands import EXIT_FAILED, EXIT_USAGE
 from streamdi import __version__
-from streamdi.commands import EXIT_FAILED, EXIT_USAGE
 from streamdi.environment import unknown_settings
 from streamdi.errors import ConfigurationError, StreamdiError
 from streamdi.logs import configure_logging
@@ -29,14 +29,14 @@ logger = logging.getLogger(__name__)
 
 #: Modules that add subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "etl_dataflows.cli",
-    "ingest.cli",
-    "migration.cli",
-    "api.cli",
-    "tpcdi.cli",
+    "cli.engine",
+    "cli.ingest",
+    "cli.migration",
+    "cli.serve",
+    "cli.tpcdi",
     "benchmarks.cli",
-    "streamdi.config_cli",
-    "streamdi.ops_cli",
+    "cli.config",
+    "cli.operations",
 )
 
 

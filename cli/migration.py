@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import MIGRATION_TARGETS, StreamdiSettings
 
@@ -62,10 +62,10 @@ def _targets(args: argparse.Namespace, settings: StreamdiSettings) -> list[str]:
 
 
 def _open(args: argparse.Namespace, settings: StreamdiSettings) -> Any:
-    from ingest.runspec import load_run_spec
     from migration.exceptions import StagingBusy
     from migration.migrator import Migrator, build_targets
     from migration.schema import WarehouseLayout
+    from runtime.runspec import load_run_spec
     from staging.exceptions import StagingInUse
     from staging.handoff import StagedDeltas
     from staging.store import StagingStore

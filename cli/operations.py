@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 
-from streamdi.commands import Commands
+from cli.commands import Commands
 from streamdi.settings import StreamdiSettings
 
 
 def _serve(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from api.serve import serve
-    from ingest.pipeline import PipelineOptions
-    from ingest.runspec import load_run_spec
+    from runtime.pipeline import PipelineOptions
+    from runtime.runspec import load_run_spec
+    from runtime.serve import serve
 
     if not args.verbose:
         logging.getLogger("kafka").setLevel(logging.WARNING)

@@ -4,7 +4,7 @@
   keys (DIGen's layout) with a progress bar, and prints what it wrote.
 * ``streamdi tpcdi check DIR`` reads every file, then reports rejected lines, answer keys that
   differ from a recount of the files, and breaks of the data rules; exit code 1 if any.
-* ``streamdi tpcdi audit`` runs the automated audit against a warehouse (:mod:`tpcdi.audit.cli`).
+* ``streamdi tpcdi audit`` runs the automated audit against a warehouse (:mod:`cli.tpcdi_audit`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
 
@@ -92,10 +92,10 @@ def register(commands: Commands) -> None:
     check.add_argument("directory", help="the staging area (holding Batch1..Batch3)")
     check.add_argument("--show", type=int, default=10, help="examples to print per kind")
     check.set_defaults(handler=_check)
-    from tpcdi.run.cli import register as register_run
+    from cli.tpcdi_run import register as register_run
 
     register_run(sub)
 
-    from tpcdi.audit.cli import register_audit
+    from cli.tpcdi_audit import register_audit
 
     register_audit(sub)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, write_json
 from streamdi.settings import StreamdiSettings
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, write_json
 from streamdi.errors import StreamdiError
 from streamdi.settings import StreamdiSettings
 

@@ -1,7 +1,8 @@
-"""Data collection: sources -> logical batches -> Kafka topics (the collector); Kafka -> engine ->
-staging (the pipeline). The only stage that imports kafka."""
+"""Data collection: sources -> logical batches -> Kafka topics (the collector); Kafka -> batches for
+the engine (the consumer and the assembler). The only stage that imports kafka. What a run reads
+(:class:`runtime.RunSpec`, :func:`runtime.bind`) and the loop that drives the engine, staging and
+migration (:mod:`runtime.pipeline`) live in the composition root, :mod:`runtime`."""
 
-from ingest.runspec import RunSpec, StreamBinding, bind, load_run_spec
 from ingest.sources import (
     PUNCTUATION,
     BaseSource,
@@ -17,9 +18,5 @@ __all__ = [
     "CsvFileSource",
     "DelimitedFileSource",
     "IterableSource",
-    "RunSpec",
     "SourceChunk",
-    "StreamBinding",
-    "bind",
-    "load_run_spec",
 ]

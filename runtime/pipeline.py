@@ -56,9 +56,9 @@ from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, CollectorReport, ResumePoint
 from ingest.consumer import RecordConsumer
 from ingest.eventtime import EventTimeBounds
-from ingest.runspec import RunSpec
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
+from runtime.runspec import RunSpec
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings
 

@@ -4,7 +4,8 @@ topic and, optionally, to an input (a file or an iterable) that the collector of
 In a module::
 
     from etl_dataflows import Dataflow
-    from ingest import DelimitedFileSource, bind
+    from ingest import DelimitedFileSource
+    from runtime import bind
 
     flow = Dataflow("ledger")
     ...                                   # tables, flow.source("txns", ...), steps, sinks
@@ -54,6 +55,10 @@ class RunSpec:
     def topic(self, stream: str) -> str:
         binding = self.streams.get(stream) or StreamBinding()
         return binding.topic or f"{self.flow.name}.{stream}"
+
+    def stream_topics(self) -> dict[str, str]:
+        """Stream -> its topic, for every source of the dataflow."""
+        return {stream: self.topic(stream) for stream in self.flow.sources}
 
     def topics(self) -> dict[str, list[str]]:
         """Topic -> the streams it carries."""
@@ -125,7 +130,7 @@ def load_run_spec(target: str) -> RunSpec:
     except DataflowDefinitionError as exc:
         raise RunSpecError(f"{target}: {exc}") from exc
     raise RunSpecError(
-        f"{target} is a {type(value).__name__}; expected a Dataflow, a RunSpec (ingest.bind) or "
+        f"{target} is a {type(value).__name__}; expected a Dataflow, a RunSpec (runtime.bind) or "
         "a function returning one"
     )
 

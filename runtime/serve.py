@@ -44,15 +44,16 @@ from api.protocol import head_deadline_protocol
 from api.service import PipelineState, QueryService
 from ingest.broker import open_broker
 from ingest.deadletters import replay_entries
-from ingest.pipeline import Pipeline, PipelineOptions
 from ingest.push import HttpPushSource
-from ingest.runspec import RunSpec, StreamBinding
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
+from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.push_sink import PushSink
+from runtime.runspec import RunSpec, StreamBinding
 from staging.handoff import StagedDeltas
 from staging.store import StagingStore
-from streamdi.commands import EXIT_FAILED, EXIT_OK
 from streamdi.errors import StreamdiError
+from streamdi.exit_codes import EXIT_FAILED, EXIT_OK
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
@@ -156,13 +157,15 @@ def serve(
         )
 
         def replay(entries: list[tuple[int, Any]]) -> tuple[int, list[tuple[int, str]]]:
-            return replay_entries(spec, settings.kafka, broker.bootstrap_servers, entries)
+            return replay_entries(
+                spec.stream_topics(), settings.kafka, broker.bootstrap_servers, entries
+            )
 
         service = QueryService(
             store,
             settings,
             migrator=migrator,
-            push_sources=push_sources,
+            push_sources={s: PushSink(s, source) for s, source in push_sources.items()},
             pushable={s: s in push_sources for s in spec.flow.sources},
             replayer=replay,
             pipeline_state=runner.state,

@@ -10,7 +10,7 @@ fresh stack without any data set. The TPC-DI job is the compose ``tpcdi`` servic
 from __future__ import annotations
 
 from etl_dataflows import Dataflow, col
-from ingest import RunSpec, bind
+from runtime import RunSpec, bind
 
 
 def kv_dataflow() -> Dataflow:

@@ -22,7 +22,7 @@ def _logfmt_value(value: str) -> str:
 
 
 class _LogfmtFormatter(logging.Formatter):
-    """``time=... level=info logger=ingest.pipeline msg="pipeline start dataflow=kv"``: one
+    """``time=... level=info logger=runtime.pipeline msg="pipeline start dataflow=kv"``: one
     key=value line per record (logfmt), for log shippers that parse key=value."""
 
     def format(self, record: logging.LogRecord) -> str:

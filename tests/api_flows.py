@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from etl_dataflows import Dataflow, col
-from ingest import RunSpec, bind
+from runtime import RunSpec, bind
 
 
 def kv_dataflow() -> Dataflow:

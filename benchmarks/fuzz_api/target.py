@@ -54,7 +54,7 @@ class FuzzTarget:
         environ.update(env)
         with self.log.open("ab") as handle:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streamdi.cli", "serve", SPEC],
+                [sys.executable, "-m", "cli.main", "serve", SPEC],
                 cwd=REPO,
                 env=environ,
                 stdout=handle,

@@ -47,7 +47,7 @@ def start_streamdi(args: list[str], env: dict[str, str], log: Path) -> subproces
     handle = log.open("ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "streamdi.cli", "-q", *args],
+            [sys.executable, "-m", "cli.main", "-q", *args],
             cwd=REPO,
             env=env,
             stdout=handle,

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from etl_dataflows.testing import ledger_dataflow
-from ingest import RunSpec, bind
 from ingest.ledger import ledger_file_source
+from runtime import RunSpec, bind
 
 
 def run() -> RunSpec:

@@ -82,7 +82,7 @@ def test_a_run_on_spark_equals_a_local_run(broker: EmbeddedBroker, tmp_path: Pat
         if executor == "spark":
             args += ["--spark-master", "local[2]"]
         done = subprocess.run(  # not -q: the log says where the batches ran
-            [sys.executable, "-m", "streamdi.cli", *args],
+            [sys.executable, "-m", "cli.main", *args],
             cwd=REPO,
             env=env,
             capture_output=True,

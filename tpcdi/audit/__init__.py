@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tpcdi.audit.validation import ValidationRow, write_batch_validation
     from tpcdi.audit.visibility import write_visibility
 
-#: Imported on first use, so ``streamdi --help`` (which imports :mod:`tpcdi.audit.cli`) does not
+#: Imported on first use, so ``streamdi --help`` (which imports :mod:`cli.tpcdi_audit`) does not
 #: load pyarrow and the checks.
 _EXPORTS = {
     "AuditResult": "tpcdi.audit.checks",

@@ -1,6 +1,6 @@
 """``streamdi tpcdi run --serve``: after the run, keep the query service up over its warehouse.
 
-The service is ``streamdi serve``'s (:func:`api.serve.serve`) on the run's own settings
+The service is ``streamdi serve``'s (:func:`runtime.serve.serve`) on the run's own settings
 (:func:`tpcdi.run.settings.run_settings`: the run's staging file, its warehouse target(s), schema
 ``tpcdi``) and the incremental TPC-DI dataflow, whose ``changes`` stream then takes events
 POSTed to ``/streams/changes/events``: union queries see the DW tables the run loaded plus
@@ -27,10 +27,10 @@ def serve(
     executor: str | None = None,
 ) -> int:
     """Serve the warehouse of the run in ``workdir`` until stopped; returns the exit code."""
-    from api.serve import serve as serve_api
-    from ingest.pipeline import PipelineOptions
-    from ingest.runspec import StreamBinding, bind
     from migration.schema import WarehouseLayout
+    from runtime.pipeline import PipelineOptions
+    from runtime.runspec import StreamBinding, bind
+    from runtime.serve import serve as serve_api
     from tpcdi.incremental import build_flow
     from tpcdi.incremental.flow import SOURCE
     from tpcdi.incremental.reference import Reference

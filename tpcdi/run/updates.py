@@ -23,9 +23,9 @@ import duckdb
 from etl_dataflows.dataflow import CompiledDataflow
 from ingest.broker import BrokerHandle, EmbeddedBroker, wait_until_answering
 from ingest.collector import BatchCollector, CollectorReport
-from ingest.pipeline import Pipeline, PipelineOptions
-from ingest.runspec import RunSpec, StreamBinding, bind
 from ingest.sources import BaseSource
+from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.runspec import RunSpec, StreamBinding, bind
 from staging.store import connection_config
 from streamdi.settings import StreamdiSettings
 from tpcdi.incremental.flow import SOURCE

@@ -58,7 +58,7 @@ class ServedService:
         handle = self.log.open("ab")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streamdi.cli", "serve", SPEC],
+                [sys.executable, "-m", "cli.main", "serve", SPEC],
                 cwd=REPO,
                 env=environ,
                 stdout=handle,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import main
+from cli.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.kafka]
 

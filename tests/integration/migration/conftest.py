@@ -107,7 +107,7 @@ def run_migrate(
     args: list[str], env: dict[str, str], timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

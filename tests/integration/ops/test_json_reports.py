@@ -24,7 +24,7 @@ def test_run_and_collect_write_json_reports(broker: EmbeddedBroker, tmp_path: Pa
     env = streamdi_env(broker, tmp_path / "state", STREAMDI_TEST_LEDGER_FILE=str(ledger))
     collect_json = tmp_path / "collect.json"
     collected = subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", "-q", "collect", "tests.integration.ledger_run:run",
+        [sys.executable, "-m", "cli.main", "-q", "collect", "tests.integration.ledger_run:run",
          "--json", str(collect_json)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -32,7 +32,7 @@ def test_run_and_collect_write_json_reports(broker: EmbeddedBroker, tmp_path: Pa
     reports = json.loads(collect_json.read_text())
     assert [r["stream"] for r in reports] == ["txns"] and reports[0]["events"] == 3_000
     ran = subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", "-q", "run", "tests.integration.ledger_run:run",
+        [sys.executable, "-m", "cli.main", "-q", "run", "tests.integration.ledger_run:run",
          "--no-collect", "--no-progress", "--until-idle", "1.5", "--json", "-"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip

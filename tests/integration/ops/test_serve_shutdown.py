@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.commands import EXIT_OK
+from cli.main import main
 from ingest.broker import free_port
-from streamdi.cli import main
-from streamdi.commands import EXIT_OK
 from tests.integration.ops.test_stack_environment import StackService, push
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -63,7 +63,7 @@ def test_sigterm_drains_commits_and_stops_the_embedded_services(
         "INGEST__DRAIN_S": "60",
         "API__PORT": str(free_port()),
     }
-    service = StackService(env, ["serve", "streamdi.stack:kv"], tmp_path / "serve.log")
+    service = StackService(env, ["serve", "runtime.stack:kv"], tmp_path / "serve.log")
     try:
         service.wait("/ready")
         brokers = [p for p, name in children(service.process.pid).items() if "tansu" in name]
@@ -88,7 +88,7 @@ def test_sigterm_drains_commits_and_stops_the_embedded_services(
     log = service.log.read_text()
     assert code == 0, log
     assert "Traceback" not in log
-    assert 'level=info logger=ingest.pipeline msg="pipeline stop' in log, log[-2000:]
+    assert 'level=info logger=runtime.pipeline msg="pipeline stop' in log, log[-2000:]
     # the embedded services are gone
     deadline = time.monotonic() + 30
     while (alive(brokers[0]) or alive(postmaster)) and time.monotonic() < deadline:

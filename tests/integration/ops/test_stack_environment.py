@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 from api.metrics import METRIC_NAMES
+from cli.commands import EXIT_OK
+from cli.main import main
 from ingest.broker import EmbeddedBroker, free_port
-from streamdi.cli import main
-from streamdi.commands import EXIT_OK
 from streamdi.environment import setting_names
 from tests.compose_file import REPO, command, dockerfile_env, environment, load_compose
 from tests.integration.migration.conftest import PostgresServer
@@ -63,7 +63,7 @@ class StackService:
         base["PYTHONPATH"] = str(REPO)
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streamdi.cli", *args],
+                [sys.executable, "-m", "cli.main", *args],
                 cwd=REPO,
                 env={**base, **env},
                 stdout=out,

@@ -358,7 +358,7 @@ def _repair(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "STREAMDI__LOG_LEVEL": "WARNING",
     }
     return subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", "streams", "repair", SPEC, *args],
+        [sys.executable, "-m", "cli.main", "streams", "repair", SPEC, *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -49,7 +49,7 @@ def run_cli(args: list[str], state: Path, cache: Path, log: Path, timeout: float
     )
     with log.open("wb") as out:
         return subprocess.run(
-            [sys.executable, "-m", "streamdi.cli", *args],
+            [sys.executable, "-m", "cli.main", *args],
             cwd=REPO,
             env=env,
             stdout=out,

@@ -225,7 +225,7 @@ def test_without_a_token_nothing_asks_for_one(stage: ShopStage, tmp_path: Path) 
 def test_binding_beyond_loopback_without_a_token_is_warned_about(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from api.serve import warn_if_exposed
+    from runtime.serve import warn_if_exposed
 
     open_settings = shop_settings(tmp_path)
     assert not warn_if_exposed("127.0.0.1", open_settings)

@@ -20,6 +20,7 @@ from api.app import create_app
 from api.service import QueryService
 from ingest.push import HttpPushSource
 from ingest.records import to_ipc
+from runtime.push_sink import PushSink
 from staging.highmark import set_high_mark
 from tests.unit.api.harness import ShopStage, shop_settings
 
@@ -43,7 +44,9 @@ def pushed(tmp_path: Path) -> Iterator[tuple[TestClient, ShopStage]]:
     source = HttpPushSource("shop.events", columns, heartbeat_s=0.01)
     reader = threading.Thread(target=_acknowledge, args=(source,), daemon=True)
     reader.start()
-    service = QueryService(stage.store, settings, push_sources={"events": source})
+    service = QueryService(
+        stage.store, settings, push_sources={"events": PushSink("events", source)}
+    )
     with TestClient(create_app(service, settings)) as client:
         yield client, stage
     source.close()

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import main
-from streamdi.commands import EXIT_OK, EXIT_USAGE
+from cli.commands import EXIT_OK, EXIT_USAGE
+from cli.main import main
 
 
 def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:

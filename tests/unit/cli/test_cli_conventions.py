@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamdi.cli import build_parser, main
-from streamdi.commands import EXIT_UNAVAILABLE, EXIT_USAGE
+from cli.commands import EXIT_UNAVAILABLE, EXIT_USAGE
+from cli.main import build_parser, main
 from streamdi.logs import configure_logging
 
 
@@ -93,16 +93,16 @@ def test_status_without_service_or_state_exits_3(
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])
 def test_structured_log_lines(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging("INFO", fmt)  # type: ignore[arg-type]
-    logging.getLogger("ingest.pipeline").info(
+    logging.getLogger("runtime.pipeline").info(
         "pipeline start dataflow=%s note=%s", "kv", 'say "hi"'
     )
     line = capsys.readouterr().err.strip()
     if fmt == "json":
         entry = json.loads(line)
-        assert entry["level"] == "info" and entry["logger"] == "ingest.pipeline"
+        assert entry["level"] == "info" and entry["logger"] == "runtime.pipeline"
         assert entry["message"] == 'pipeline start dataflow=kv note=say "hi"'
     else:
         assert line.split(" ", 1)[0].startswith("time=")
-        assert " level=info logger=ingest.pipeline " in line
+        assert " level=info logger=runtime.pipeline " in line
         assert line.endswith('msg="pipeline start dataflow=kv note=say \\"hi\\""')
     configure_logging("WARNING", "text")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import main
-from streamdi.commands import EXIT_OK, EXIT_USAGE
+from cli.commands import EXIT_OK, EXIT_USAGE
+from cli.main import main
 from streamdi.environment import required_settings, setting_names, unknown_settings
 from streamdi.settings import StreamdiSettings, load_settings
 

@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 from etl_dataflows.testing import ledger_dataflow
-from ingest.deadletters import dead_letter_view, replay_as_stored, replay_entries
-from ingest.runspec import bind
+from ingest.deadletters import replay_entries
+from runtime.runspec import bind
+from staging.dead_letters import dead_letter_view, replay_as_stored
 from streamdi.settings import load_settings
 
 
@@ -66,7 +67,7 @@ def test_raw_data_is_shown_as_stored_and_refused_for_a_replay_by_id() -> None:
 def test_replay_entries_without_an_event_object_are_refused_before_any_broker() -> None:
     spec = bind(ledger_dataflow())
     sent, refused = replay_entries(
-        spec,
+        spec.stream_topics(),
         load_settings().kafka,
         "127.0.0.1:1",  # nothing listens: no entry may reach a producer
         [(1, {"id": 7, "stream": "txns", "event": None, "payload": "b64"}), (2, {"stream": "x"})],

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ingest.runspec import load_run_spec
-from streamdi.cli import build_parser
+from cli.main import build_parser
+from runtime.runspec import load_run_spec
 from streamdi.environment import required_settings, setting_names, settings_from
 from tests.compose_file import (
     REPO,

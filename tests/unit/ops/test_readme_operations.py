@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from api.metrics import METRIC_NAMES
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from tests.compose_file import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

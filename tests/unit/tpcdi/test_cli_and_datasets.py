@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import main
-from streamdi.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from cli.main import main
 from streamdi.settings import TpcdiSettings
 from tpcdi.datasets import locate_digen
 from tpcdi.exceptions import SourceNotFound

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks.audit import _integer_ranges, sizes
-from streamdi.cli import main
+from cli.main import main
 from tests.unit.tpcdi.audit.tiny_dw import tiny_spec, write_answer_keys
 
 

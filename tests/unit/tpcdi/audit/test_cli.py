@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.cli import main
+from cli.main import main
 from tests.unit.tpcdi.audit.tiny_dw import build
 from tpcdi.audit.checks import ALL_CHECKS
 from tpcdi.audit.connection import WarehouseConnection

@@ -1,0 +1,63 @@
+"""What the query service needs from the run that hosts it, as interfaces.
+
+The service (:class:`api.service.QueryService`) answers queries over staging and the warehouses on
+its own; pushing events, re-offering dead letters and pausing the pipeline need the run it is
+hosted in. Those reach it through the small interfaces below, which the composition root
+(:mod:`runtime.serve`) fills with the ingest stage's implementations, so ``api`` never imports
+``ingest``:
+
+* :class:`EventSink`: one stream's HTTP push door (``POST /streams/{stream}/events``);
+* ``Replayer`` (:mod:`api.service`): re-offers dead letters through the broker;
+* ``IngestControl`` (:mod:`api.service`): pause, resume, the consumer lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+
+class PushedEvents(Protocol):
+    """What became of one offer: ``events`` accepted, ``rejects`` sent to the dead letters (the
+    first ones listed in ``rejected`` as ``(pos, reason)``), the positions ``first_pos..last_pos``
+    and the logical batch ids ``first_batch..last_batch`` that carry them, and ``warnings`` about
+    accepted events."""
+
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def rejects(self) -> int: ...
+
+    @property
+    def first_pos(self) -> int: ...
+
+    @property
+    def last_pos(self) -> int: ...
+
+    @property
+    def first_batch(self) -> int: ...
+
+    @property
+    def last_batch(self) -> int: ...
+
+    @property
+    def rejected(self) -> Sequence[tuple[int, str]]: ...
+
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+
+class EventSink(Protocol):
+    """One stream's push door. :meth:`offer` hands the events to the stream's collector and
+    returns once they are produced to Kafka. An offer refused as a whole raises an
+    :class:`api.exceptions.ApiError`: :class:`~api.exceptions.UnknownFieldsPushed`,
+    :class:`~api.exceptions.EventTooLarge`, :class:`~api.exceptions.NoEventsPushed`,
+    :class:`~api.exceptions.InvalidRequest` (events that cannot become the stream's), or
+    :class:`~api.exceptions.PushUnavailable` (not produced within ``timeout_s``)."""
+
+    def offer(
+        self, events: Sequence[Mapping[str, Any]] | pa.Table, *, timeout_s: float
+    ) -> PushedEvents: ...
