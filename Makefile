@@ -36,18 +36,20 @@ SF ?= 3
 run: install ## install everything and run the main job: the TPC-DI run (make run SF=3)
 	$(BIN)/streamdi tpcdi run --sf $(SF) --json reports/tpcdi-run.json --png reports/tpcdi-run.png
 
-test: install-dev ## install everything; run ruff, mypy and the tests (not the slow ones)
+test: install-dev ## install everything; run ruff, the import contract, mypy and the tests (not the slow ones)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 test-all: install-dev ## the tests including the slow ones
 	$(BIN)/pytest -m ''
 
-lint: install-dev ## ruff lint and format check
+lint: install-dev ## ruff lint and format check; the import contract (pyproject.toml [tool.importlinter])
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: install-dev ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
