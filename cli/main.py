@@ -6,7 +6,8 @@ the command. Handlers import their heavy dependencies lazily, so ``streamdi --he
 
 Exit codes: 0 success, 1 a failure while running, 2 bad usage or bad configuration (the message
 names the setting and what it expects; a variable named like a setting that no setting reads is
-bad configuration too), 3 a service the command talks to does not answer.
+bad configuration too, and so is a variable streamdi read under an older name), 3 a service the
+command talks to does not answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from cli.commands import EXIT_FAILED, EXIT_USAGE
 from streamdi import __version__
-from streamdi.environment import unknown_settings
+from streamdi.environment import renamed_settings, unknown_settings
 from streamdi.errors import ConfigurationError, StreamdiError
 from streamdi.logs import configure_logging
 from streamdi.settings import load_settings
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         settings = load_settings()
-        unknown = unknown_settings(os.environ)
+        unknown = renamed_settings(os.environ) + unknown_settings(os.environ)
         if unknown:
             raise ConfigurationError(unknown)
     except ConfigurationError as exc:

@@ -127,7 +127,7 @@ def serve(
 
     # the pipeline's threads keep the interpreter busy; queries hand it back and forth between
     # DuckDB calls, so a shorter switch interval keeps their latency down
-    sys.setswitchinterval(float(os.environ.get("STREAMDI_SWITCH_INTERVAL_S", "0.001")))
+    sys.setswitchinterval(settings.api.switch_interval_s)
     # 1.
     with open_broker(settings.kafka) as broker:
         if broker.embedded:

@@ -70,6 +70,23 @@ def unknown_settings(
     return problems
 
 
+#: Variables read outside the settings tree before it knew them, and the settings they became.
+RENAMED_VARIABLES: dict[str, str] = {
+    "STREAMDI_KERNEL_CACHE": "ENGINE__KERNEL_CACHE",
+    "STREAMDI_SWITCH_INTERVAL_S": "API__SWITCH_INTERVAL_S",
+}
+
+
+def renamed_settings(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Variables of ``environ`` that streamdi read under an older name, each with its new name:
+    they are no longer read, so a run that sets one should fail rather than ignore it."""
+    return [
+        (name, f"renamed: set {RENAMED_VARIABLES[name]} instead (it is no longer read)")
+        for name in sorted(environ)
+        if name in RENAMED_VARIABLES
+    ]
+
+
 def _nested(environ: Mapping[str, str], known: frozenset[str]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for name, value in environ.items():

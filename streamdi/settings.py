@@ -375,6 +375,12 @@ class EngineSettings(BaseModel):
     batch_timeout_ms: int = Field(
         default=500, ge=1, description="Close a partial batch after this many milliseconds."
     )
+    kernel_cache: Path | None = Field(
+        default=None,
+        description="Directory of the local executor's generated kernels and numba's machine "
+        "code for them, shared by every process (default ~/.cache/streamdi/kernels; a temporary "
+        "directory when that is not writable). Was STREAMDI_KERNEL_CACHE.",
+    )
 
     @field_validator("memory_budget", mode="before")
     @classmethod
@@ -488,6 +494,14 @@ class ApiSettings(BaseModel):
     )
     push_timeout_s: float = Field(
         default=30.0, gt=0, description="Longest wait for the collector to produce pushed events."
+    )
+    switch_interval_s: float = Field(
+        default=0.001,
+        gt=0,
+        le=1,
+        description="Python's thread switch interval in `streamdi serve`: the pipeline's threads "
+        "keep the interpreter busy, and queries hand it back and forth between DuckDB calls, so "
+        "a short interval keeps their latency down. Was STREAMDI_SWITCH_INTERVAL_S.",
     )
     sandbox_memory_limit: str = Field(
         default="1GB",

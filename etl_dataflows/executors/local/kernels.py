@@ -1,7 +1,7 @@
 """Compiling generated kernels once, and caching them on disk across processes.
 
 A generated module is written to the kernel cache directory under a name derived from its source
-(``STREAMDI_KERNEL_CACHE``, default ``~/.cache/streamdi/kernels``) and imported from there, so
+(``ENGINE__KERNEL_CACHE``, default ``~/.cache/streamdi/kernels``) and imported from there, so
 numba's own cache (``cache=True``) keeps the machine code next to it: the second process to run a
 dataflow skips compilation.
  Within a process, modules are memoized by source.
@@ -24,6 +24,7 @@ import numba
 import numpy as np
 
 from etl_dataflows.executors.local.atomics import atomic_load
+from streamdi.settings import load_settings
 
 _LOADED: dict[str, ModuleType] = {}
 _LOCK = threading.Lock()
@@ -31,9 +32,11 @@ _SPIN: list[float] = []
 
 
 def cache_dir() -> Path:
-    """Where generated kernel modules live."""
-    configured = os.environ.get("STREAMDI_KERNEL_CACHE")
-    base = Path(configured) if configured else Path.home() / ".cache" / "streamdi" / "kernels"
+    """Where generated kernel modules live: ``ENGINE__KERNEL_CACHE``. Read from the settings
+    tree here, when a kernel is first written, rather than passed in: Spark's Python workers
+    compile kernels too, and they inherit the environment, not the driver's arguments."""
+    configured = load_settings().engine.kernel_cache
+    base = configured or Path.home() / ".cache" / "streamdi" / "kernels"
     try:
         base.mkdir(parents=True, exist_ok=True)
         probe = base / ".write-test"
