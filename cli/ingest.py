@@ -29,7 +29,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _crash_at(text: str | None) -> tuple[str, int] | None:
-    from runtime.pipeline import CRASH_PHASES
+    from runtime.faults import CRASH_PHASES
 
     if not text:
         return None
@@ -43,6 +43,7 @@ def _crash_at(text: str | None) -> tuple[str, int] | None:
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from ingest.broker import open_broker
+    from runtime.faults import CrashAt
     from runtime.pipeline import Pipeline, PipelineOptions
     from runtime.runspec import load_run_spec
 
@@ -56,8 +57,9 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         max_batches=args.max_batches,
         collect=not args.no_collect,
         progress=not args.no_progress,
-        crash_at=_crash_at(args.crash_at),
     )
+    crash = _crash_at(args.crash_at)
+    faults = CrashAt(*crash) if crash is not None else None
     stop = _stop_on_signals()
     with open_broker(settings.kafka) as broker:
         if broker.embedded:
@@ -66,7 +68,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
                 "(development only: its messages vanish when this run ends)",
                 file=sys.stderr,
             )
-        report = Pipeline(spec, settings, broker, options).run(stop)
+        report = Pipeline(spec, settings, broker, options, faults=faults).run(stop)
     print(
         f"streamdi run: {report.batches} batches, {report.events:,} events, "
         f"{report.dead_letters:,} dead letters in {report.seconds:.1f} s; "

@@ -29,6 +29,13 @@ committed; collectors keep producing into Kafka, so nothing is lost and the cons
 the :attr:`Pipeline.observers` (the service's metrics), and the consumer lag per stream (the
 brokers' end offsets minus the committed ones) is refreshed every two seconds.
 
+The pieces, each testable on its own: the cut rules (:mod:`runtime.cutting`, a pure function of
+the assembler's state and the clock), the consuming loop with drain, pause and idle exit
+(:mod:`runtime.consuming`), the engine-to-staging hand-off and the committer
+(:mod:`runtime.committer`), the interfaces of the consumer, executor and store they take
+(:mod:`runtime.interfaces`). Fault injection for the kill -9 tests is a hook object the harness
+installs (:mod:`runtime.faults`); the production default does nothing.
+
 After a crash anywhere, restarting repeats from step 1: batches that were executed but not
 committed run again from the same records and the same state, so nothing is lost or applied twice.
 """
@@ -36,35 +43,39 @@ committed run again from the same records and the same state, so nothing is lost
 from __future__ import annotations
 
 import logging
-import os
-import queue
-import signal
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-import numpy as np
-import pyarrow as pa
-
 from etl_dataflows.executors import create_executor
-from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord, engine_dead_letters
+from ingest.assembler import AssembledBatch, BatchAssembler
 from ingest.broker import BrokerHandle, ensure_topics
-from ingest.collector import BatchCollector, CollectorReport, ResumePoint
+from ingest.collector import BatchCollector, ResumePoint
 from ingest.consumer import RecordConsumer
 from ingest.eventtime import EventTimeBounds
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
+from runtime.committer import CommittedBatch, PipelineReport, StagingCommitter, execute_batch
+from runtime.consuming import ConsumingLoop, LoopRules, PauseControl
+from runtime.cutting import CutRules
+from runtime.faults import CRASH_PHASES, PipelineFaults
+from runtime.interfaces import BatchExecutor, RecordFeed
 from runtime.runspec import RunSpec
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
 
-CRASH_PHASES = ("poll", "execute", "commit", "committed")
+__all__ = [
+    "CRASH_PHASES",
+    "CommittedBatch",
+    "Pipeline",
+    "PipelineOptions",
+    "PipelineReport",
+]
 
 
 @dataclass
@@ -74,54 +85,13 @@ class PipelineOptions:
     max_batches: int | None = None
     collect: bool = True
     progress: bool = False
-    crash_at: tuple[str, int] | None = None
     #: On stop, keep consuming what is already in Kafka for up to this long (``streamdi serve``:
     #: ``INGEST__DRAIN_S``); 0 stops after the batch in hand.
     drain_s: float = 0.0
 
 
-@dataclass
-class PipelineReport:
-    batches: int = 0
-    events: int = 0
-    records: int = 0
-    dead_letters: int = 0
-    commits: int = 0
-    seconds: float = 0.0
-    resumed_from: int = 0
-    commit_latency_ms: list[float] = field(default_factory=list)
-    collectors: list[CollectorReport] = field(default_factory=list)
-
-    def percentile(self, q: float) -> float:
-        if not self.commit_latency_ms:
-            return 0.0
-        return float(np.percentile(np.asarray(self.commit_latency_ms), q))
-
-
-@dataclass(frozen=True)
-class CommittedBatch:
-    """What :attr:`Pipeline.observers` learn of each committed batch."""
-
-    batch_id: int
-    events: int
-    #: time the engine spent running the batch
-    executed_s: float
-    #: from the batch's first record arriving to its staging commit
-    latency_s: float
-
-
-@dataclass
-class _Queued:
-    commit: BatchCommit
-    arrived_mono: float
-
-
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 class Pipeline:
-    """See the module docstring."""
+    """See the module docstring. ``faults`` are the crash tests' hooks (:mod:`runtime.faults`)."""
 
     def __init__(
         self,
@@ -132,6 +102,7 @@ class Pipeline:
         *,
         out: TextIO | None = None,
         migrator: Migrator | None = None,
+        faults: PipelineFaults | None = None,
     ) -> None:
         self.spec = spec
         self.migrator = migrator
@@ -140,21 +111,15 @@ class Pipeline:
         self.settings = settings
         self.broker = broker
         self.options = options or PipelineOptions(executor=settings.engine.executor)
+        self.faults = faults or PipelineFaults()
         self.out = out or sys.stderr
         self.report = PipelineReport()
-        self._queue: queue.Queue[_Queued | None] = queue.Queue(
-            maxsize=self.settings.ingest.commit_group
-        )
         self._error: BaseException | None = None
-        self._committed_events = 0
-        self._committed_batches = 0
-        self._committed_offsets: dict[tuple[str, int], int] = {}
-        self._lock = threading.Lock()
+        self._committer: StagingCommitter | None = None
         self._migration: MigrationWorker | None = None
+        self.control = PauseControl()
         #: Set while ingest is paused (no polling); see :meth:`pause`.
-        self.paused = threading.Event()
-        self._pause_seen = threading.Event()
-        self._consuming = False
+        self.paused = self.control.paused
         #: Called by the committer with every committed batch; must be quick and not raise.
         self.observers: list[Callable[[CommittedBatch], None]] = []
         #: Records in Kafka not committed to staging yet, per stream (refreshed every 2 s).
@@ -166,18 +131,12 @@ class Pipeline:
         after this returns stay in Kafka until :meth:`resume`. Idempotent."""
         if not self.paused.is_set():
             logger.info("ingest paused dataflow=%s", self.spec.flow.name)
-        self._pause_seen.clear()
-        self.paused.set()
-        deadline = time.monotonic() + timeout_s
-        while self._consuming and time.monotonic() < deadline:
-            if self._pause_seen.wait(0.05):
-                return
+        self.control.pause(timeout_s)
 
     def resume(self) -> None:
         """Poll again from the next uncommitted offset. Idempotent."""
-        if self.paused.is_set():
+        if self.control.resume():
             logger.info("ingest resumed dataflow=%s", self.spec.flow.name)
-        self.paused.clear()
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -220,8 +179,6 @@ class Pipeline:
         executor = create_executor(options.executor, spec.flow, store.load_state())
         executor.warm_up()
         self.report.resumed_from = store.watermark
-        self._committed_batches = 0
-        self._committed_offsets = dict(offsets)
         logger.info(
             "pipeline start dataflow=%s watermark=%s executor=%s",
             spec.flow.name,
@@ -257,118 +214,45 @@ class Pipeline:
         collector_threads = self._start_collectors(stop, progress) if options.collect else []
         # 5.
         self._migration = start_migration_worker(store, settings, migrator=self.migrator)
-        committer = threading.Thread(
-            target=self._commit_loop, args=(store, stop), name="staging-committer", daemon=True
+        committer = StagingCommitter(
+            store,
+            self.report,
+            group=settings.ingest.commit_group,
+            observers=self.observers,
+            faults=self.faults,
+            after_commit=self._notify_migration,
+            committed_offsets=offsets,
         )
-        committer.start()
-        next_batch = store.watermark + 1
-        batch_size = settings.engine.batch_size
-        timeout_s = settings.engine.batch_timeout_ms / 1000
-        last_activity = time.monotonic()
-        last_print = 0.0
-        last_monitor = 0.0
-        fetched_events = 0
+        self._committer = committer
+        committer.start(stop)
+        loop = self.consuming_loop(
+            consumer,
+            assembler,
+            executor,
+            committer,
+            next_batch=store.watermark + 1,
+            busy=lambda: any(t.is_alive() for t in collector_threads) or not committer.idle(),
+            started=started,
+        )
         self.started.set()
         try:
             # 4.
-            buffered: deque[RawRecord] = deque()
-            added: dict[tuple[str, int], int] = {}
-            self._consuming = True
-            drain_until: float | None = None
-            drain_to: dict[tuple[str, int], int] = {}
-            drained = limit_reached = False
-            while True:
-                if stop.is_set():
-                    if drain_until is None:
-                        drain_until = time.monotonic() + options.drain_s
-                        # what Kafka holds now is what the drain consumes (an empty poll alone
-                        # can come back while a fetch is still on its way)
-                        drain_to = consumer.end_offsets() if options.drain_s > 0 else {}
-                    if (
-                        limit_reached
-                        or drained
-                        or self.paused.is_set()
-                        or time.monotonic() >= drain_until
-                    ):
-                        break
-                paused = self.paused.is_set()
-                if paused:
-                    self._pause_seen.set()
-                did_poll = not buffered and not paused
-                polled = consumer.poll(settings.ingest.poll_timeout_ms) if did_poll else []
-                buffered.extend(polled)
-                if polled:
-                    last_activity = time.monotonic()
-                while buffered and assembler.pending_events < batch_size:
-                    if assembler.punctuated:
-                        break
-                    record = buffered.popleft()
-                    assembler.add(record)
-                    added[(record.topic, record.partition)] = record.offset
-                arrived = assembler.arrived_at
-                cut = assembler.pending and (
-                    assembler.pending_events >= batch_size
-                    or assembler.punctuated
-                    or (did_poll and not polled)
-                    or paused
-                    or (arrived is not None and time.time() - arrived >= timeout_s)
-                )
-                if cut:
-                    fetched_events += assembler.pending_events
-                    assembled = assembler.take(next_batch, added)
-                    self._execute(executor, assembled)
-                    last_activity = time.monotonic()
-                    next_batch += 1
-                    if options.max_batches and self.report.batches >= options.max_batches:
-                        limit_reached = True
-                        stop.set()
-                drained = (
-                    did_poll
-                    and not polled
-                    and not buffered
-                    and not assembler.pending
-                    and all(consumer.position(tp) >= end for tp, end in drain_to.items())
-                )
-                now = time.monotonic()
-                if self._error is not None:
-                    raise self._error
-                if self._migration is not None and self._migration.error is not None:
-                    raise self._migration.error
-                if now - last_monitor >= 2.0:
-                    with self._lock:
-                        committed = dict(self._committed_offsets)
-                    consumer.commit_for_monitoring(committed)
-                    self.consumer_lag = _lag_per_stream(consumer, committed, topics)
-                    last_monitor = now
-                if paused and not buffered and not assembler.pending:
-                    stop.wait(0.05)
-                if options.progress and now - last_print >= 1.0:
-                    self._print_progress(started, fetched_events)
-                    last_print = now
-                if options.until_idle_s is not None and not assembler.pending and not buffered:
-                    collecting = any(t.is_alive() for t in collector_threads)
-                    if (
-                        not collecting
-                        and self._queue.empty()
-                        and now - last_activity >= options.until_idle_s
-                    ):
-                        break
+            loop.run(stop)
         finally:
             # 6.
-            self._consuming = False
-            self._queue.put(None)
-            committer.join()
+            committer.close()
             if self._migration is not None:
-                self._migration.stop(push=None if self._error is None else False)
+                self._migration.stop(push=None if self._failure() is None else False)
             consumer.close()
             stop.set()
             for thread in collector_threads:
                 thread.join(timeout=60)
             executor.close()
             if options.progress:
-                self._print_progress(started, fetched_events, final=True)
-        if self._error is not None:
-            raise self._error
+                self._print_progress(started, loop.fetched_events, final=True)
+        error = self._failure()
+        if error is not None:
+            raise error
         self.report.seconds = time.monotonic() - started
         logger.info(
             "pipeline stop batches=%s events=%s dead_letters=%s watermark=%s",
@@ -378,6 +262,73 @@ class Pipeline:
             store.watermark,
         )
         return self.report
+
+    def consuming_loop(
+        self,
+        feed: RecordFeed,
+        assembler: BatchAssembler,
+        executor: BatchExecutor,
+        committer: StagingCommitter,
+        *,
+        next_batch: int,
+        busy: Callable[[], bool],
+        started: float,
+    ) -> ConsumingLoop:
+        """The loop of step 4 over ``feed``, wired to this pipeline's options, settings, pause
+        control, committer, monitoring and progress line."""
+        settings, options = self.settings, self.options
+        topics = self.spec.topics()
+
+        def hand_off(assembled: AssembledBatch) -> None:
+            self.faults.before_execute(assembled.batch.batch_id)
+            commit = execute_batch(executor, assembled)
+            self.report.batches += 1
+            committer.submit(commit)
+
+        def monitor() -> None:
+            committed = committer.committed_offsets()
+            feed.commit_for_monitoring(committed)
+            self.consumer_lag = _lag_per_stream(feed, committed, topics)
+
+        def progress(fetched_events: int) -> None:
+            self._print_progress(started, fetched_events)
+
+        rules = LoopRules(
+            cut=CutRules(settings.engine.batch_size, settings.engine.batch_timeout_ms / 1000),
+            poll_timeout_ms=settings.ingest.poll_timeout_ms,
+            drain_s=options.drain_s,
+            until_idle_s=options.until_idle_s,
+            max_batches=options.max_batches,
+        )
+        return ConsumingLoop(
+            feed,
+            assembler,
+            rules,
+            next_batch=next_batch,
+            hand_off=hand_off,
+            control=self.control,
+            check=self._raise_failure,
+            busy=busy,
+            monitor=monitor,
+            progress=progress if options.progress else None,
+        )
+
+    def _notify_migration(self, commits: Sequence[BatchCommit]) -> None:
+        if self._migration is not None:
+            self._migration.notify(len(commits), committed_rows(commits))
+
+    def _failure(self) -> BaseException | None:
+        """The first error of a collector or the committer, or None."""
+        if self._error is not None:
+            return self._error
+        return self._committer.error if self._committer is not None else None
+
+    def _raise_failure(self) -> None:
+        error = self._failure()
+        if error is not None:
+            raise error
+        if self._migration is not None and self._migration.error is not None:
+            raise self._migration.error
 
     def _start_collectors(
         self, stop: threading.Event, progress: dict[str, Any]
@@ -418,100 +369,14 @@ class Pipeline:
             threads.append(thread)
         return threads
 
-    def _execute(self, executor: Any, assembled: AssembledBatch) -> None:
-        crash = self.options.crash_at
-        batch_id = assembled.batch.batch_id
-        if crash is not None and batch_id == crash[1]:
-            if crash[0] == "poll":
-                _kill_self()
-            elif crash[0] == "execute":
-                threading.Timer(0.005, _kill_self).start()
-        t0 = time.monotonic()
-        result = executor.run_batch(assembled.batch)
-        executed_ms = (time.monotonic() - t0) * 1000
-        dead = pa.concat_tables(
-            [assembled.dead_letters, engine_dead_letters(assembled, result.dead_letters)]
-        )
-        commit = BatchCommit(
-            batch_id=batch_id,
-            result=result,
-            dead_letters=dead,
-            offsets=assembled.offsets,
-            streams=assembled.streams,
-            events=assembled.events,
-            records=assembled.records,
-            arrived_at=assembled.arrived_at,
-            executed_ms=executed_ms,
-            replayed=assembled.replayed,
-        )
-        self.report.batches += 1
-        arrived_mono = time.monotonic() - max(0.0, time.time() - assembled.arrived_at)
-        self._queue.put(_Queued(commit, arrived_mono))
-
-    def _commit_loop(self, store: StagingStore, stop: threading.Event) -> None:
-        crash = self.options.crash_at
-        limit = self.settings.ingest.commit_group
-        done = False
-        while not done:
-            item = self._queue.get()
-            if item is None:
-                break
-            group = [item]
-            while len(group) < limit:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    done = True
-                    break
-                group.append(more)
-            ids = [g.commit.batch_id for g in group]
-            targeted = crash is not None and ids[0] <= crash[1] <= ids[-1]
-
-            def hook(step: str, targeted: bool = targeted) -> None:
-                if targeted and crash is not None and crash[0] == "commit" and step == "ledger":
-                    _kill_self()
-
-            try:
-                store.commit([g.commit for g in group], hook=hook)
-            except BaseException as exc:
-                logger.error("staging commit failed batch_ids=%s: %s", ids, exc)
-                self._error = exc
-                stop.set()
-                return
-            if targeted and crash is not None and crash[0] == "committed":
-                _kill_self()
-            if self._migration is not None:
-                self._migration.notify(len(group), committed_rows(g.commit for g in group))
-            now = time.monotonic()
-            for g in group:
-                seen = CommittedBatch(
-                    g.commit.batch_id,
-                    g.commit.events,
-                    g.commit.executed_ms / 1000,
-                    now - g.arrived_mono,
-                )
-                for observe in self.observers:
-                    try:
-                        observe(seen)
-                    except Exception as exc:  # an observer must never stop the pipeline
-                        logger.warning("batch observer failed: %s", exc)
-            with self._lock:
-                for g in group:
-                    self.report.commit_latency_ms.append((now - g.arrived_mono) * 1000)
-                    self.report.events += g.commit.events
-                    self.report.records += g.commit.records
-                    self.report.dead_letters += g.commit.dead_letters.num_rows
-                    self._committed_offsets.update(g.commit.offsets)
-                self.report.commits += 1
-                self._committed_batches += len(group)
-
     def _print_progress(self, started: float, fetched_events: int, *, final: bool = False) -> None:
         elapsed = max(time.monotonic() - started, 1e-9)
-        with self._lock:
+        committer = self._committer
+        if committer is None:
+            return
+        with committer.lock:
             events = self.report.events
-            batches = self._committed_batches
+            batches = committer.committed_batches
             p99 = self.report.percentile(99)
         lag = max(0, fetched_events - events)
         line = (
@@ -526,7 +391,7 @@ class Pipeline:
 
 
 def _lag_per_stream(
-    consumer: RecordConsumer,
+    consumer: RecordFeed,
     committed: dict[tuple[str, int], int],
     topics: dict[str, list[str]],
 ) -> dict[str, int]:

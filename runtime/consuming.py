@@ -1,0 +1,195 @@
+"""The consuming loop of the pipeline (step 4 and the stop of step 6 of :mod:`runtime.pipeline`).
+
+Each turn, in order:
+
+1. Stop check: once ``stop`` is set, note the drain deadline (now + ``drain_s``) and what Kafka
+   holds now (the end offsets, when draining); end the loop when the batch limit was reached, the
+   drain consumed everything up to those offsets, ingest is paused, or the deadline passed.
+2. Poll, unless records polled earlier still wait or ingest is paused (then note that the pause
+   was seen: :meth:`PauseControl.pause` waits for it).
+3. Fill the assembler (:func:`runtime.cutting.fill`) and cut by the rules of
+   :func:`runtime.cutting.cut_reason`; a cut batch is handed to ``hand_off`` (run and queued for
+   its commit) with the next batch id; the batch limit stops the run once reached.
+4. Raise the error of a committer, a collector or the migration (``check``).
+5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
+   ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
+6. Idle exit (``until_idle_s``): nothing pending, nothing ``busy()`` (collectors, the commit
+   queue), and no record or batch for that long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord, TopicPartition
+from runtime.cutting import CutRules, PendingBatch, cut_reason, fill
+from runtime.interfaces import RecordFeed
+
+
+@dataclass(frozen=True)
+class LoopRules:
+    """The loop's settings: the cut rules, the poll wait, and when it ends on its own."""
+
+    cut: CutRules
+    poll_timeout_ms: int
+    #: On stop, keep consuming what Kafka already holds for up to this long.
+    drain_s: float = 0.0
+    #: End once idle this long (None: run until stopped).
+    until_idle_s: float | None = None
+    #: End after this many batches (None or 0: no limit).
+    max_batches: int | None = None
+    monitor_every_s: float = 2.0
+    progress_every_s: float = 1.0
+
+
+class PauseControl:
+    """Pause and resume of the consuming loop, from other threads (the service's routes)."""
+
+    def __init__(self) -> None:
+        #: Set while ingest is paused (no polling).
+        self.paused = threading.Event()
+        self.seen = threading.Event()
+        #: True while a loop consumes (a pause waits for it to see the pause only then).
+        self.consuming = False
+
+    def pause(self, timeout_s: float = 30.0) -> bool:
+        """Stop polling; returns once the loop has seen the pause (a poll in flight when it was
+        asked has returned), or at once when no loop consumes. Idempotent. True if it was not
+        paused before."""
+        first = not self.paused.is_set()
+        self.seen.clear()
+        self.paused.set()
+        deadline = time.monotonic() + timeout_s
+        while self.consuming and time.monotonic() < deadline:
+            if self.seen.wait(0.05):
+                break
+        return first
+
+    def resume(self) -> bool:
+        """Poll again. Idempotent. True if it was paused."""
+        was = self.paused.is_set()
+        self.paused.clear()
+        return was
+
+
+class ConsumingLoop:
+    """See the module docstring. ``hand_off`` runs a cut batch and queues its commit; ``busy``
+    says whether anything may still bring work (collectors alive, commits queued)."""
+
+    def __init__(
+        self,
+        feed: RecordFeed,
+        assembler: BatchAssembler,
+        rules: LoopRules,
+        *,
+        next_batch: int,
+        hand_off: Callable[[AssembledBatch], None],
+        control: PauseControl | None = None,
+        check: Callable[[], None] = lambda: None,
+        busy: Callable[[], bool] = lambda: False,
+        monitor: Callable[[], None] = lambda: None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.feed = feed
+        self.assembler = assembler
+        self.rules = rules
+        self.next_batch = next_batch
+        self.hand_off = hand_off
+        self.control = control or PauseControl()
+        self.check = check
+        self.busy = busy
+        self.monitor = monitor
+        self.progress = progress
+        #: Batches cut and handed off by this loop.
+        self.batches = 0
+        #: Events of those batches.
+        self.fetched_events = 0
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume until one of the ends of the module docstring; see there for the order."""
+        rules, assembler, feed, control = self.rules, self.assembler, self.feed, self.control
+        buffered: deque[RawRecord] = deque()
+        added: dict[TopicPartition, int] = {}
+        drain_until: float | None = None
+        drain_to: dict[TopicPartition, int] = {}
+        drained = limit_reached = False
+        last_activity = time.monotonic()
+        last_print = last_monitor = 0.0
+        control.consuming = True
+        try:
+            while True:
+                # 1.
+                if stop.is_set():
+                    if drain_until is None:
+                        drain_until = time.monotonic() + rules.drain_s
+                        # what Kafka holds now is what the drain consumes (an empty poll alone
+                        # can come back while a fetch is still on its way)
+                        drain_to = feed.end_offsets() if rules.drain_s > 0 else {}
+                    if (
+                        limit_reached
+                        or drained
+                        or control.paused.is_set()
+                        or time.monotonic() >= drain_until
+                    ):
+                        break
+                # 2.
+                paused = control.paused.is_set()
+                if paused:
+                    control.seen.set()
+                did_poll = not buffered and not paused
+                polled = feed.poll(rules.poll_timeout_ms) if did_poll else []
+                buffered.extend(polled)
+                if polled:
+                    last_activity = time.monotonic()
+                # 3.
+                fill(assembler, buffered, added, rules.cut.batch_size)
+                reason = cut_reason(
+                    PendingBatch.of(assembler),
+                    rules.cut,
+                    polled_empty=did_poll and not polled,
+                    paused=paused,
+                    now=time.time(),
+                )
+                if reason is not None:
+                    self.fetched_events += assembler.pending_events
+                    self.hand_off(assembler.take(self.next_batch, added))
+                    last_activity = time.monotonic()
+                    self.next_batch += 1
+                    self.batches += 1
+                    if rules.max_batches and self.batches >= rules.max_batches:
+                        limit_reached = True
+                        stop.set()
+                drained = (
+                    did_poll
+                    and not polled
+                    and not buffered
+                    and not assembler.pending
+                    and all(feed.position(tp) >= end for tp, end in drain_to.items())
+                )
+                now = time.monotonic()
+                # 4.
+                self.check()
+                # 5.
+                if now - last_monitor >= rules.monitor_every_s:
+                    self.monitor()
+                    last_monitor = now
+                if paused and not buffered and not assembler.pending:
+                    stop.wait(0.05)
+                if self.progress is not None and now - last_print >= rules.progress_every_s:
+                    self.progress(self.fetched_events)
+                    last_print = now
+                # 6.
+                idle_for = now - last_activity
+                if not assembler.pending and not buffered and self._idle_exit(idle_for):
+                    break
+        finally:
+            control.consuming = False
+
+    def _idle_exit(self, idle_for: float) -> bool:
+        """Step 6, once nothing is pending or buffered."""
+        limit = self.rules.until_idle_s
+        return limit is not None and not self.busy() and idle_for >= limit
