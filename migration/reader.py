@@ -52,10 +52,7 @@ from etl_dataflows.types import ColumnType, arrow_type
 from migration.reader_login import LoginPlan
 from migration.schema import WarehouseLayout
 from staging.layout import q
-from streamdi.watchdog import statement
-from warehouse.bounded import read_bounded
-from warehouse.duckdb import DuckDBDriver, duckdb_errors
-from warehouse.exceptions import WarehouseQueryTooLarge
+from warehouse.duckdb import DuckDBDriver, duckdb_errors, read_fenced
 
 logger = logging.getLogger(__name__)
 
@@ -217,14 +214,13 @@ class _DuckDBSnapshot(WarehouseSnapshot):
         self._con = connection
 
     def _run(self, sql: str, max_bytes: int | None) -> pa.Table:
-        cap = max_bytes or self.max_bytes
-        with (
-            statement(self.timeout_s, self._con.interrupt),
-            duckdb_errors(self.target, self.timeout_s),
-        ):
-            return read_bounded(
-                self._con.sql(sql), cap, lambda n: WarehouseQueryTooLarge(self.target, n)
-            )
+        return read_fenced(
+            self._con,
+            sql,
+            timeout_s=self.timeout_s,
+            max_bytes=max_bytes or self.max_bytes,
+            target=self.target,
+        )
 
     def fetch(
         self, sql: str, types: dict[str, pa.DataType], *, max_bytes: int | None = None

@@ -14,9 +14,9 @@ RAM) and a thread count.
 
 Fenced reads: :meth:`DuckDBDriver.read_connection` opens a connection of its own to the instance
 (a cursor of the writer's would make closing either wait for the other), fenced again if the
-instance is new; statements on it run inside :func:`duckdb_errors` (a deadline's interrupt
-becomes :class:`~warehouse.exceptions.WarehouseQueryTimeout`) and answers stream through
-:func:`warehouse.bounded.read_bounded` (a byte cap).
+instance is new; :func:`read_fenced` runs a query on it under a deadline (interrupted past it:
+:class:`~warehouse.exceptions.WarehouseQueryTimeout`) and a byte cap (the answer streams through
+:func:`warehouse.bounded.read_bounded`), errors mapped by :func:`duckdb_errors`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,14 @@ import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
 
+from streamdi.watchdog import statement
 from warehouse.base import BaseWarehouseDriver, Dialect, Hook, Params, quote_identifier
+from warehouse.bounded import read_bounded
 from warehouse.exceptions import (
     WarehouseQueryFailed,
     WarehouseQueryOutOfMemory,
     WarehouseQueryTimeout,
+    WarehouseQueryTooLarge,
     WarehouseUnavailable,
     first_line,
 )
@@ -45,7 +48,8 @@ logger = logging.getLogger(__name__)
 
 class DuckDBDriver(BaseWarehouseDriver):
     """See the module docstring. ``memory_limit``/``threads`` are set on the instance when given;
-    ``fenced`` also turns external access off (:meth:`fence`)."""
+    ``fenced`` also turns external access off (:meth:`fence`). ``connection``: an open
+    connection the caller owns (use :meth:`wrap`)."""
 
     dialect: Dialect = "duckdb"
 
@@ -56,24 +60,22 @@ class DuckDBDriver(BaseWarehouseDriver):
         memory_limit: str | None = None,
         threads: int | None = None,
         fenced: bool = False,
+        connection: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
         self.path = Path(path) if str(path) != ":memory:" else None
         self._location = str(path)
         self.memory_limit = memory_limit
         self.threads = threads
         self.fenced = fenced
-        self._con: duckdb.DuckDBPyConnection | None = None
-        self._owned = True
+        self._con: duckdb.DuckDBPyConnection | None = connection
+        self._owned = connection is None
         self._in_txn = False
         self._view = 0
 
     @classmethod
     def wrap(cls, connection: duckdb.DuckDBPyConnection) -> DuckDBDriver:
         """A driver on a ``connection`` its owner opened and closes (:meth:`close` leaves it)."""
-        driver = cls(":memory:")
-        driver._con = connection
-        driver._owned = False
-        return driver
+        return cls(":memory:", connection=connection)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -288,3 +290,21 @@ def duckdb_errors(target: str, timeout_s: float) -> Iterator[None]:
         raise WarehouseUnavailable(target, first_line(exc)) from exc
     except duckdb.Error as exc:
         raise WarehouseQueryFailed(target, first_line(exc)) from exc
+
+
+def read_fenced(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    *,
+    timeout_s: float,
+    max_bytes: int,
+    target: str = "duckdb",
+) -> pa.Table:
+    """The rows of ``sql`` on read connection ``con`` (see
+    :meth:`DuckDBDriver.read_connection`) as one Arrow table: interrupted after ``timeout_s``
+    (:class:`~warehouse.exceptions.WarehouseQueryTimeout`), stopped at ``max_bytes``
+    (:class:`~warehouse.exceptions.WarehouseQueryTooLarge`), other errors as
+    :func:`duckdb_errors` maps them. Inside a user query's scope the service may interrupt it
+    (:func:`streamdi.watchdog.statement`)."""
+    with statement(timeout_s, con.interrupt), duckdb_errors(target, timeout_s):
+        return read_bounded(con.sql(sql), max_bytes, lambda n: WarehouseQueryTooLarge(target, n))

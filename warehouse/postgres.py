@@ -94,17 +94,20 @@ class _HookedReader(io.RawIOBase):
 
 class PostgresDriver(BaseWarehouseDriver):
     """See the module docstring. ``dsn`` is a libpq URL or key=value string; ``connect_args``
-    are extra libpq parameters (TLS: ``sslmode``, ``sslrootcert``...)."""
+    are extra libpq parameters (TLS: ``sslmode``, ``sslrootcert``...). ``connection``: an open
+    psycopg2 connection the caller owns (use :meth:`wrap`)."""
 
     dialect: Dialect = "postgres"
 
-    def __init__(self, dsn: str, connect_args: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, dsn: str, connect_args: dict[str, str] | None = None, *, connection: Any = None
+    ) -> None:
         self._dsn = dsn
         self._connect_args = dict(connect_args or {})
         self._engine: sa.Engine | None = None
         self._proxy: Any = None  # the pool's proxy of the connection connect() opened
-        self._con: Any = None  # the psycopg2 connection
-        self._owned = True
+        self._con: Any = connection  # the psycopg2 connection
+        self._owned = connection is None
         self._in_txn = False
         self._savepoints = 0
 
@@ -112,10 +115,7 @@ class PostgresDriver(BaseWarehouseDriver):
     def wrap(cls, connection: Any) -> PostgresDriver:
         """A driver on a psycopg2 ``connection`` its owner opened and closes: :meth:`close` leaves
         it open, and :meth:`fetch` never ends a transaction the owner left open."""
-        driver = cls("")
-        driver._con = connection
-        driver._owned = False
-        return driver
+        return cls("", connection=connection)
 
     @property
     def dsn(self) -> str:

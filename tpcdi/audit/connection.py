@@ -57,6 +57,7 @@ class WarehouseConnection:
         *,
         owned: bool,
         driver: BaseWarehouseDriver | None = None,
+        pool_proxy: Any = None,
     ) -> None:
         self._raw = raw
         self.dialect: Dialect = dialect
@@ -65,7 +66,7 @@ class WarehouseConnection:
         self.driver: BaseWarehouseDriver = driver or (
             DuckDBDriver.wrap(raw) if dialect == "duckdb" else PostgresDriver.wrap(raw)
         )
-        self._pool_proxy: Any = None
+        self._pool_proxy: Any = pool_proxy  # returned to its SQLAlchemy pool by close()
         self._current_catalog: str | None = None
 
     # -- construction ---------------------------------------------------------------------------
@@ -93,9 +94,7 @@ class WarehouseConnection:
             return cls(sa_connection.dbapi_connection, "postgres", schema, owned=False)
         if hasattr(dsn_or_conn, "raw_connection"):  # a SQLAlchemy Engine: borrow one from its pool
             proxy = dsn_or_conn.raw_connection()
-            wrapped = cls(proxy.dbapi_connection, "postgres", schema, owned=False)
-            wrapped._pool_proxy = proxy
-            return wrapped
+            return cls(proxy.dbapi_connection, "postgres", schema, owned=False, pool_proxy=proxy)
         return cls(dsn_or_conn, "postgres", schema, owned=False)
 
     # -- names and dialect ------------------------------------------------------------------------
