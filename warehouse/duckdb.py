@@ -238,6 +238,9 @@ class DuckDBDriver(BaseWarehouseDriver):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
+        """Nothing: DuckDB has no savepoints. In auto-commit mode a failed statement leaves
+        nothing to undo; inside a transaction :meth:`begin` opened, a failure aborts it (the
+        caller rolls back)."""
         yield
 
     def reclaim(self, qualified: Sequence[str]) -> None:

@@ -79,15 +79,20 @@ def test_the_hook_runs_in_the_middle_of_a_bulk_load(driver: BaseWarehouseDriver)
     assert driver.fetch(f"SELECT count(*) FROM {TABLE}") == [(4,)]
 
 
-def test_a_failed_statement_in_a_savepoint_keeps_the_transaction(
+def test_a_failed_statement_in_a_savepoint_keeps_the_connection_usable(
     driver: BaseWarehouseDriver,
 ) -> None:
-    driver.begin()
+    """PostgreSQL: inside a transaction, which survives. DuckDB has no savepoints: in auto-commit
+    mode (how the audit runs its checks) a failed statement leaves nothing to undo."""
+    in_transaction = driver.dialect == "postgres"
+    if in_transaction:
+        driver.begin()
     driver.bulk_insert(TABLE, ROWS)
     with pytest.raises(driver.driver_errors), driver.savepoint():
         driver.fetch("SELECT nope FROM w.missing")
     driver.execute(f"INSERT INTO {TABLE} VALUES (?, ?)", [5, "after"])
-    driver.commit()
+    if in_transaction:
+        driver.commit()
     assert driver.fetch(f"SELECT count(*) FROM {TABLE}") == [(5,)]
 
 
