@@ -17,7 +17,7 @@ disk; each query gets its own cursor, into which the service registers Arrow tab
   surrogate key); for a sink, all rows of both (append-only);
 
 and then runs the user's checked query over those views, streaming its result in bounded pieces
-(:mod:`migration.bounded`: past ``max_bytes`` the query stops with ``answer_too_large``). Views
+(:mod:`warehouse.bounded`: past ``max_bytes`` the query stops with ``answer_too_large``). Views
 and registrations belong to the cursor and disappear with it, so concurrent queries never see
 each other's tables. The statement runs inside the current query's scope
 (:func:`streamdi.watchdog.statement`): its deadline, the memory backstop and shutdown interrupt it.
@@ -36,9 +36,9 @@ import duckdb
 import pyarrow as pa
 
 from api.exceptions import AnswerTooLarge, QueryFailed, QueryMemoryExceeded, QueryTimeout
-from migration.bounded import read_bounded
 from staging.layout import q
 from streamdi.watchdog import statement
+from warehouse.bounded import read_bounded
 
 logger = logging.getLogger(__name__)
 

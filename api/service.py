@@ -40,14 +40,14 @@ from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
 from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
-from migration.postgres_reader import PostgresReader
-from migration.reader import DuckDBReader, WarehouseReader
+from migration.reader import ReaderOptions, WarehouseReader
 from migration.reader_login import LoginPlan, RoleLimits
 from staging.dead_letters import dead_letter_view, replay_as_stored
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
 from streamdi.settings import ApiSettings, StreamdiSettings
+from warehouse.exceptions import WarehouseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -74,31 +74,17 @@ def build_readers(
     migrator: Migrator | None, settings: StreamdiSettings
 ) -> dict[str, WarehouseReader]:
     """A reader per target of ``migrator``, sharing its targets (their layout, the DuckDB
-    instance, the PostgreSQL server)."""
+    instance, the PostgreSQL server); each target makes its own (:meth:`BaseTarget.reader`)."""
     if migrator is None:
         return {}
-    from migration.targets.duckdb_file import DuckDBTarget
-    from migration.targets.postgres import PostgresTarget
-
+    options = ReaderOptions(login=login_plan(settings.api), pool_size=settings.api.postgres_pool)
     readers: dict[str, WarehouseReader] = {}
     for name, target in migrator.targets.items():
 
         def ensure(name: str = name) -> object:
             return migrator.opened(name)
 
-        if isinstance(target, DuckDBTarget):
-            readers[name] = DuckDBReader(
-                target.layout, ensure, str(target.path), target.lock_down, target.mark_busy
-            )
-        elif isinstance(target, PostgresTarget):
-            readers[name] = PostgresReader(
-                target.layout,
-                ensure,
-                target.dsn,
-                target.connect_args,
-                login=login_plan(settings.api),
-                pool_size=settings.api.postgres_pool,
-            )
+        readers[name] = target.reader(ensure, options)
     return readers
 
 
@@ -205,7 +191,7 @@ class QueryService:
         for name, reader in self.readers.items():
             try:
                 reader.prepare()
-            except TargetUnavailable as exc:
+            except WarehouseUnavailable as exc:
                 logger.warning("warehouse not reachable at start target=%s: %s", name, exc)
 
     def shutdown(self, wait_s: float) -> int:
@@ -378,7 +364,7 @@ class QueryService:
         merge = body.merge or ("force" if via == "pull" else "auto")
         try:
             report = migrator.migrate(names, via=via, merge=merge)
-        except TargetUnavailable as exc:
+        except WarehouseUnavailable as exc:
             raise TargetUnreachable(str(exc)) from exc
         return {
             "via": via,

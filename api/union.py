@@ -60,14 +60,7 @@ from api.planner import PlanDecision, PlanModel
 from api.safety import CheckedQuery
 from api.sandbox import UnionInput, UnionSandbox
 from etl_dataflows.dataflow import CompiledDataflow
-from migration.exceptions import (
-    ReaderLoginRefused,
-    TargetUnavailable,
-    WarehouseQueryFailed,
-    WarehouseQueryOutOfMemory,
-    WarehouseQueryTimeout,
-    WarehouseQueryTooLarge,
-)
+from migration.exceptions import ReaderLoginRefused
 from migration.migrator import Migrator
 from migration.reader import WarehouseReader, WarehouseSnapshot, column_types
 from migration.schema import WarehouseLayout
@@ -75,6 +68,13 @@ from staging.layout import output_columns, q
 from staging.snapshot import StagingSnapshot, open_snapshot
 from staging.store import StagingStore
 from streamdi.settings import ApiSettings
+from warehouse.exceptions import (
+    WarehouseQueryFailed,
+    WarehouseQueryOutOfMemory,
+    WarehouseQueryTimeout,
+    WarehouseQueryTooLarge,
+    WarehouseUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -560,7 +560,7 @@ def mapped_errors(target: str) -> Iterator[None]:
     """Warehouse errors as the service's errors."""
     try:
         yield
-    except TargetUnavailable as exc:
+    except WarehouseUnavailable as exc:
         raise TargetUnreachable(str(exc), target=target) from exc
     except ReaderLoginRefused as exc:
         raise TargetUnreachable(str(exc), target=target) from exc

@@ -124,22 +124,22 @@ class _RawLoad:
     def __init__(self, target: BaseTarget, layout: WarehouseLayout) -> None:
         self.target = target
         self.names = {n: f"{q(layout.schema + '_raw')}.{q(n)}" for n in layout.tables}
-        target._begin()
-        target._execute(f"CREATE SCHEMA IF NOT EXISTS {q(layout.schema + '_raw')}")
+        target.begin()
+        target.execute(f"CREATE SCHEMA IF NOT EXISTS {q(layout.schema + '_raw')}")
         for name, qualified in self.names.items():
-            target._execute(
+            target.execute(
                 f"CREATE TABLE IF NOT EXISTS {qualified} AS SELECT * FROM "
                 f"{layout.delta_name(name)} WHERE false"
             )
-        target._commit()
+        target.commit()
 
     def load(self, tables: dict[str, pa.Table]) -> float:
         started = time.perf_counter()
-        self.target._begin()
+        self.target.begin()
         for name, rows in tables.items():
             if rows.num_rows:
-                self.target._bulk_insert(self.names[name], rows, None)
-        self.target._commit()
+                self.target.bulk_insert(self.names[name], rows)
+        self.target.commit()
         return time.perf_counter() - started
 
 

@@ -166,15 +166,13 @@ class _Split:
 
     def undo_push(self) -> None:
         target, layout = self.target, self.layout
-        target._begin()
-        target._execute(
-            f"DELETE FROM {layout.delta_name('orders')} WHERE batch_id > ?", [self.held]
-        )
-        target._execute(
+        target.begin()
+        target.execute(f"DELETE FROM {layout.delta_name('orders')} WHERE batch_id > ?", [self.held])
+        target.execute(
             f"DELETE FROM {layout.ledger_name} WHERE stream = ? AND batch_id > ?",
             [layout.stream, self.held],
         )
-        target._commit()
+        target.commit()
         cursor = self.store.cursor()
         try:
             cursor.execute(
@@ -187,17 +185,8 @@ class _Split:
 
     def _settle(self) -> None:
         """Clean up the undone push's deleted rows now, on no plan's time."""
-        target, layout = self.target, self.layout
-        if isinstance(target, PostgresTarget):
-            con = target._con.driver_connection  # the psycopg2 connection in the pool's proxy
-            con.autocommit = True  # VACUUM runs outside a transaction
-            try:
-                with con.cursor() as cur:
-                    cur.execute(f"VACUUM {layout.delta_name('orders')}, {layout.ledger_name}")
-            finally:
-                con.autocommit = False
-        else:
-            target._execute("CHECKPOINT")
+        layout = self.layout
+        self.target.driver.reclaim([layout.delta_name("orders"), layout.ledger_name])
 
     def run(self, plan: str) -> tuple[float, dict[str, Any]]:
         gc.collect()  # no run pays for the garbage of the one before (the answers are large)

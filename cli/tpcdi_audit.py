@@ -41,7 +41,7 @@ def open_warehouse(
         if settings.postgres.dsn is not None:
             dsn = settings.postgres.dsn.get_secret_value()
         else:
-            from migration.embedded import embedded_postgres_dsn
+            from warehouse.embedded import embedded_postgres_dsn
 
             dsn = embedded_postgres_dsn(settings.postgres_data_dir)
     return WarehouseConnection.postgres(dsn, schema=schema)
@@ -50,9 +50,9 @@ def open_warehouse(
 def _audit(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.audit.checks import format_audit, run_audit
     from tpcdi.audit.ddl import ensure_audit_tables
-    from tpcdi.audit.exceptions import WarehouseError
     from tpcdi.audit.keys import load_audit_files
     from tpcdi.exceptions import SourceNotFound
+    from warehouse.exceptions import WarehouseError
 
     try:
         conn = open_warehouse(

@@ -41,11 +41,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from migration.exceptions import TargetMismatch, TargetUnavailable
+from migration.exceptions import TargetMismatch
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget, MergeResult
 from staging.handoff import StagedDeltas
 from streamdi.settings import MigrationSettings, StreamdiSettings
+from warehouse.exceptions import WarehouseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]
     if pg.dsn is not None:
         dsn = pg.dsn.get_secret_value()
     else:
-        from migration.embedded import embedded_postgres_dsn
+        from warehouse.embedded import embedded_postgres_dsn
 
         dsn = embedded_postgres_dsn(settings.postgres_data_dir)
     args: dict[str, str] = {}
@@ -234,7 +235,7 @@ class Migrator:
 
     def _open(self, name: str) -> BaseTarget:
         target = self.targets[name]
-        first = not target._opened
+        first = not target.opened
         target.open()
         if first:
             self._unmerged[name] = target.delta_rows()
@@ -272,7 +273,7 @@ class Migrator:
             result = report.targets.setdefault(name, TargetRound(name))
             try:
                 w = self._open(name).watermark()
-            except TargetUnavailable as exc:
+            except WarehouseUnavailable as exc:
                 result.error = str(exc)
                 logger.warning("migration target unavailable target=%s: %s", name, exc)
                 continue
@@ -307,7 +308,7 @@ class Migrator:
                 t1 = time.perf_counter()
                 try:
                     w = self.targets[name].load(changes, via, self._target_hook(name))
-                except TargetUnavailable as exc:
+                except WarehouseUnavailable as exc:
                     result.error = str(exc)
                     logger.warning("migration load failed target=%s: %s", name, exc)
                     del progress[name]
@@ -326,7 +327,7 @@ class Migrator:
             if result.error is None and self._merge_due(name, merge):
                 try:
                     result.merge = self.targets[name].merge(self._target_hook(name))
-                except TargetUnavailable as exc:
+                except WarehouseUnavailable as exc:
                     result.error = str(exc)
                     logger.warning("migration merge failed target=%s: %s", name, exc)
                     continue
@@ -376,24 +377,24 @@ class Migrator:
         return [
             n
             for n in names
-            if self.targets[n]._opened
+            if self.targets[n].opened
             and self._unmerged.get(n, 0) > 0
             and self._merge_due(n, "auto")
         ]
 
     def opened(self, name: str) -> BaseTarget:
-        """Target ``name``, connected (raises :class:`~migration.exceptions.TargetUnavailable`
+        """Target ``name``, connected (raises :class:`~warehouse.exceptions.WarehouseUnavailable`
         when it cannot be reached). Readers use it to share the target's database; an open target
         is returned at once, without waiting for a migration round."""
         target = self.targets[name]
-        if target._opened:
+        if target.opened:
             return target
         with self._lock:
             return self._open(name)
 
     def target_busy(self, name: str) -> bool:
         """Whether another client is querying target ``name`` (raises
-        :class:`~migration.exceptions.TargetUnavailable` when it cannot be reached)."""
+        :class:`~warehouse.exceptions.WarehouseUnavailable` when it cannot be reached)."""
         with self._lock:
             return self._open(name).busy()
 
@@ -438,7 +439,7 @@ class Migrator:
                         unmerged_rows=target.delta_rows(),
                         busy=target.busy(),
                     )
-            except TargetUnavailable as exc:
+            except WarehouseUnavailable as exc:
                 entry.update(reachable=False, error=str(exc))
             out["targets"][name] = entry
         return out

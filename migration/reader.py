@@ -13,7 +13,7 @@ each row id among the deltas of batches ``<= upto`` (a sink: its full and delta 
 ``<= upto``). :meth:`~WarehouseSnapshot.fetch` runs such service-made SQL and
 :meth:`~WarehouseSnapshot.query` a user's query (already checked and rewritten by the query
 service); both return Arrow, both stop at a byte cap (``max_bytes``: reading stops there and
-:class:`~migration.exceptions.WarehouseQueryTooLarge` is raised), both run each statement under
+:class:`~warehouse.exceptions.WarehouseQueryTooLarge` is raised), both run each statement under
 its deadline and inside the current query's scope (:func:`streamdi.watchdog.statement`: the
 service may interrupt it), and both run fenced in, because service SQL may carry a user's
 predicate:
@@ -30,8 +30,8 @@ predicate:
   (the one the migration target opened: one instance per file and process; a connection of its
   own, not a cursor of the target's, so closing either never waits for the other), which runs
   with ``enable_external_access = false``, a memory limit and a thread limit
-  (:meth:`migration.targets.duckdb_file.DuckDBTarget.lock_down`, checked on every snapshot).
-  Results stream in bounded pieces (:mod:`migration.bounded`).
+  (:meth:`warehouse.duckdb.DuckDBDriver.fence`, checked on every snapshot).
+  Results stream in bounded pieces (:mod:`warehouse.bounded`).
 
 The PostgreSQL reader lives in :mod:`migration.postgres_reader`.
 """
@@ -43,27 +43,30 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from etl_dataflows.types import ColumnType, arrow_type
-from migration.bounded import read_bounded
-from migration.exceptions import (
-    TargetUnavailable,
-    WarehouseQueryFailed,
-    WarehouseQueryOutOfMemory,
-    WarehouseQueryTimeout,
-    WarehouseQueryTooLarge,
-)
+from migration.reader_login import LoginPlan
 from migration.schema import WarehouseLayout
 from staging.layout import q
-from streamdi.watchdog import statement
+from warehouse.duckdb import DuckDBDriver, duckdb_errors, read_fenced
 
 logger = logging.getLogger(__name__)
 
 #: Default byte cap of one read (``API__MAX_ANSWER_MB`` sets the service's).
 DEFAULT_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How the query service's readers connect: the PostgreSQL reader login (see
+    :mod:`migration.reader_login`) and its pool size (a DuckDB reader needs neither)."""
+
+    login: LoginPlan
+    pool_size: int = 8
 
 
 def relation_sql(layout: WarehouseLayout, name: str, upto: int, columns: Sequence[str]) -> str:
@@ -102,11 +105,6 @@ def column_types(layout: WarehouseLayout, name: str) -> dict[str, pa.DataType]:
 
         kinds = {"batch_id": "int64", **output_columns(flow, name)}
     return {c: arrow_type(k) if k is not None else pa.string() for c, k in kinds.items()}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class WarehouseSnapshot(ABC):
@@ -216,14 +214,13 @@ class _DuckDBSnapshot(WarehouseSnapshot):
         self._con = connection
 
     def _run(self, sql: str, max_bytes: int | None) -> pa.Table:
-        cap = max_bytes or self.max_bytes
-        with (
-            statement(self.timeout_s, self._con.interrupt),
-            _duck_errors(self.target, self.timeout_s),
-        ):
-            return read_bounded(
-                self._con.sql(sql), cap, lambda n: WarehouseQueryTooLarge(self.target, n)
-            )
+        return read_fenced(
+            self._con,
+            sql,
+            timeout_s=self.timeout_s,
+            max_bytes=max_bytes or self.max_bytes,
+            target=self.target,
+        )
 
     def fetch(
         self, sql: str, types: dict[str, pa.DataType], *, max_bytes: int | None = None
@@ -235,33 +232,16 @@ class _DuckDBSnapshot(WarehouseSnapshot):
         return self._run(sql, max_bytes)
 
 
-@contextmanager
-def _duck_errors(target: str, timeout_s: float) -> Iterator[None]:
-    import duckdb
-
-    try:
-        yield
-    except duckdb.InterruptException as exc:
-        raise WarehouseQueryTimeout(target, timeout_s) from exc
-    except duckdb.OutOfMemoryException as exc:
-        raise WarehouseQueryOutOfMemory(target, _first_line(exc)) from exc
-    except (duckdb.IOException, duckdb.ConnectionException) as exc:
-        raise TargetUnavailable(target, _first_line(exc)) from exc
-    except duckdb.Error as exc:
-        raise WarehouseQueryFailed(target, _first_line(exc)) from exc
-
-
 #: Idle connections a DuckDB reader keeps for its next snapshots.
 _DUCKDB_IDLE = 4
 
 
 class DuckDBReader(WarehouseReader):
-    """Snapshots of the DuckDB warehouse file ``path``, each on a connection of its own to the
-    database instance the migration target opened (``ensure_layout`` opens it first; a
-    connection with the same, empty configuration joins it). ``lock_down`` (the target's
-    :meth:`~migration.targets.duckdb_file.DuckDBTarget.lock_down`) is applied again whenever a
-    snapshot finds external access on (a new instance). ``mark_busy`` tells the target a reader is
-    at work (its idle pull waits)."""
+    """Snapshots of the DuckDB warehouse file of ``driver`` (the migration target's), each on a
+    connection of its own to the database instance the target opened (``ensure_layout`` opens
+    it first; :meth:`~warehouse.duckdb.DuckDBDriver.read_connection` joins it and fences it again
+    whenever a snapshot finds external access on: a new instance). ``mark_busy`` tells the
+    target a reader is at work (its idle pull waits)."""
 
     name = "duckdb"
     dialect = "duckdb"
@@ -270,13 +250,11 @@ class DuckDBReader(WarehouseReader):
         self,
         layout: WarehouseLayout,
         ensure_layout: Callable[[], object],
-        path: str,
-        lock_down: Callable[[Any], None],
+        driver: DuckDBDriver,
         mark_busy: Callable[[float], None] | None = None,
     ) -> None:
         super().__init__(layout, ensure_layout)
-        self._path = path
-        self._lock_down = lock_down
+        self._driver = driver
         self._mark_busy = mark_busy
         self._idle: list[Any] = []  # connections of finished snapshots (a fresh one is colder)
         self._lock = threading.Lock()
@@ -285,24 +263,17 @@ class DuckDBReader(WarehouseReader):
     def snapshot(
         self, *, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> Iterator[WarehouseSnapshot]:
-        import duckdb
-
         self._ensure_layout()
         if self._mark_busy is not None:
             self._mark_busy(timeout_s)
         with self._lock:
             con = self._idle.pop() if self._idle else None
         if con is None:
-            with _duck_errors(self.name, timeout_s):
-                con = duckdb.connect(self._path)
+            con = self._driver.read_connection()
         reusable = False
         try:
-            with _duck_errors(self.name, timeout_s):
-                external = con.execute(
-                    "SELECT current_setting('enable_external_access')"
-                ).fetchall()[0][0]
-                if external:  # a new instance (the target reconnected meanwhile): lock it down
-                    self._lock_down(con)
+            with duckdb_errors(self.name, timeout_s):
+                self._driver.ensure_fenced(con)
                 con.execute("BEGIN TRANSACTION")
                 layout = self.layout
                 watermark, merged = con.execute(

@@ -35,9 +35,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from migration.exceptions import ReaderLoginRefused, TargetUnavailable
+from migration.exceptions import ReaderLoginRefused
 from migration.schema import WarehouseLayout
 from staging.layout import q
+from warehouse.exceptions import WarehouseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _connection(dsn: str, params: dict[str, str], *, autocommit: bool = False) -
     try:
         con = psycopg2.connect(dsn, **params)
     except psycopg2.OperationalError as exc:
-        raise TargetUnavailable("postgres", _first_line(exc)) from exc
+        raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
     try:
         con.autocommit = autocommit
         yield con
@@ -123,7 +124,7 @@ def managed_login(
 ) -> ReaderLogin:
     """Create (or reset) the managed reader role with the migration's user; see the module
     docstring. Raises :class:`~migration.exceptions.ReaderLoginRefused` when that user may not
-    manage roles, :class:`~migration.exceptions.TargetUnavailable` when the server is down."""
+    manage roles, :class:`~migration.exceptions.WarehouseUnavailable` when the server is down."""
     import psycopg2
 
     password = secrets.token_urlsafe(24)
@@ -178,7 +179,7 @@ def managed_login(
                 "warehouse, or give the POSTGRES__DSN user CREATEROLE",
             ) from exc
         except psycopg2.OperationalError as exc:
-            raise TargetUnavailable("postgres", _first_line(exc)) from exc
+            raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
         except psycopg2.Error as exc:
             con.rollback()
             raise ReaderLoginRefused(
@@ -217,7 +218,7 @@ def external_login(
                 _grant_reads(cur, layout, role)
             con.commit()
         except psycopg2.OperationalError as exc:
-            raise TargetUnavailable("postgres", _first_line(exc)) from exc
+            raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
         except psycopg2.Error as exc:
             con.rollback()
             logger.warning(

@@ -1,8 +1,10 @@
 """What every warehouse target does: the load and merge protocols, in SQL both dialects share.
 
 A target keeps, for each dataflow, full tables (indexed by row id), index-free delta tables and a
-ledger (see :mod:`migration.schema`). Subclasses supply the connection, one bulk path and a stream
-lock; :class:`BaseTarget` runs the protocols:
+ledger (see :mod:`migration.schema`). It talks to its warehouse only through a driver
+(:class:`warehouse.base.BaseWarehouseDriver`: the connection, the statements, the bulk path, the
+errors); subclasses supply the layout's DDL and a stream lock; :class:`BaseTarget` runs the
+protocols:
 
 :meth:`BaseTarget.load` moves staged changes into the delta tables, exactly once:
 
@@ -41,7 +43,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -49,6 +51,10 @@ from migration.exceptions import TargetMismatch
 from migration.schema import WarehouseLayout
 from staging.handoff import StagedChanges
 from staging.layout import q
+from warehouse.base import BaseWarehouseDriver, Dialect, Params
+
+if TYPE_CHECKING:
+    from migration.reader import ReaderOptions, WarehouseReader
 
 logger = logging.getLogger(__name__)
 
@@ -69,66 +75,101 @@ class MergeResult:
 
 
 class BaseTarget(ABC):
-    """One warehouse (``name`` is ``postgres`` or ``duckdb``) for one dataflow's layout."""
+    """One warehouse (``name`` is its dialect, ``postgres`` or ``duckdb``) for one dataflow's
+    layout, through ``driver``. Callers outside the migration (the benchmarks, the query
+    service) use the public methods below; a transaction is :meth:`begin` (which takes the
+    stream's lock), statements, then :meth:`commit` or :meth:`rollback`."""
 
     name: str = "target"
 
-    def __init__(self, layout: WarehouseLayout) -> None:
+    def __init__(self, layout: WarehouseLayout, driver: BaseWarehouseDriver) -> None:
         self.layout = layout
+        self.driver = driver
         self._opened = False
+
+    @property
+    def dialect(self) -> Dialect:
+        """The warehouse's dialect (what the driver speaks)."""
+        return self.driver.dialect
+
+    @property
+    def opened(self) -> bool:
+        """Whether :meth:`open` succeeded and the connection is still up."""
+        return self._opened and self.driver.connected
 
     # -- what a subclass provides ------------------------------------------------------------------
 
     @abstractmethod
     def _connect(self) -> None:
-        """Connect and create the layout if missing (DDL from the metadata)."""
+        """Connect the driver and create the layout if missing (DDL from the metadata)."""
 
     @abstractmethod
-    def close(self) -> None: ...
-
-    @abstractmethod
-    def _begin(self) -> None:
-        """BEGIN and take the stream's lock."""
-
-    @abstractmethod
-    def _commit(self) -> None: ...
-
-    @abstractmethod
-    def _rollback(self) -> None: ...
-
-    @abstractmethod
-    def _execute(self, sql: str, params: list[Any] | None = None) -> int:
-        """Run a statement inside the open transaction; the affected row count."""
-
-    @abstractmethod
-    def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-        """Rows of a query (in its own short transaction when none is open)."""
-
-    @abstractmethod
-    def _bulk_insert(self, qualified: str, rows: pa.Table, hook: Hook | None) -> None:
-        """Append ``rows`` (columns named as the table's) to ``qualified`` in the open
-        transaction through the target's bulk path; never row by row."""
+    def _lock_stream(self) -> None:
+        """Take the stream's lock inside the transaction :meth:`begin` just opened."""
 
     @abstractmethod
     def busy(self) -> bool:
         """Whether another client is running a query on the target right now."""
 
     @abstractmethod
-    def _guard(self) -> AbstractContextManager[None]:
+    def reader(
+        self, ensure_layout: Callable[[], object], options: ReaderOptions
+    ) -> WarehouseReader:
+        """A reader of this warehouse for the query service (user SQL fenced in, see
+        :mod:`migration.reader`), sharing the target's database; ``ensure_layout`` opens the
+        target before the first read."""
+
+    # -- the driver, as the protocols and the benchmarks use it ------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; the next :meth:`open` connects again."""
+        self.driver.close()
+        self._opened = False
+
+    def guard(self) -> AbstractContextManager[None]:
         """A context manager mapping driver errors to
-        :class:`~migration.exceptions.TargetUnavailable` (and closing a broken connection)."""
+        :class:`~warehouse.exceptions.WarehouseUnavailable` (and closing a broken connection)."""
+        return self.driver.guard()
+
+    def begin(self) -> None:
+        """BEGIN and take the stream's lock (no other migrator of the stream loads or merges until
+        :meth:`commit` or :meth:`rollback`)."""
+        self.driver.begin()
+        self._lock_stream()
+
+    def commit(self) -> None:
+        """COMMIT the transaction :meth:`begin` opened."""
+        self.driver.commit()
+
+    def rollback(self) -> None:
+        """Roll the transaction :meth:`begin` opened back (never raises)."""
+        self.driver.rollback()
+
+    def execute(self, sql: str, params: Params = None) -> int:
+        """Run a statement (``?`` placeholders) inside the open transaction; the affected row
+        count."""
+        return self.driver.execute(sql, params)
+
+    def fetch(self, sql: str, params: Params = None) -> list[tuple[Any, ...]]:
+        """Rows of a query (in its own short transaction when none is open)."""
+        return self.driver.fetch(sql, params)
+
+    def bulk_insert(self, qualified: str, rows: pa.Table, hook: Hook | None = None) -> None:
+        """Append ``rows`` (columns named as the table's) to ``qualified`` in the open
+        transaction through the driver's bulk path (COPY, Arrow); never row by row."""
+        self.driver.bulk_insert(qualified, rows, hook)
 
     # -- opening -----------------------------------------------------------------------------------
 
     def open(self) -> None:
         """Connect, create the layout if missing and check the stream's fingerprint; idempotent.
 
-        Raises :class:`~migration.exceptions.TargetUnavailable` when the target cannot be reached
+        Raises :class:`~warehouse.exceptions.WarehouseUnavailable` when the target cannot be reached
         and :class:`~migration.exceptions.TargetMismatch` when it holds another layout.
         """
-        if self._opened:
+        if self.opened:
             return
-        with self._guard():
+        with self.guard():
             self._connect()
             layout = self.layout
             rows = self.fetch(
@@ -136,8 +177,8 @@ class BaseTarget(ABC):
                 [layout.stream],
             )
             if not rows:
-                self._begin()
-                self._bulk_insert(
+                self.begin()
+                self.bulk_insert(
                     layout.streams_name,
                     pa.table(
                         {
@@ -148,7 +189,7 @@ class BaseTarget(ABC):
                     ),
                     None,
                 )
-                self._commit()
+                self.commit()
             elif tuple(rows[0]) != (layout.schema, layout.fingerprint):
                 self.close()
                 raise TargetMismatch(
@@ -163,7 +204,7 @@ class BaseTarget(ABC):
 
     def watermark(self) -> int:
         """The last batch the target's ledger holds for the stream (0 before the first)."""
-        with self._guard():
+        with self.guard():
             rows = self.fetch(
                 f"SELECT coalesce(max(batch_id), 0) FROM {self.layout.ledger_name} "
                 "WHERE stream = ?",
@@ -173,7 +214,7 @@ class BaseTarget(ABC):
 
     def merged_through(self) -> tuple[int, datetime | None]:
         """The last batch merged into the full tables, and when."""
-        with self._guard():
+        with self.guard():
             rows = self.fetch(
                 f"SELECT through_batch, merged_at FROM {self.layout.merges_name} WHERE stream = ? "
                 "ORDER BY merge_id DESC LIMIT 1",
@@ -188,7 +229,7 @@ class BaseTarget(ABC):
         )
         if not parts:
             return 0
-        with self._guard():
+        with self.guard():
             return int(self.fetch(f"SELECT coalesce(sum(n), 0) FROM ({parts}) c")[0][0])
 
     # -- the load protocol -------------------------------------------------------------------------
@@ -197,9 +238,9 @@ class BaseTarget(ABC):
         """Load ``changes`` (batches ``(after, upto]``) per the module docstring; returns the
         target's watermark afterwards (``changes.upto`` unless someone else loaded first)."""
         layout = self.layout
-        with self._guard():
+        with self.guard():
             # 1.
-            self._begin()
+            self.begin()
             try:
                 # 2.
                 current = int(
@@ -210,7 +251,7 @@ class BaseTarget(ABC):
                     )[0][0]
                 )
                 if current != changes.after:
-                    self._rollback()
+                    self.rollback()
                     logger.info(
                         "target moved target=%s expected=%s found=%s",
                         self.name,
@@ -223,7 +264,7 @@ class BaseTarget(ABC):
                 for name, rows in [*changes.tables.items(), *changes.outputs.items()]:
                     if rows.num_rows == 0:
                         continue
-                    self._bulk_insert(layout.delta_name(name), rows, hook if first else None)
+                    self.bulk_insert(layout.delta_name(name), rows, hook if first else None)
                     if first and hook is not None:
                         hook("loaded")
                     first = False
@@ -240,11 +281,11 @@ class BaseTarget(ABC):
                         "loaded_at": pa.array([now] * len(ids), pa.timestamp("us")),
                     }
                 )
-                self._bulk_insert(layout.ledger_name, ledger, None)
+                self.bulk_insert(layout.ledger_name, ledger, None)
                 # 5.
-                self._commit()
+                self.commit()
             except BaseException:
-                self._rollback()
+                self.rollback()
                 raise
         if hook is not None:
             hook("committed")
@@ -257,9 +298,9 @@ class BaseTarget(ABC):
         there was nothing to merge."""
         layout = self.layout
         started = time.perf_counter()
-        with self._guard():
+        with self.guard():
             # 1.
-            self._begin()
+            self.begin()
             try:
                 through = int(
                     self.fetch(
@@ -274,7 +315,7 @@ class BaseTarget(ABC):
                     [layout.stream],
                 )[0]
                 if int(last[1]) >= through:
-                    self._rollback()
+                    self.rollback()
                     return None
                 rows = 0
                 first = True
@@ -293,7 +334,7 @@ class BaseTarget(ABC):
                 # 5.
                 ms = (time.perf_counter() - started) * 1000
                 merge_id = int(last[0]) + 1
-                self._bulk_insert(
+                self.bulk_insert(
                     layout.merges_name,
                     pa.table(
                         {
@@ -310,9 +351,9 @@ class BaseTarget(ABC):
                     None,
                 )
                 # 6.
-                self._commit()
+                self.commit()
             except BaseException:
-                self._rollback()
+                self.rollback()
                 raise
         if hook is not None:
             hook("merged")
@@ -328,14 +369,14 @@ class BaseTarget(ABC):
         full, delta = layout.full_name(name), layout.delta_name(name)
         cols = ", ".join(q(c) for c in table.columns)
         if table.kind == "output":
-            return self._execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {delta}")
+            return self.execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {delta}")
         ids = [q(c) for c in table.row_id]
         newest = (
             f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(ids)} "
             f"ORDER BY batch_id DESC) AS _rn FROM {delta}) n WHERE _rn = 1"
         )
         match = " AND ".join(f"f.{c} = d.{c}" for c in ids)
-        deleted = self._execute(
+        deleted = self.execute(
             f"DELETE FROM {full} AS f USING ({newest} AND op = 'delete') d WHERE {match}"
         )
         upserted = self._upsert(full, f"({newest} AND op = 'upsert')", table.columns, table.row_id)
@@ -354,13 +395,13 @@ class BaseTarget(ABC):
             if values
             else "DO NOTHING"
         )
-        return self._execute(
+        return self.execute(
             f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u ON CONFLICT ({ids}) {action}"
         )
 
     def _empty_deltas(self) -> None:
         for name in self.layout.tables:
-            self._execute(f"DELETE FROM {self.layout.delta_name(name)}")
+            self.execute(f"DELETE FROM {self.layout.delta_name(name)}")
 
     # -- reading back (status, tests, the query service) -------------------------------------------
 
@@ -371,12 +412,12 @@ class BaseTarget(ABC):
         source = f"({layout.current_sql(name)}) c" if current else layout.full_name(name)
         cols = ", ".join(q(c) for c in layout.tables[name].columns)
         order = ", ".join(str(i + 1) for i in range(len(layout.tables[name].columns)))
-        with self._guard():
+        with self.guard():
             return self.fetch(f"SELECT {cols} FROM {source} ORDER BY {order}")
 
     def ledger_rows(self) -> list[tuple[int, int, str]]:
         """``(batch_id, rows, via)`` of every ledger row of the stream, in batch order."""
-        with self._guard():
+        with self.guard():
             rows = self.fetch(
                 f"SELECT batch_id, rows, via FROM {self.layout.ledger_name} WHERE stream = ? "
                 "ORDER BY batch_id",

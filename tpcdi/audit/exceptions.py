@@ -1,39 +1,20 @@
 """Errors of the TPC-DI query side (batch validation, audit, metric, report).
 
-Driver errors (duckdb, psycopg2) are mapped to these at the boundary with ``raise ... from exc``.
-A warehouse that cannot be reached is transient; a statement the warehouse rejects, a missing
-table or answer keys that cannot be read are terminal.
+Talking to the warehouse raises the warehouse layer's errors (:mod:`warehouse.exceptions`,
+mapped by the drivers): :class:`~warehouse.exceptions.WarehouseUnavailable` (transient) when the
+warehouse cannot be reached, :class:`~warehouse.exceptions.WarehouseQueryFailed` (terminal) for
+a statement it rejects. The errors here are the audit's own, and count as warehouse errors too
+(a check that meets one fails with the reason): a missing table, answer keys that cannot be read.
 """
 
 from __future__ import annotations
 
-from streamdi.errors import TerminalError, TransientError
+from streamdi.errors import TerminalError
 from tpcdi.exceptions import TpcdiError
+from warehouse.exceptions import WarehouseError
 
 
-class WarehouseError(TpcdiError):
-    """Root of the errors raised while talking to a TPC-DI warehouse."""
-
-
-class WarehouseUnavailable(WarehouseError, TransientError):
-    """The warehouse could not be opened or the connection dropped."""
-
-    def __init__(self, dialect: str, detail: str) -> None:
-        self.dialect = dialect
-        super().__init__(f"{dialect} warehouse unavailable: {detail}")
-
-
-class WarehouseQueryFailed(WarehouseError, TerminalError):
-    """The warehouse rejected a statement; ``sql`` is its first line, ``detail`` the reason."""
-
-    def __init__(self, dialect: str, sql: str, detail: str) -> None:
-        self.dialect = dialect
-        self.sql = sql
-        self.detail = detail
-        super().__init__(f"{dialect}: {detail} (in: {sql})")
-
-
-class WarehouseTablesMissing(WarehouseError, TerminalError):
+class WarehouseTablesMissing(TpcdiError, WarehouseError, TerminalError):
     """Tables the operation needs do not exist in the warehouse schema."""
 
     def __init__(self, schema: str | None, tables: list[str]) -> None:
@@ -43,7 +24,7 @@ class WarehouseTablesMissing(WarehouseError, TerminalError):
         super().__init__(f"missing warehouse tables in {where}: {', '.join(tables)}")
 
 
-class AnswerKeysInvalid(WarehouseError, TerminalError):
+class AnswerKeysInvalid(TpcdiError, WarehouseError, TerminalError):
     """An ``*_audit.csv`` file has lines that do not parse; the answer keys cannot be trusted."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -173,7 +173,7 @@ def _status(warehouse: Warehouse, batch_id: int, text: str, data: str) -> None:
 def _postgres_dsn(settings: StreamdiSettings) -> str:
     if settings.postgres.dsn is not None:
         return settings.postgres.dsn.get_secret_value()
-    from migration.embedded import embedded_postgres_dsn
+    from warehouse.embedded import embedded_postgres_dsn
 
     return embedded_postgres_dsn(settings.postgres_data_dir)
 

@@ -98,7 +98,9 @@ class VisibilityWriter:
         self._thread: threading.Thread | None = None
         self.written = 0
 
-    def _write(self, query: int, batch_id: int) -> None:
+    def write(self, query: int, batch_id: int) -> None:
+        """Write visibility query ``query`` (1 or 2) for ``batch_id`` into every target, on
+        connections of its own; a failure is logged, never raised."""
         from tpcdi.audit.visibility import write_visibility
 
         try:
@@ -111,20 +113,20 @@ class VisibilityWriter:
 
     def start(self, batch_id: int = 2) -> None:
         self.batch_id = batch_id
-        self._write(1, batch_id)
+        self.write(1, batch_id)
         self._thread = threading.Thread(target=self._loop, name="tpcdi-visibility", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self._write(2, self.batch_id)
+            self.write(2, self.batch_id)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-            self._write(2, self.batch_id)
+            self.write(2, self.batch_id)
 
     def __enter__(self) -> VisibilityWriter:
         return self
@@ -138,7 +140,7 @@ class VisibilityWriter:
 
 def final_visibility(warehouse: Warehouse, batch_id: int = 3) -> None:
     """Visibility_1 at the start of the audit phase (clause 7.2.6.5)."""
-    VisibilityWriter(warehouse)._write(1, batch_id)
+    VisibilityWriter(warehouse).write(1, batch_id)
 
 
 def audit_phase(warehouse: Warehouse, data_dir: Path) -> dict[str, AuditResult]:

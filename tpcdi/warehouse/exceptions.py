@@ -1,18 +1,10 @@
-"""Errors of the TPC-DI warehouse."""
+"""Errors of the TPC-DI warehouse (a warehouse that cannot be reached raises the warehouse layer's
+:class:`~warehouse.exceptions.WarehouseUnavailable`)."""
 
 from __future__ import annotations
 
-from streamdi.errors import TerminalError, TransientError
+from streamdi.errors import TerminalError
 from tpcdi.exceptions import TpcdiError
-
-
-class WarehouseUnavailable(TpcdiError, TransientError):
-    """A warehouse target cannot be reached or refused a statement."""
-
-    def __init__(self, target: str, detail: str) -> None:
-        self.target = target
-        self.detail = detail
-        super().__init__(f"warehouse {target}: {detail}")
 
 
 class WarehouseMismatch(TpcdiError, TerminalError):

@@ -10,30 +10,30 @@ Layout (schema ``tpcdi`` unless told otherwise):
 
 :meth:`Warehouse.reset` drops what an earlier run left (clause 3.4.9.1: the DW tables must not
 exist when a run starts) and creates the tables empty. Bulk rows go in as Arrow (DuckDB) or COPY
-(PostgreSQL), never row by row. Connections set the DW schema as the default, so the official
-queries run unqualified.
+(PostgreSQL), never row by row, through the warehouse drivers (:mod:`warehouse.duckdb`,
+:mod:`warehouse.postgres`), which also map driver errors. Connections set the DW schema as the
+default, so the official queries run unqualified.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
-import psycopg2
 import pyarrow as pa
 import sqlalchemy as sa
 
 from migration.schema import LEDGER_SCHEMA, WarehouseLayout, create_statements
-from migration.targets.postgres import csv_bytes
 from staging.layout import q
 from staging.store import arrow_of
-from tpcdi.warehouse.exceptions import WarehouseUnavailable
 from tpcdi.warehouse.tables import STATIC_TABLES, TABLES, WarehouseType
+from warehouse.base import BaseWarehouseDriver
+from warehouse.duckdb import DuckDBDriver
+from warehouse.exceptions import WarehouseUnavailable, first_line
+from warehouse.postgres import PostgresDriver
 
 logger = logging.getLogger(__name__)
 
@@ -100,48 +100,44 @@ class Warehouse:
         self.postgres_dsn = postgres_dsn
         self.memory_limit = memory_limit
         self.threads = threads
-        self._duck: duckdb.DuckDBPyConnection | None = None
-        self._pg: Any = None
+        self._duck = DuckDBDriver(
+            duckdb_path or ":memory:", memory_limit=memory_limit, threads=threads
+        )
+        self._pg = PostgresDriver(postgres_dsn or "")
 
     # -- connections ---------------------------------------------------------------------------
+
+    def driver(self, target: Target) -> BaseWarehouseDriver:
+        """The driver of ``target``, connected."""
+        if target == "duckdb":
+            self.duckdb()
+            return self._duck
+        self.postgres()
+        return self._pg
 
     def duckdb(self) -> duckdb.DuckDBPyConnection:
         """This process's connection to the DuckDB warehouse, the DW schema the default.
 
         The migration target opens the same file in the same process; DuckDB shares one database
         instance between them, so the memory limit set here applies to both."""
-        if self._duck is None:
+        if not self._duck.connected:
             assert self.duckdb_path is not None
-            self.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                con = duckdb.connect(str(self.duckdb_path))
-            except duckdb.Error as exc:
-                raise WarehouseUnavailable("duckdb", str(exc).splitlines()[0]) from exc
-            con.execute(f"SET memory_limit = '{self.memory_limit}'")
-            con.execute(f"SET threads = {int(self.threads)}")
-            con.execute("SET preserve_insertion_order = false")
-            self._duck = con
-        return self._duck
+            self._duck.connect()
+            self._duck.execute("SET preserve_insertion_order = false")
+        return self._duck.connection
 
     def postgres(self) -> Any:
         """This process's psycopg2 connection to PostgreSQL (autocommit off, DW schema first on the
         search path)."""
-        if self._pg is None or self._pg.closed:
-            try:
-                self._pg = psycopg2.connect(self.postgres_dsn)
-            except psycopg2.Error as exc:
-                raise WarehouseUnavailable("postgres", str(exc).strip().splitlines()[0]) from exc
-        return self._pg
+        if not self._pg.connected:
+            assert self.postgres_dsn is not None
+            self._pg.close()
+            self._pg.connect()
+        return self._pg.raw
 
     def close(self) -> None:
-        if self._duck is not None:
-            with suppress(duckdb.Error):
-                self._duck.close()
-        self._duck = None
-        if self._pg is not None:
-            with suppress(psycopg2.Error):
-                self._pg.close()
-        self._pg = None
+        self._duck.close()
+        self._pg.close()
 
     def __enter__(self) -> Warehouse:
         return self
@@ -173,37 +169,28 @@ class Warehouse:
             # the full tables without their keys, as the DuckDB migration target makes them
             creates = create_statements(layout.metadata, Dialect(), layout.schemas, row_keys=False)
             creates += create_statements(static_metadata(layout.schema), Dialect(), [])
-            con = self.duckdb()
-            try:
-                con.execute("BEGIN TRANSACTION")
-                for statement in drops + creates:
-                    con.execute(statement)
-                for statement in ledger:
-                    con.execute(statement, [layout.stream])
-                con.execute("COMMIT")
-            except duckdb.Error as exc:
-                with suppress(duckdb.Error):
-                    con.execute("ROLLBACK")
-                raise WarehouseUnavailable(target, str(exc).splitlines()[0]) from exc
+            statements = drops + creates
         else:
             from sqlalchemy.dialects.postgresql import psycopg2 as pg_dialect
 
             dialect = pg_dialect.dialect()  # type: ignore[no-untyped-call]
             creates = create_statements(layout.metadata, dialect, layout.schemas)
             creates += create_statements(static_metadata(layout.schema), dialect, [])
-            con = self.postgres()
-            try:
-                with con.cursor() as cur:
-                    # one DDL writer at a time per database (as the migration targets do)
-                    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [LEDGER_SCHEMA])
-                    for statement in drops + creates:
-                        cur.execute(statement)
-                    for statement in ledger:
-                        cur.execute(statement.replace("?", "%s"), [layout.stream])
-                con.commit()
-            except psycopg2.Error as exc:
-                con.rollback()
-                raise WarehouseUnavailable(target, str(exc).strip().splitlines()[0]) from exc
+            statements = [*drops, *creates]
+        driver = self.driver(target)
+        driver.begin()
+        try:
+            if target == "postgres":
+                # one DDL writer at a time per database (as the migration targets do)
+                driver.execute("SELECT pg_advisory_xact_lock(hashtext(?))", [LEDGER_SCHEMA])
+            for statement in statements:
+                driver.execute(statement)
+            for statement in ledger:
+                driver.execute(statement, [layout.stream])
+            driver.commit()
+        except driver.driver_errors as exc:
+            driver.rollback()
+            raise WarehouseUnavailable(target, first_line(exc)) from exc
         logger.info("warehouse reset target=%s schema=%s", target, layout.schema)
 
     # -- rows ----------------------------------------------------------------------------------
@@ -213,41 +200,20 @@ class Warehouse:
 
     def load(self, table: str, rows: pa.Table, targets: Iterable[Target] | None = None) -> None:
         """Append ``rows`` (columns named as the table's) to DW table ``table`` in each target,
-        one transaction per target."""
+        one transaction per target (the driver's bulk path)."""
         if rows.num_rows == 0:
             return
         for target in targets or self.targets:
-            if target == "duckdb":
-                self._load_duckdb(table, rows)
-            else:
-                self._load_postgres(table, rows)
-
-    def _load_duckdb(self, table: str, rows: pa.Table) -> None:
-        con = self.duckdb()
-        cols = ", ".join(q(c) for c in rows.column_names)
-        view = f"_load_{table}"
-        con.register(view, rows)
-        try:
-            con.execute(f"INSERT INTO {self.qualified(table)} ({cols}) SELECT {cols} FROM {view}")
-        except duckdb.Error as exc:
-            raise WarehouseUnavailable("duckdb", f"loading {table}: {exc}") from exc
-        finally:
-            con.unregister(view)
-
-    def _load_postgres(self, table: str, rows: pa.Table) -> None:
-        con = self.postgres()
-        cols = ", ".join(q(c) for c in rows.column_names)
-        try:
-            with con.cursor() as cur:
-                cur.copy_expert(
-                    f"COPY {self.qualified(table)} ({cols}) FROM STDIN WITH (FORMAT csv)",
-                    io.BytesIO(csv_bytes(rows)),
-                    size=1 << 20,
-                )
-            con.commit()
-        except psycopg2.Error as exc:
-            con.rollback()
-            raise WarehouseUnavailable("postgres", f"loading {table}: {exc}") from exc
+            driver = self.driver(target)
+            if target == "postgres":
+                driver.begin()
+            try:
+                driver.bulk_insert(self.qualified(table), rows)
+                if target == "postgres":
+                    driver.commit()
+            except driver.driver_errors as exc:
+                driver.rollback()
+                raise WarehouseUnavailable(target, f"loading {table}: {exc}") from exc
 
     def query(self, sql: str, target: Target | None = None) -> pa.Table:
         """Rows of a read query on ``target`` (default: the first target), as Arrow; the DW
@@ -260,18 +226,15 @@ class Warehouse:
                 return arrow_of(cursor.sql(sql))
             finally:
                 cursor.close()
-        con = self.postgres()
+        driver = self.driver("postgres")
         try:
-            with con.cursor() as cur:
-                cur.execute(f"SET search_path TO {q(self.schema)}, public")
-                cur.execute(sql)
-                names = [d[0] for d in cur.description or []]
-                rows = cur.fetchall()
-            con.rollback()
-        except psycopg2.Error as exc:
-            con.rollback()
-            raise WarehouseUnavailable("postgres", str(exc).strip().splitlines()[0]) from exc
-        return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+            driver.execute(f"SET search_path TO {q(self.schema)}, public")
+            table = driver.fetch_arrow(sql)
+        except driver.driver_errors as exc:
+            driver.rollback()
+            raise WarehouseUnavailable("postgres", first_line(exc)) from exc
+        driver.rollback()
+        return table
 
     def execute(self, sql: str, params: Sequence[Any] = (), target: Target | None = None) -> None:
         """Run one writing statement in its own transaction on ``target`` (default: every
@@ -285,17 +248,14 @@ class Warehouse:
                 finally:
                     cursor.close()
             else:
-                con = self.postgres()
+                driver = self.driver("postgres")
                 try:
-                    with con.cursor() as cur:
-                        cur.execute(f"SET search_path TO {q(self.schema)}, public")
-                        cur.execute(sql.replace("?", "%s"), list(params))
-                    con.commit()
-                except psycopg2.Error as exc:
-                    con.rollback()
-                    raise WarehouseUnavailable(
-                        "postgres", str(exc).strip().splitlines()[0]
-                    ) from exc
+                    driver.execute(f"SET search_path TO {q(self.schema)}, public")
+                    driver.execute(sql, list(params))
+                    driver.commit()
+                except driver.driver_errors as exc:
+                    driver.rollback()
+                    raise WarehouseUnavailable("postgres", first_line(exc)) from exc
 
     def count(self, table: str, target: Target | None = None) -> int:
         return int(self.query(f"SELECT count(*) AS n FROM {q(table)}", target)["n"][0].as_py())

@@ -10,11 +10,11 @@ import pytest
 
 from api.exceptions import QueryTimeout
 from api.models import QueryBody
-from migration.exceptions import WarehouseQueryFailed, WarehouseQueryTimeout
 from streamdi.settings import load_settings
 from tests.integration.migration.conftest import PostgresServer
 from tests.unit.api.harness import ShopStage, ask, check_answer, shop_service
 from tests.unit.api.test_consistency import run_consistency
+from warehouse.exceptions import WarehouseQueryFailed, WarehouseQueryTimeout
 
 pytestmark = pytest.mark.postgres
 

@@ -29,13 +29,13 @@ import pytest
 from api.exceptions import QueryMemoryExceeded, QueryTimeout
 from api.running import QueryRunner, rss_bytes
 from api.sandbox import UnionInput, UnionSandbox
-from migration.exceptions import WarehouseQueryFailed, WarehouseQueryTooLarge
 from streamdi.settings import load_settings
 from streamdi.watchdog import statement
 from tests.integration.api.conftest import ServedService
 from tests.integration.migration.conftest import PostgresServer
 from tests.integration.security.conftest import SEED_ROWS
 from tests.unit.api.harness import ShopStage, shop_service
+from warehouse.exceptions import WarehouseQueryFailed, WarehouseQueryTooLarge
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

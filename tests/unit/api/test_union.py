@@ -20,7 +20,6 @@ from api.exceptions import (
 )
 from api.models import QueryBody
 from api.sandbox import UnionInput
-from migration.exceptions import WarehouseQueryFailed
 from tests.unit.api.harness import (
     ShopStage,
     answer_rows,
@@ -29,6 +28,7 @@ from tests.unit.api.harness import (
     shop_service,
     shop_settings,
 )
+from warehouse.exceptions import WarehouseQueryFailed
 
 TABLES = ("customers", "accounts", "prices", "activity")
 

@@ -24,7 +24,7 @@ from typing import Any
 from tpcdi.audit.checks import dimensions, facts, history, messages, other, trade
 from tpcdi.audit.checks.base import AuditContext, Check, CheckResult, MissingInput
 from tpcdi.audit.connection import WarehouseConnection
-from tpcdi.audit.exceptions import WarehouseError, WarehouseUnavailable
+from warehouse.exceptions import WarehouseError, WarehouseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def run_audit(conn: WarehouseConnection, checks: tuple[Check, ...] = ALL_CHECKS)
     """Run every check against the warehouse (read only) and return their verdicts.
 
     The answer keys must be in ``audit`` (:func:`tpcdi.audit.keys.load_audit_files`). Raises
-    :class:`~tpcdi.audit.exceptions.WarehouseUnavailable` only if the connection is lost.
+    :class:`~warehouse.exceptions.WarehouseUnavailable` only if the connection is lost.
     """
     started = time.perf_counter()
     ctx = AuditContext(conn)

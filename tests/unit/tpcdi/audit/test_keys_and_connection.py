@@ -12,12 +12,14 @@ from tests.unit.tpcdi.audit.tiny_dw import tiny_spec, write_answer_keys
 from tpcdi.audit.checks import run_audit
 from tpcdi.audit.checks.base import AnswerKeys
 from tpcdi.audit.checks.messages import CHECKS as MESSAGE_CHECKS
-from tpcdi.audit.connection import WarehouseConnection, to_pyformat
+from tpcdi.audit.connection import WarehouseConnection
 from tpcdi.audit.ddl import ensure_audit_tables
-from tpcdi.audit.exceptions import AnswerKeysInvalid, WarehouseQueryFailed
+from tpcdi.audit.exceptions import AnswerKeysInvalid
 from tpcdi.audit.keys import load_audit_files
 from tpcdi.datasets import locate_digen
 from tpcdi.exceptions import SourceNotFound
+from warehouse.exceptions import WarehouseQueryFailed
+from warehouse.postgres import to_pyformat
 
 
 def keyed(tmp_path: Path) -> tuple[WarehouseConnection, Path]:

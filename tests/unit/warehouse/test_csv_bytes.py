@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from migration.targets.postgres import csv_bytes
+from warehouse.postgres import csv_bytes
 
 
 def test_leading_empty_chunks_do_not_corrupt_the_csv() -> None:
