@@ -84,6 +84,11 @@ class StepStats:
         return dict(self.__dict__)
 
 
+#: A figure of a :class:`StepDecision`: a count, a duration in ms, a flag, a name (``fell_back``)
+#: or durations by phase (Spark's ``task_phases_ms``).
+Figure = int | float | bool | str | dict[str, float]
+
+
 @dataclass
 class StepDecision:
     """How one transactional step ran in one batch (recorded so a benchmark or an operator can
@@ -102,10 +107,10 @@ class StepDecision:
     step: str
     strategy: str
     why: str
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
     local: StepDecision | None = None
 
-    def figure(self, name: str) -> Any:
+    def figure(self, name: str) -> Figure | None:
         """The figure ``name``, or None when this strategy does not record it."""
         return self.figures.get(name)
 
