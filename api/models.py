@@ -365,9 +365,19 @@ class ReplayBody(BaseModel):
         return self
 
 
+class RefusedReplay(BaseModel):
+    """A dead letter or fixed event that was not re-offered (``id`` null for a fixed event
+    without one), and why."""
+
+    id: int | None
+    reason: str
+
+
 class ReplayResult(BaseModel):
+    """How many events were re-offered through Kafka, and which were refused."""
+
     sent: int
-    refused: list[dict[str, Any]]
+    refused: list[RefusedReplay]
 
 
 class ErrorInfo(BaseModel):

@@ -32,8 +32,39 @@ from api.exceptions import (
 )
 from api.hosted import EventSink
 from api.metrics import ServiceMetrics
-from api.models import MigrateBody, QueryBody, ReplayBody
+from api.models import (
+    AnswerPage,
+    AutoDecision,
+    ColumnInfo,
+    Freshness,
+    MigrateBody,
+    PushReceiptBody,
+    QueryBody,
+    RefusedReplay,
+    RejectedEvent,
+    ReplayBody,
+    ReplayResult,
+    TableInfo,
+)
 from api.planner import PlanModel
+from api.responses import (
+    BatchInfo,
+    DeadLetter,
+    EngineInfo,
+    Health,
+    MigrationRound,
+    MigrationStatus,
+    PipelineInfo,
+    Readiness,
+    ServiceInfo,
+    ServiceStatus,
+    StagingInfo,
+    StreamProgress,
+    TargetLag,
+    TargetRoundInfo,
+    TargetStatus,
+)
+from api.responses import PipelineState as PipelineState  # the hosted pipeline's states
 from api.running import QueryRunner
 from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox
@@ -50,8 +81,6 @@ from streamdi.settings import ApiSettings, StreamdiSettings
 from warehouse.exceptions import WarehouseUnavailable
 
 logger = logging.getLogger(__name__)
-
-PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
 
 
 class IngestControl(Protocol):
@@ -199,7 +228,7 @@ class QueryService:
         ``wait_s`` (see :meth:`api.running.QueryRunner.shutdown`)."""
         return self.runner.shutdown(wait_s)
 
-    def query(self, body: QueryBody) -> dict[str, Any]:
+    def query(self, body: QueryBody) -> AnswerPage:
         """Run a union query (checked, then run within its bounds: :mod:`api.running`); the
         first page of its answer."""
         label = body.plan if body.include_staged else "warehouse"
@@ -222,11 +251,11 @@ class QueryService:
         request = UnionRequest(checked, body.plan, body.include_staged, body.target, body.watermark)
         return self.planner.run(request)
 
-    def page(self, answer_id: str, offset: int, limit: int | None) -> dict[str, Any]:
+    def page(self, answer_id: str, offset: int, limit: int | None) -> AnswerPage:
         """A page of a kept answer."""
         return self._page(answer_id, offset, limit or self.settings.api.page_size)
 
-    def _page(self, answer_id: str, offset: int, limit: int) -> dict[str, Any]:
+    def _page(self, answer_id: str, offset: int, limit: int) -> AnswerPage:
         answer = self.answers.get(answer_id)
         limit = min(limit, self.settings.api.max_page_size)
         result = answer.result
@@ -240,72 +269,72 @@ class QueryService:
         committed = facts.get("committed_at")
         newest = facts.get("newest_event_us")
         decision = result.decision
-        return {
-            "answer_id": answer.answer_id,
-            "plan": result.plan,
-            "requested_plan": result.requested_plan,
-            "target": result.target,
-            "include_staged": answer.include_staged,
-            "watermark": result.watermark,
-            "warehouse_watermark": result.warehouse_watermark,
-            "staged_watermark": result.staged_watermark,
-            "streams": facts.get("streams", {}),
-            "freshness": {
-                "committed_at": _iso(committed),
-                "committed_age_ms": None
+        return AnswerPage(
+            answer_id=answer.answer_id,
+            plan=result.plan,
+            requested_plan=result.requested_plan,
+            target=result.target,
+            include_staged=answer.include_staged,
+            watermark=result.watermark,
+            warehouse_watermark=result.warehouse_watermark,
+            staged_watermark=result.staged_watermark,
+            streams=facts.get("streams", {}),
+            freshness=Freshness(
+                committed_at=_iso(committed),
+                committed_age_ms=None
                 if committed is None
                 else (now - committed.replace(tzinfo=UTC).timestamp()) * 1000,
-                "newest_event_time": None if newest is None else _event_time(newest),
-                "newest_event_age_ms": None if newest is None else now * 1000 - newest / 1000,
-            },
-            "staged_rows": result.staged_rows,
-            "warehouse_rows": result.warehouse_rows,
-            "staged_fraction": result.staged_fraction,
-            "pushed_rows": result.pushed_rows,
-            "decision": None
+                newest_event_time=None if newest is None else _event_time(newest),
+                newest_event_age_ms=None if newest is None else now * 1000 - newest / 1000,
+            ),
+            staged_rows=result.staged_rows,
+            warehouse_rows=result.warehouse_rows,
+            staged_fraction=result.staged_fraction,
+            pushed_rows=result.pushed_rows,
+            decision=None
             if decision is None
-            else {
-                "plan": decision.plan,
-                "staged_fraction": decision.staged_fraction,
-                "estimates": decision.estimates,
-                "rule": decision.rule,
-            },
-            "seconds": result.seconds,
-            "timings": result.timings,
-            "columns": [{"name": f.name, "type": type_name(f.type)} for f in table.schema],
-            "rows": json_rows(rows),
-            "offset": start,
-            "total_rows": total,
-            "truncated": result.truncated,
-            "next_offset": end if end < total else None,
-            "expires_in_s": max(0.0, answer.expires_at - time.monotonic()),
-        }
+            else AutoDecision(
+                plan=decision.plan,
+                staged_fraction=decision.staged_fraction,
+                estimates=decision.estimates,
+                rule=decision.rule,
+            ),
+            seconds=result.seconds,
+            timings=result.timings,
+            columns=[ColumnInfo(name=f.name, type=type_name(f.type)) for f in table.schema],
+            rows=json_rows(rows),
+            offset=start,
+            total_rows=total,
+            truncated=result.truncated,
+            next_offset=end if end < total else None,
+            expires_in_s=max(0.0, answer.expires_at - time.monotonic()),
+        )
 
     def _columns(self) -> dict[str, list[str]]:
         return {name: list(t.columns) for name, t in self.planner.tables.items()}
 
     # -- tables and batches ------------------------------------------------------------------------
 
-    def tables(self) -> list[dict[str, Any]]:
+    def tables(self) -> list[TableInfo]:
         """Every logical table with its schema, rows staged and changes pending, and what each
         warehouse holds of it."""
         acks = self.migrator.acknowledged() if self.migrator is not None else {}
-        out: list[dict[str, Any]] = []
+        out: list[TableInfo] = []
         with open_snapshot(self.store) as snap:
             pending_from = min(
                 (acks.get(t, 0) for t in self.readers), default=snap.released_through()
             )
             for name, table in self.planner.tables.items():
                 out.append(
-                    {
-                        "name": name,
-                        "kind": table.kind,
-                        "columns": [{"name": c, "type": t} for c, t in table.columns.items()],
-                        "row_id": list(table.row_id),
-                        "staged_rows": snap.row_count(name) if table.is_state else None,
-                        "pending_changes": snap.change_count(name, after=pending_from),
-                        "targets": {},
-                    }
+                    TableInfo(
+                        name=name,
+                        kind=table.kind,
+                        columns=[ColumnInfo(name=c, type=t) for c, t in table.columns.items()],
+                        row_id=list(table.row_id),
+                        staged_rows=snap.row_count(name) if table.is_state else None,
+                        pending_changes=snap.change_count(name, after=pending_from),
+                        targets={},
+                    )
                 )
         for target, reader in self.readers.items():
             try:
@@ -314,17 +343,18 @@ class QueryService:
                     reader.snapshot(timeout_s=self.settings.api.query_timeout_s) as wh,
                 ):
                     for entry in out:
-                        entry["targets"][target] = {
+                        entry.targets[target] = {
                             "watermark": wh.watermark,
                             "merged_through": wh.merged_through,
-                            "rows": wh.count(entry["name"], wh.watermark),
+                            "rows": wh.count(entry.name, wh.watermark),
                         }
             except TargetUnreachable as exc:
                 for entry in out:
-                    entry["targets"][target] = {"error": exc.reason}
+                    entry.targets[target] = {"error": exc.reason}
         return out
 
-    def batches(self, after: int, limit: int) -> list[dict[str, Any]]:
+    def batches(self, after: int, limit: int) -> list[BatchInfo]:
+        """The batch ledger: batches after ``after``, oldest first."""
         with open_snapshot(self.store) as snap:
             rows: list[dict[str, Any]] = snap.batches(after=after, limit=limit).to_pylist()
         for row in rows:
@@ -334,7 +364,7 @@ class QueryService:
                 row["streams"] = json.loads(row["streams"] or "{}")
             except ValueError:
                 row["streams"] = {}
-        return rows
+        return [BatchInfo(**row) for row in rows]
 
     # -- migration ---------------------------------------------------------------------------------
 
@@ -343,15 +373,18 @@ class QueryService:
             raise UnknownTarget("no MIGRATION__TARGETS are configured", code="no_target")
         return self.migrator
 
-    def migration_status(self) -> dict[str, Any]:
+    def migration_status(self) -> MigrationStatus:
+        """Staging's watermark and release point; per target what it holds and whether it is
+        pushed to or pulls (only the keys the target's state has are set)."""
         migrator = self._migrator()
         status = migrator.status()
         push = set(self.settings.migration.push_targets)
         for name, entry in status["targets"].items():
             entry["mode"] = "push" if name in push else "pull"
-        return status
+        targets = {name: TargetStatus(**entry) for name, entry in status["targets"].items()}
+        return MigrationStatus(**{**status, "targets": targets})
 
-    def migrate(self, via: Literal["push", "pull"], body: MigrateBody) -> dict[str, Any]:
+    def migrate(self, via: Literal["push", "pull"], body: MigrateBody) -> MigrationRound:
         """One migration round now (the pipeline's worker and this share the migrator's lock)."""
         migrator = self._migrator()
         names = list(body.targets) if body.targets else list(migrator.targets)
@@ -366,40 +399,43 @@ class QueryService:
             report = migrator.migrate(names, via=via, merge=merge)
         except WarehouseUnavailable as exc:
             raise TargetUnreachable(str(exc)) from exc
-        return {
-            "via": via,
-            "staged_watermark": report.staged_watermark,
-            "released_through": report.released_through,
-            "seconds": report.seconds,
-            "targets": {
-                n: {
-                    "from": r.start,
-                    "watermark": r.watermark,
-                    "batches": r.batches,
-                    "rows": r.rows,
-                    "merged_rows": r.merge.rows if r.merge else None,
-                    "error": r.error,
-                }
+        return MigrationRound(
+            via=via,
+            staged_watermark=report.staged_watermark,
+            released_through=report.released_through,
+            seconds=report.seconds,
+            targets={
+                n: TargetRoundInfo.model_validate(
+                    {
+                        "from": r.start,
+                        "watermark": r.watermark,
+                        "batches": r.batches,
+                        "rows": r.rows,
+                        "merged_rows": r.merge.rows if r.merge else None,
+                        "error": r.error,
+                    }
+                )
                 for n, r in report.targets.items()
             },
-        }
+        )
 
     # -- dead letters ------------------------------------------------------------------------------
 
     def dead_letters(
         self, stream: str | None, pending: bool, after_id: int | None, limit: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[DeadLetter]:
+        """Rejected records and events with their position and reason, oldest first."""
         table = self.store.dead_letters(
             stream=stream, pending_only=pending, after_id=after_id, limit=limit
         )
-        return [_dead_letter(row) for row in table.to_pylist()]
+        return [DeadLetter(**dead_letter_view(row)) for row in table.to_pylist()]
 
-    def replay(self, body: ReplayBody) -> dict[str, Any]:
+    def replay(self, body: ReplayBody) -> ReplayResult:
         """Re-offer dead letters through Kafka (the broker the pipeline reads)."""
         if self.replayer is None:
             raise PushUnavailable("re-offering needs the broker of a running `streamdi serve`")
         entries: list[tuple[int, Any]] = []
-        refused: list[dict[str, Any]] = []
+        refused: list[RefusedReplay] = []
         if body.ids:
             found = {
                 int(row["id"]): row for row in self.store.dead_letters(ids=body.ids).to_pylist()
@@ -410,11 +446,11 @@ class QueryService:
             for dead_id in body.ids:
                 row = found.get(dead_id)
                 if row is None:
-                    refused.append({"id": dead_id, "reason": "no such dead letter"})
+                    refused.append(RefusedReplay(id=dead_id, reason="no such dead letter"))
                     continue
                 stored, why = replay_as_stored(row)
                 if stored is None:
-                    refused.append({"id": dead_id, "reason": why})
+                    refused.append(RefusedReplay(id=dead_id, reason=why or ""))
                     continue
                 entries.append((dead_id, stored))
         for i, entry in enumerate(body.entries):
@@ -425,12 +461,13 @@ class QueryService:
             raise
         except Exception as exc:  # a broker error: the events were not re-offered
             raise PushUnavailable(f"re-offering failed: {exc}") from exc
-        refused.extend({"id": n if n >= 0 else None, "reason": r} for n, r in more)
-        return {"sent": sent, "refused": refused}
+        refused.extend(RefusedReplay(id=n if n >= 0 else None, reason=r) for n, r in more)
+        return ReplayResult(sent=sent, refused=refused)
 
     # -- the HTTP push source ----------------------------------------------------------------------
 
-    def push(self, stream: str, events: list[dict[str, Any]] | pa.Table) -> dict[str, Any]:
+    def push(self, stream: str, events: list[dict[str, Any]] | pa.Table) -> PushReceiptBody:
+        """Offer ``events`` to ``stream``'s collector; the receipt once they are in Kafka."""
         if stream not in self.store.flow.sources:
             raise UnknownStream(
                 f"no stream {stream!r}; the dataflow's sources are {list(self.store.flow.sources)}",
@@ -448,17 +485,17 @@ class QueryService:
             )
         receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
         self.metrics.pushed.labels(stream).inc(receipt.events)
-        return {
-            "stream": stream,
-            "events": receipt.events,
-            "rejects": receipt.rejects,
-            "first_pos": receipt.first_pos,
-            "last_pos": receipt.last_pos,
-            "first_batch": receipt.first_batch,
-            "last_batch": receipt.last_batch,
-            "rejected": [{"pos": p, "reason": r} for p, r in receipt.rejected],
-            "warnings": list(receipt.warnings),
-        }
+        return PushReceiptBody(
+            stream=stream,
+            events=receipt.events,
+            rejects=receipt.rejects,
+            first_pos=receipt.first_pos,
+            last_pos=receipt.last_pos,
+            first_batch=receipt.first_batch,
+            last_batch=receipt.last_batch,
+            rejected=[RejectedEvent(pos=p, reason=r) for p, r in receipt.rejected],
+            warnings=list(receipt.warnings),
+        )
 
     # -- health ------------------------------------------------------------------------------------
 
@@ -467,28 +504,30 @@ class QueryService:
             return "absent", None
         return self._pipeline_state()
 
-    def health(self) -> tuple[bool, dict[str, Any]]:
+    def health(self) -> tuple[bool, Health]:
+        """Whether the service is alive (its hosted pipeline has not failed), and the answer."""
         state, error = self.pipeline()
         alive = state != "failed"
-        return alive, {
-            "status": "ok" if alive else "failed",
-            "pipeline": state,
-            "error": error,
-            "uptime_s": time.time() - self.started_at,
-        }
+        return alive, Health(
+            status="ok" if alive else "failed",
+            pipeline=state,
+            error=error,
+            uptime_s=time.time() - self.started_at,
+        )
 
-    def ready(self) -> tuple[bool, dict[str, Any]]:
+    def ready(self) -> tuple[bool, Readiness]:
+        """Whether the service is ready (its hosted pipeline consumes), and the answer."""
         state, error = self.pipeline()
         reasons = []
         if state in ("starting", "stopped", "failed"):
             reasons.append(f"pipeline {state}" + (f": {error}" if error else ""))
-        return not reasons, {
-            "status": "ready" if not reasons else "not ready",
-            "pipeline": state,
-            "staged_watermark": self.store.watermark,
-            "targets": sorted(self.readers),
-            "reasons": reasons,
-        }
+        return not reasons, Readiness(
+            status="ready" if not reasons else "not ready",
+            pipeline=state,
+            staged_watermark=self.store.watermark,
+            targets=sorted(self.readers),
+            reasons=reasons,
+        )
 
     # -- ingest control and status ----------------------------------------------------------------
 
@@ -497,53 +536,53 @@ class QueryService:
             raise IngestNotHosted("this service hosts no pipeline to pause or resume")
         return self.ingest
 
-    def pause(self) -> dict[str, Any]:
+    def pause(self) -> ServiceStatus:
         """Stop consuming (the batch in hand still commits); events keep arriving in Kafka."""
         self._control().pause()
         return self.status()
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self) -> ServiceStatus:
         """Consume again from the next uncommitted offset."""
         self._control().resume()
         return self.status()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ServiceStatus:
         """A summary for operators (``streamdi status``): pipeline, ingest, staging, migration."""
         gauges = self._gauges()
         state, error = self.pipeline()
         with open_snapshot(self.store) as snap:
             progress = snap.streams()
-        return {
-            "service": {
-                "version": __version__,
-                "pid": os.getpid(),
-                "uptime_s": round(time.time() - self.started_at, 3),
-            },
-            "pipeline": {"state": state, "error": error, "paused": bool(gauges["paused"])},
-            "staging": {
-                "path": str(self.settings.staging_path),
-                "watermark": gauges["staged"],
-                "released_through": gauges["released"],
-                "bytes": gauges["staging_bytes"],
-                "newest_batch_age_s": round(gauges["age_s"], 3),
-            },
-            "streams": {
-                stream: {
-                    "last_batch": progress[stream].last_batch if stream in progress else 0,
-                    "lag_records": gauges["consumer_lag"].get(stream),
-                }
+        return ServiceStatus(
+            service=ServiceInfo(
+                version=__version__,
+                pid=os.getpid(),
+                uptime_s=round(time.time() - self.started_at, 3),
+            ),
+            pipeline=PipelineInfo(state=state, error=error, paused=bool(gauges["paused"])),
+            staging=StagingInfo(
+                path=str(self.settings.staging_path),
+                watermark=gauges["staged"],
+                released_through=gauges["released"],
+                bytes=gauges["staging_bytes"],
+                newest_batch_age_s=round(gauges["age_s"], 3),
+            ),
+            streams={
+                stream: StreamProgress(
+                    last_batch=progress[stream].last_batch if stream in progress else 0,
+                    lag_records=gauges["consumer_lag"].get(stream),
+                )
                 for stream in self.store.flow.sources
             },
-            "migration": {
-                target: {
-                    "acknowledged": gauges["acks"].get(target, 0),
-                    "lag_batches": lag[0],
-                    "lag_seconds": round(lag[1], 3),
-                }
+            migration={
+                target: TargetLag(
+                    acknowledged=gauges["acks"].get(target, 0),
+                    lag_batches=lag[0],
+                    lag_seconds=round(lag[1], 3),
+                )
                 for target, lag in gauges["migration_lag"].items()
             },
-            "engine": {"events_per_second": round(self.metrics.engine_rate(), 1)},
-        }
+            engine=EngineInfo(events_per_second=round(self.metrics.engine_rate(), 1)),
+        )
 
     def _gauges(self) -> dict[str, Any]:
         acks = self.migrator.acknowledged() if self.migrator is not None else {}
@@ -582,7 +621,3 @@ class QueryService:
             "paused": 1 if self.ingest is not None and self.ingest.paused.is_set() else 0,
             "staging_bytes": staging_bytes,
         }
-
-
-def _dead_letter(row: dict[str, Any]) -> dict[str, Any]:
-    return dead_letter_view(row)

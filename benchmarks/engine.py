@@ -109,7 +109,7 @@ def run_one(
 
     def digest(result: Any) -> None:
         for decision in result.decisions:
-            strategies[str(decision.get("strategy"))] += 1
+            strategies[decision.strategy] += 1
         for name in sorted(result.outputs):
             table_digest(hasher, result.outputs[name])
         table_digest(hasher, result.aborts)

@@ -92,7 +92,7 @@ def run_config(job: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
             result = runner.run_batch(batch)
             latencies.append((time.perf_counter() - started) * 1000)
-            decisions.append(result.decisions[0])
+            decisions.append(result.decisions[0].as_dict())
             for name in sorted(result.outputs):
                 table_digest(hasher, result.outputs[name])
             table_digest(hasher, result.aborts)

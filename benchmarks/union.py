@@ -193,7 +193,7 @@ class _Split:
         started = time.perf_counter()
         page = self.service.query(
             QueryBody(sql="SELECT * FROM orders", plan=plan, target=self.name, page_size=1)  # type: ignore[arg-type]
-        )
+        ).model_dump()
         seconds = time.perf_counter() - started
         if page["plan"] == "migrate" and page["pushed_rows"]:
             self.undo_push()

@@ -6,7 +6,7 @@ with an executor (``create_executor("serial", flow)``) or the in-memory harness 
 :mod:`etl_dataflows.testing`.
 """
 
-from etl_dataflows.batch import BatchResult, EngineBatch, TableDelta
+from etl_dataflows.batch import BatchResult, EngineBatch, StepDecision, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors import EXECUTORS, BaseExecutor, create_executor
 from etl_dataflows.expressions import (
@@ -32,6 +32,7 @@ __all__ = [
     "Dataflow",
     "EngineBatch",
     "StateImage",
+    "StepDecision",
     "TableDelta",
     "coalesce",
     "col",

@@ -84,6 +84,49 @@ class StepStats:
         return dict(self.__dict__)
 
 
+#: A figure of a :class:`StepDecision`: a count, a duration in ms, a flag, a name (``fell_back``)
+#: or durations by phase (Spark's ``task_phases_ms``).
+Figure = int | float | bool | str | dict[str, float]
+
+
+@dataclass
+class StepDecision:
+    """How one transactional step ran in one batch (recorded so a benchmark or an operator can
+    see the executor's choice and what it cost).
+
+    ``strategy`` names what ran the step: the local executor's compiled strategies
+    (``sequential``, ``waves``, ``chain_scan``, ``tstream``, ``chains``, ``lock``, ``pat``),
+    ``interpreted`` for a step it runs on its embedded serial executor, and the Spark executor's
+    ``one_pass``, ``supersteps`` and ``driver``. ``why`` says why in words. ``figures`` holds the
+    statistics the choice saw and the measured timings, by name and in the order recorded; which
+    names appear depends on the strategy (``transactions``, ``execute_ms``, ``levels``,
+    ``fell_back``, ``passes``, ``crossing``, ``total_ms``, ...). ``local`` is, for Spark's
+    ``driver``, the local executor's own decision for the transactions it ran on the driver.
+    """
+
+    step: str
+    strategy: str
+    why: str
+    figures: dict[str, Figure] = field(default_factory=dict)
+    local: StepDecision | None = None
+
+    def figure(self, name: str) -> Figure | None:
+        """The figure ``name``, or None when this strategy does not record it."""
+        return self.figures.get(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form benchmarks write: ``step``, ``strategy``, ``why``, the figures, and for
+        a decision with a ``local`` one ``local_strategy`` and ``local`` (without its step)."""
+        return {"step": self.step, **self._fields()}
+
+    def _fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"strategy": self.strategy, "why": self.why, **self.figures}
+        if self.local is not None:
+            fields["local_strategy"] = self.local.strategy
+            fields["local"] = self.local._fields()
+        return fields
+
+
 @dataclass
 class BatchResult:
     """Everything one batch produced."""
@@ -95,7 +138,7 @@ class BatchResult:
     deltas: dict[str, TableDelta]
     sequences: dict[str, int]
     stats: dict[str, StepStats] = field(default_factory=dict)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[StepDecision] = field(default_factory=list)
 
     @property
     def committed(self) -> int:

@@ -81,7 +81,7 @@ def _run(executor: str, spec: WorkloadSpec) -> tuple[RunResult, list[float], Cou
             results.append(result)
             sink.collect(result)
             for decision in result.decisions:
-                strategies[str(decision.get("strategy"))] += 1
+                strategies[decision.strategy] += 1
             started = time.perf_counter()
         final = runner.state_image()
     finally:

@@ -3,7 +3,7 @@
 An executor owns the dataflow's state while it runs. :meth:`BaseExecutor.run_batch` walks the
 steps in topological order; stateless steps run in :mod:`etl_dataflows.stateless` (identical for
 all executors), and each transactional step is handed to the executor's
-:meth:`BaseExecutor._run_transactions`. Executors differ only there, and every one must give
+:meth:`BaseExecutor.run_transactions`. Executors differ only there, and every one must give
 exactly the serial executor's result: the same committed set, final state and outputs.
 
 Contract of :meth:`run_batch`, in order:
@@ -16,6 +16,21 @@ Contract of :meth:`run_batch`, in order:
 
 If a step raises (:class:`~etl_dataflows.exceptions.StepFailed`, a bug), the executor restores the
 state it had before the batch and re-raises: a batch is applied entirely or not at all.
+
+The batch protocol (the seam an executor implements, and that a composing executor such as the
+``local`` one drives on an embedded executor for the steps it does not compile):
+
+1. :meth:`BaseExecutor.begin_batch` once, before any change: start tracking changes.
+2. :meth:`BaseExecutor.run_transactions` once per transactional step, in topological order. Each
+   transaction commits or aborts as a whole inside this call; an aborted one leaves no trace (the
+   executor undoes it itself), so a step's outcome never needs rolling back for an abort.
+3. Either :meth:`BaseExecutor.end_batch` (the net deltas and sequence values since step 1; change
+   tracking stops) or, if anything in between raised, :meth:`BaseExecutor.rollback_batch`, which
+   undoes every change since step 1, of every step, committed transactions included.
+
+Exactly one of ``end_batch`` or ``rollback_batch`` follows each ``begin_batch``; nothing else may
+change the state in between. :meth:`BaseExecutor.prepare_transactions` may run at any time (on
+another thread, for the next batch): it reads no state.
 """
 
 from __future__ import annotations
@@ -29,7 +44,14 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, EngineBatch, StepStats, TableDelta
+from etl_dataflows.batch import (
+    ABORT_SCHEMA,
+    BatchResult,
+    EngineBatch,
+    StepDecision,
+    StepStats,
+    TableDelta,
+)
 from etl_dataflows.dataflow import (
     CompiledDataflow,
     Dataflow,
@@ -79,7 +101,7 @@ class TransactionOutcome:
     output: pa.Table
     committed: int
     aborts: list[AbortRecord] | pa.Table = field(default_factory=list)
-    decision: dict[str, Any] | None = None
+    decision: StepDecision | None = None
 
     @property
     def aborted(self) -> int:
@@ -106,24 +128,29 @@ class BaseExecutor(ABC):
         """The current state in canonical form."""
 
     @abstractmethod
-    def _begin_batch(self) -> None:
-        """Start tracking changes (for deltas and for rollback of a failed batch)."""
+    def begin_batch(self) -> None:
+        """Step 1 of the batch protocol (module docstring): start tracking changes, for the
+        deltas :meth:`end_batch` returns and for :meth:`rollback_batch`."""
 
     @abstractmethod
-    def _run_transactions(
+    def run_transactions(
         self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
-        """Run one transaction per event in event-time order; see the module docstring.
-        ``early`` is what :meth:`_prepare_transactions` returned for this step and batch (or
-        None when the step's input was not ready early)."""
+        """Step 2 of the batch protocol: run one transaction per event in event-time order (see
+        the module docstring); aborted transactions are undone here and reported in the outcome
+        (``error`` aborts also as dead letters in ``dead``). ``early`` is what
+        :meth:`prepare_transactions` returned for this step and batch (or None when the step's
+        input was not ready early)."""
 
     @abstractmethod
-    def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
-        """Finish the batch: the net deltas per table and the sequence values."""
+    def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
+        """Step 3 of the batch protocol: the net deltas per table since :meth:`begin_batch` and
+        the sequence values; the changes stay and tracking stops."""
 
     @abstractmethod
-    def _rollback_batch(self) -> None:
-        """Undo every change since :meth:`_begin_batch`."""
+    def rollback_batch(self) -> None:
+        """Step 3 when the batch failed: undo every change since :meth:`begin_batch` (every
+        step's committed transactions and the sequences); tracking stops."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (threads, sessions); the default has none."""
@@ -169,8 +196,10 @@ class BaseExecutor(ABC):
             self._pure = pure
         return self._pure
 
-    def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
-        """Per-batch work of a transactional step that needs no state; the default has none."""
+    def prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
+        """Per-batch work of a transactional step that needs no state (it reads none, so it may
+        run on another thread while a batch runs); what it returns is handed to
+        :meth:`run_transactions` as ``early``. The default has none."""
         return None
 
     def prepare_batch(self, batch: EngineBatch) -> PreparedBatch:
@@ -191,7 +220,7 @@ class BaseExecutor(ABC):
                     prepared.produced[step.id] = self._run_stateless(step, prepared)
                 elif isinstance(step, TransactionStep) and step.input in pure:
                     events = prepared.produced[step.input]
-                    prepared.early[step.id] = self._prepare_transactions(step, events)
+                    prepared.early[step.id] = self.prepare_transactions(step, events)
         except BaseException as exc:  # raised when the batch runs, like any step failure
             prepared.error = exc
         return prepared
@@ -237,9 +266,9 @@ class BaseExecutor(ABC):
         flow, batch = self.flow, prepared.batch
         dead, produced, stats = prepared.dead, prepared.produced, prepared.stats
         aborts: list[pa.Table] = []
-        decisions: list[dict[str, Any]] = []
+        decisions: list[StepDecision] = []
         outputs: dict[str, pa.Table] = {}
-        self._begin_batch()
+        self.begin_batch()
         try:
             for step in flow.steps:
                 if step.id in produced:
@@ -256,7 +285,7 @@ class BaseExecutor(ABC):
                     st = stats.setdefault(step.id, StepStats())
                     st.rows_in = table.num_rows
                     before_dead = len(dead)
-                    outcome = self._run_transactions(step, table, dead, prepared.early.get(step.id))
+                    outcome = self.run_transactions(step, table, dead, prepared.early.get(step.id))
                     st.rows_out = outcome.output.num_rows
                     st.dead_letters = len(dead) - before_dead
                     st.committed = outcome.committed
@@ -267,13 +296,13 @@ class BaseExecutor(ABC):
                         else _abort_table(outcome.aborts)
                     )
                     if outcome.decision is not None:
-                        decisions.append({"step": step.id, **outcome.decision})
+                        decisions.append(outcome.decision)
                     produced[step.id] = outcome.output
                 else:
                     produced[step.id] = self._run_stateless(step, prepared)
-            deltas, sequences = self._end_batch()
+            deltas, sequences = self.end_batch()
         except BaseException:
-            self._rollback_batch()
+            self.rollback_batch()
             raise
         logger.debug(
             "ran batch_id=%s events=%s dead_letters=%s aborts=%s",

@@ -187,15 +187,15 @@ class SerialExecutor(BaseExecutor):
 
     # -- batch bookkeeping -------------------------------------------------------------------------
 
-    def _begin_batch(self) -> None:
+    def begin_batch(self) -> None:
         self._undo = []
         self._touched = {}
 
-    def _rollback_batch(self) -> None:
+    def rollback_batch(self) -> None:
         self._undo_to(0)
         self._touched = {}
 
-    def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
+    def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
         deltas = {}
         for name, table in self.flow.tables.items():
             ids = table.row_id()
@@ -238,7 +238,7 @@ class SerialExecutor(BaseExecutor):
             self._compiled[step.id] = compiled
         return compiled
 
-    def _run_transactions(
+    def run_transactions(
         self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
         ops = self._compile(step)
@@ -307,7 +307,7 @@ class SerialExecutor(BaseExecutor):
             _coerce(part, kind, f"{op.label()} key {name!r}")
         if isinstance(table, WindowTable):
             return self._window(cop, key, row, results)
-        old_row = self._current_row(table, key)
+        old_row = self.current_row(table, key)
         if op.kind == "read":
             if op.as_of is not None:
                 at = cop.as_of(scope) if cop.as_of else None
@@ -379,7 +379,11 @@ class SerialExecutor(BaseExecutor):
             values[name] = _coerce(value, kind, f"{cop.op.label()} column {name!r}")
         return values
 
-    def _current_row(self, table: StateTable, key: Key) -> Row | None:
+    def current_row(self, table: StateTable, key: Key) -> Row | None:
+        """The row of ``key`` as the state holds it now (of a history table: its current
+        version; a window table has no single row: None). The row is the state's own: read it,
+        never change it. Part of the interface a composing executor uses (the ``local``
+        executor's pre-reads of tables this executor holds)."""
         if isinstance(table, Table):
             return self._rows[table.name].get(key)
         if isinstance(table, HistoryTable):
@@ -493,7 +497,7 @@ class SerialExecutor(BaseExecutor):
             versions = self._versions[table.name]
             matches = sorted(k for k, sk in current.items() if versions[sk].get(column) == value)
         for key in matches:
-            old_row = self._current_row(table, key)
+            old_row = self.current_row(table, key)
             self._check(cop, row, old_row, results)
             new_values = self._values(cop, row, old_row, results, old_row)
             self._store(cop, key, new_values, row, results)

@@ -84,15 +84,16 @@ def waves_of(levels: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndar
     return by_level.astype(np.int64), starts
 
 
-_POOL: list[ThreadPoolExecutor] = []
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []  # (its worker count, the pool)
 #: A wave narrower than this runs on the calling thread (dispatch would cost more than it saves).
 MIN_PARALLEL_WAVE = 8
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    if not _POOL or _POOL[0]._max_workers < workers:
-        _POOL[:] = [ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamdi-wave")]
-    return _POOL[0]
+    if not _POOL or _POOL[0][0] < workers:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="streamdi-wave")
+        _POOL[:] = [(workers, pool)]
+    return _POOL[0][1]
 
 
 def run_waves(

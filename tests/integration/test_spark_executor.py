@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl_dataflows import Dataflow, col, create_executor, old, udf
+from etl_dataflows.batch import StepDecision
 from etl_dataflows.exceptions import StepFailed
 from etl_dataflows.executors.spark import (
     SparkConfig,
@@ -49,7 +50,7 @@ def run_spark(
     placement: Any,
     state: Any = None,
     config: SparkConfig = CONFIG,
-) -> tuple[RunResult, list[dict[str, Any]]]:
+) -> tuple[RunResult, list[StepDecision]]:
     runner = SparkExecutor(flow, state, placement=placement, config=config)
     try:
         sink = TestingSink()
@@ -68,8 +69,8 @@ def test_a_pass_runs_in_spark_tasks() -> None:
     workload = ledger_workload(WorkloadSpec(keys=300, batch_size=500, batches=2, seed=1))
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_spark(workload.flow, workload.batches, "spark", workload.state)
-    assert all(d["passes"] >= 1 and d["spark_transactions"] > 0 for d in decisions)
-    assert all(d["job_ms"] > 0 and d["task_ms"] > 0 for d in decisions)
+    assert all(d.figures["passes"] >= 1 and d.figures["spark_transactions"] > 0 for d in decisions)
+    assert all(d.figures["job_ms"] > 0 and d.figures["task_ms"] > 0 for d in decisions)
     assert_same_results(oracle, got)
 
 
@@ -80,7 +81,7 @@ def test_spark_matches_the_serial_oracle(placement: str, spec: WorkloadSpec) -> 
     workload = ledger_workload(spec)
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_spark(workload.flow, workload.batches, placement, workload.state)
-    assert all(d["strategy"] in ("one_pass", "supersteps") for d in decisions)
+    assert all(d.strategy in ("one_pass", "supersteps") for d in decisions)
     assert_same_results(oracle, got)
 
 
@@ -112,8 +113,10 @@ def test_one_pass_when_no_transaction_crosses_partitions() -> None:
     )
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_spark(workload.flow, workload.batches, "spark", workload.state)
-    assert [d["strategy"] for d in decisions] == ["one_pass", "one_pass"]
-    assert all(d["crossing"] == 0 and d["driver_transactions"] == 0 for d in decisions)
+    assert [d.strategy for d in decisions] == ["one_pass", "one_pass"]
+    assert all(
+        d.figures["crossing"] == 0 and d.figures["driver_transactions"] == 0 for d in decisions
+    )
     assert_same_results(oracle, got)
 
 
@@ -132,8 +135,8 @@ def test_supersteps_when_some_transactions_cross() -> None:
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_spark(workload.flow, workload.batches, "supersteps", workload.state)
     for decision in decisions:
-        assert decision["strategy"] == "supersteps" and decision["passes"] >= 2, decision
-        assert 0 < decision["crossing"] <= decision["driver_transactions"]
+        assert decision.strategy == "supersteps" and decision.figures["passes"] >= 2, decision
+        assert 0 < decision.figures["crossing"] <= decision.figures["driver_transactions"]
     assert_same_results(oracle, got)
 
 
@@ -142,16 +145,17 @@ def test_the_driver_takes_small_batches_and_uncompiled_steps() -> None:
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     adaptive = SparkConfig(master="local[2]", partitions=2, min_transactions=1_000)
     got, decisions = run_spark(workload.flow, workload.batches, None, workload.state, adaptive)
-    assert [d["strategy"] for d in decisions] == ["driver", "driver"]
-    assert "small batch" in decisions[0]["why"]
-    assert decisions[0]["local_strategy"] == "sequential"
+    assert [d.strategy for d in decisions] == ["driver", "driver"]
+    assert "small batch" in decisions[0].why
+    local = decisions[0].local
+    assert local is not None and local.strategy == "sequential"
     assert_same_results(oracle, got)
 
     # Big enough to consider, but a Spark pass costs more than the whole batch on the driver.
     considered = SparkConfig(master="local[2]", partitions=2, min_transactions=0)
     got, decisions = run_spark(workload.flow, workload.batches, None, workload.state, considered)
-    assert [d["strategy"] for d in decisions] == ["driver", "driver"]
-    assert decisions[0]["why"].startswith("Spark cannot win")
+    assert [d.strategy for d in decisions] == ["driver", "driver"]
+    assert decisions[0].why.startswith("Spark cannot win")
     assert_same_results(oracle, got)
 
     flow = broker_flow()
@@ -172,8 +176,8 @@ def test_the_driver_takes_small_batches_and_uncompiled_steps() -> None:
     ]
     oracle = run_in_memory(flow, made)
     got, decisions = run_spark(flow, made, "spark")
-    assert decisions and all(d["strategy"] == "driver" for d in decisions)
-    assert all("not compiled" in d["why"] for d in decisions)
+    assert decisions and all(d.strategy == "driver" for d in decisions)
+    assert all("not compiled" in d.why for d in decisions)
     assert_same_results(oracle, got)
 
 
@@ -182,7 +186,7 @@ def test_a_memory_budget_sends_a_batch_to_spark() -> None:
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     tight = SparkConfig(master="local[2]", partitions=2, min_transactions=0, memory_budget=100_000)
     got, decisions = run_spark(workload.flow, workload.batches, None, workload.state, tight)
-    assert all(d["strategy"] != "driver" and "memory budget" in d["why"] for d in decisions)
+    assert all(d.strategy != "driver" and "memory budget" in d.why for d in decisions)
     assert_same_results(oracle, got)
 
 
@@ -211,7 +215,7 @@ def test_user_functions_travel_by_value() -> None:
     made = [make_batch(flow, 1, ev=rows)]
     oracle = run_in_memory(flow, made)
     got, decisions = run_spark(flow, made, "spark")
-    assert decisions[0]["strategy"] == "one_pass"
+    assert decisions[0].strategy == "one_pass"
     assert len(got.sink.dead_letter_rows()) == len([r for r in rows if r["a"] == 13])
     assert_same_results(oracle, got)
 

@@ -339,7 +339,7 @@ class ChainScan:
         step, kernel, n = compiled.step, compiled.kernel, prepared.n
         if not (step.emit_columns or step.emit_input):
             return np.zeros(n, dtype=np.bool_)
-        columns = dict(EventColumns(prepared.events, compiled._types).items())
+        columns = dict(EventColumns(prepared.events, compiled.event_types).items())
         for (j, name), column in results.items():
             prefix, col = name.split(":", 1)
             columns[f"__{prefix}{j}_{col}"] = column

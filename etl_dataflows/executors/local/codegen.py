@@ -121,7 +121,9 @@ class KernelSource:
     pre_reads: dict[int, list[str]]
 
 
-class _Writer:
+class CodeWriter:
+    """Lines of generated Python at an indentation depth, with fresh temporary names."""
+
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.depth = 1
@@ -141,8 +143,17 @@ class _Writer:
         self.depth -= 1
 
     def tmp(self) -> str:
+        """A temporary name not yet handed out by this writer."""
         self._tmp += 1
         return f"x{self._tmp}"
+
+    def branch(self, depth: int) -> CodeWriter:
+        """An empty writer at ``depth`` whose temporary names continue from this one's (for code
+        written aside and spliced in later)."""
+        writer = CodeWriter()
+        writer.depth = depth
+        writer._tmp = self._tmp
+        return writer
 
 
 class KernelGenerator:
@@ -158,7 +169,7 @@ class KernelGenerator:
         self.flow = flow
         self.step = step
         self.types = TypeOf(flow, step)
-        self.out = _Writer()
+        self.out = CodeWriter()
         self.hoisted: list[Hoisted] = []
         self._hoist_ids: dict[tuple[Any, ...], int] = {}
         self.reasons: list[Reason] = []

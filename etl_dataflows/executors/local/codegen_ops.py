@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from etl_dataflows.dataflow import CompiledDataflow
-from etl_dataflows.executors.local.codegen import KernelGenerator, _Writer
+from etl_dataflows.executors.local.codegen import CodeWriter, KernelGenerator
 from etl_dataflows.expressions import Expr, Ref, walk
 from etl_dataflows.tables import Table
 from etl_dataflows.transaction import Operation, TransactionStep
@@ -108,11 +108,8 @@ class OpKernelGenerator(KernelGenerator):
                         w.line(f"b{j}_{column} = {self.field(k.index, f'a_{column}', kind)}")
                         w.line(f"bv{j}_{column} = {self.field(k.index, f'av_{column}', 'bool')}")
 
-    def _branch_writer(self) -> _Writer:
-        writer = _Writer()
-        writer.depth = 3
-        writer._tmp = self.out._tmp
-        return writer
+    def _branch_writer(self) -> CodeWriter:
+        return self.out.branch(depth=3)
 
     def dependencies(self) -> list[list[int]]:
         """Per operation (and the output, last), the operations of the same transaction whose

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +145,12 @@ class CompiledStep:
         self._planner = LevelPlanner()
         self._op_level: OpLevelRunner | None = None
         self._scan: ChainScan | None = None
-        self._types = {**self.in_schema, **META_TYPES}
+        #: The types of the step's input columns and the metadata columns, as the vectorized
+        #: evaluator (:class:`~etl_dataflows.vectorized.EventColumns`) reads them.
+        self.event_types = {**self.in_schema, **META_TYPES}
+        #: The surrogate-key counters of :attr:`tables` while :meth:`execute` runs (the kernel
+        #: draws from them in place; a strategy that reruns transactions saves and restores them).
+        self.sequences = np.zeros(0, dtype=np.int64)
         self._whens = {w for w in self.kernel.when_hoist if w is not None}
         self.table_of_op = [
             -1 if op.index in self.kernel.pre_reads else self.kernel.tables.index(op.table)
@@ -166,7 +171,7 @@ class CompiledStep:
             subset, columns = events.table, events
         else:
             subset = events.table.take(pa.array(rows, type=pa.int64()))
-            columns = EventColumns(subset, self._types)
+            columns = EventColumns(subset, self.event_types)
         m = subset.num_rows
         errors = np.zeros(m, dtype=np.bool_)
         messages: dict[int, str] = {}
@@ -210,6 +215,13 @@ class CompiledStep:
             full, full_valid, full_errors, {int(rows[i]): msg for i, msg in messages.items()}
         )
 
+    def hoist_values(self, events: pa.Table, indexes: Iterable[int]) -> dict[int, HoistedValues]:
+        """Hoisted expressions ``indexes`` (positions in ``kernel.hoisted``) evaluated on every
+        event of ``events``: what routing transactions to partitions needs before the rest is
+        hoisted. Reads no state."""
+        columns = EventColumns(events, self.event_types)
+        return {index: self._hoist(index, columns, None) for index in indexes}
+
     def prepare(self, events: pa.Table) -> Prepared:
         """Hoist (:meth:`hoist`) then bind (:meth:`bind`)."""
         return self.bind(self.hoist(events))
@@ -219,7 +231,7 @@ class CompiledStep:
         started = time.perf_counter()
         n = events.num_rows
         hoisted: list[HoistedValues | None] = [None] * len(self.kernel.hoisted)
-        columns = EventColumns(events, self._types)
+        columns = EventColumns(events, self.event_types)
         # Keys and whens first (every row needs them); then the rest, only on the rows of the
         # operations that use them (a function is not called for rows that never reach it).
         for h in self.kernel.hoisted:
@@ -386,7 +398,7 @@ class CompiledStep:
             for column in table.values:
                 values[f"t{t}_{column}"] = table.values[column]
                 values[f"t{t}_{column}_v"] = table.valid[column]
-        values["seq"] = self._sequences
+        values["seq"] = self.sequences
         values.update(outputs)
         values["spin"] = spin_iterations_per_ns() if self.cost_ns else 0.0
         values["spin_sink"] = self._sink
@@ -406,7 +418,7 @@ class CompiledStep:
         for name, kind in self.kernel.kernel_outputs:
             outputs[f"o_{name}"] = np.zeros(n, dtype=kernel_dtype(kind))  # type: ignore[arg-type]
             outputs[f"o_{name}_v"] = np.zeros(n, dtype=np.bool_)
-        self._sequences = np.array([t.sequence for t in self.tables], dtype=np.int64)
+        self.sequences = np.array([t.sequence for t in self.tables], dtype=np.int64)
         self._sink = np.zeros(1, dtype=np.int64)
         args = self._arguments(prepared, outputs)
         info: dict[str, Any] = {}
@@ -449,7 +461,7 @@ class CompiledStep:
 
         info["execute_ms"] = round((time.perf_counter() - started) * 1000, 3)
         for t, table in enumerate(self.tables):
-            table.sequence = int(self._sequences[t])
+            table.sequence = int(self.sequences[t])
         return outputs, info
 
     def declared_cost_ns(self, prepared: Prepared) -> float:

@@ -6,6 +6,11 @@ parallel waves of conflict-free transactions; the choice is made per batch from 
 (:mod:`etl_dataflows.scheduling.decision`) and recorded in the batch result's ``decisions``. Other
 steps run on an embedded serial executor (the oracle's own code) over the tables the compiler does
 not take. Either way the batch result equals the serial executor's.
+
+The embedded serial executor is driven only through the batch protocol of
+:class:`~etl_dataflows.executors.base.BaseExecutor` (``begin_batch``, ``run_transactions``,
+``end_batch`` / ``rollback_batch``, each called from the same step of this executor's own protocol,
+so a rollback undoes both halves) and :meth:`SerialExecutor.current_row` for pre-reads.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from etl_dataflows.batch import TableDelta
+from etl_dataflows.batch import StepDecision, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
 from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
@@ -103,24 +108,26 @@ class LocalExecutor(BaseExecutor):
 
     # -- batches --------------------------------------------------------------------------------
 
-    def _begin_batch(self) -> None:
-        self.serial._begin_batch()
+    def begin_batch(self) -> None:
+        self.serial.begin_batch()
         for arrays in self.arrays.values():
             arrays.begin_batch()
 
-    def _rollback_batch(self) -> None:
-        self.serial._rollback_batch()
+    def rollback_batch(self) -> None:
+        self.serial.rollback_batch()
         for arrays in self.arrays.values():
             arrays.restore()
 
-    def _end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
-        deltas, sequences = self.serial._end_batch()
+    def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
+        deltas, sequences = self.serial.end_batch()
         for name, arrays in self.arrays.items():
             deltas[name] = arrays.end_batch()
             sequences[name] = arrays.sequence
         return deltas, sequences
 
-    def _compiled(self, step: TransactionStep) -> CompiledStep:
+    def compiled_step(self, step: TransactionStep) -> CompiledStep:
+        """The compiled form of ``step`` (compiled on first use; the step must be one the
+        analysis compiles, see :meth:`explain`)."""
         with self._compile_lock:  # the preparing thread may ask for it too
             return self._compiled_locked(step)
 
@@ -148,32 +155,35 @@ class LocalExecutor(BaseExecutor):
         started = time.perf_counter()
         for step in self.flow.transactional_steps():
             if self.analysis[step.id].compiled:
-                self._compiled(step).warm_up(empty_events(self.flow.schemas[step.input or ""]))
+                self.compiled_step(step).warm_up(empty_events(self.flow.schemas[step.input or ""]))
         logger.info("warmed up seconds=%.2f", time.perf_counter() - started)
 
     def _read_current(self, table: str, key: tuple[Any, ...]) -> dict[str, Any] | None:
         """The current row of ``key`` in a table the serial part holds (for pre-reads)."""
-        return self.serial._current_row(self.flow.tables[table], key)
+        return self.serial.current_row(self.flow.tables[table], key)
 
-    def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
+    def prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
         if not self.analysis[step.id].compiled:
             return None
-        return self._compiled(step).hoist(events)
+        return self.compiled_step(step).hoist(events)
 
-    def _run_transactions(
+    def run_transactions(
         self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
         if not self.analysis[step.id].compiled:
             started = time.perf_counter()
-            outcome = self.serial._run_transactions(step, events, dead)
-            outcome.decision = {
-                "strategy": "interpreted",
-                "why": "; ".join(self.analysis[step.id].reasons[:3]),
-                "transactions": events.num_rows,
-                "execute_ms": round((time.perf_counter() - started) * 1000, 3),
-            }
+            outcome = self.serial.run_transactions(step, events, dead)
+            outcome.decision = StepDecision(
+                step.id,
+                "interpreted",
+                "; ".join(self.analysis[step.id].reasons[:3]),
+                {
+                    "transactions": events.num_rows,
+                    "execute_ms": round((time.perf_counter() - started) * 1000, 3),
+                },
+            )
             return outcome
-        compiled = self._compiled(step)
+        compiled = self.compiled_step(step)
         prepared = compiled.bind(early if early is not None else compiled.hoist(events))
         n = prepared.n
         costs = self._cost.setdefault(step.id, StepCosts())
@@ -198,14 +208,17 @@ class LocalExecutor(BaseExecutor):
             costs.tried.add(used)
         else:
             costs.observe(used, stats, declared, info["execute_ms"] / 1000, self._workers)
-        outcome.decision = {
-            "strategy": strategy,
-            "why": why,
-            **stats.as_dict(),
-            "prepare_ms": round(prepared.prepare_seconds * 1000, 3),
-            **info,
-            "finish_ms": round((time.perf_counter() - finish_started) * 1000, 3),
-        }
+        outcome.decision = StepDecision(
+            step.id,
+            strategy,
+            why,
+            {
+                **stats.as_dict(),
+                "prepare_ms": round(prepared.prepare_seconds * 1000, 3),
+                **info,
+                "finish_ms": round((time.perf_counter() - finish_started) * 1000, 3),
+            },
+        )
         return outcome
 
     def _decide(

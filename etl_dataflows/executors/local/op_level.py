@@ -180,7 +180,7 @@ class _Snapshot:
     """The values of every slot a step touches and the sequences, at the step's start."""
 
     def __init__(self, compiled: Any, prepared: Any) -> None:
-        self._sequences = compiled._sequences.copy()
+        self._sequences = compiled.sequences.copy()
         self._compiled = compiled
         self._saved: list[tuple[Any, np.ndarray, dict[str, np.ndarray]]] = []
         for t, table in enumerate(compiled.tables):
@@ -194,7 +194,7 @@ class _Snapshot:
             self._saved.append((table, slots, saved))
 
     def restore(self) -> None:
-        self._compiled._sequences[:] = self._sequences
+        self._compiled.sequences[:] = self._sequences
         for table, slots, saved in self._saved:
             table.exists[slots] = saved["ex"]
             table.sk[slots] = saved["sk"]

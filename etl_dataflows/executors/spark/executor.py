@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from etl_dataflows.batch import StepDecision
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local import LocalExecutor
@@ -62,7 +63,6 @@ from etl_dataflows.state import StateImage
 from etl_dataflows.stateless import DeadLetters, event_rows
 from etl_dataflows.transaction import TransactionStep
 from etl_dataflows.types import META_COLUMNS, TS
-from etl_dataflows.vectorized import EventColumns
 
 logger = logging.getLogger(__name__)
 
@@ -159,31 +159,30 @@ class SparkExecutor(LocalExecutor):
             f"{costs.task_ns:.0f} ns, driver {costs.driver_ns:.0f} ns per transaction)"
         )
 
-    def _prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
+    def prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
         n = events.num_rows
         if self._goes_to_driver(step, n) is not None:
-            return super()._prepare_transactions(step, events)
-        compiled = self._compiled(step)
+            return super().prepare_transactions(step, events)
+        compiled = self.compiled_step(step)
         if self._driver_wins(step, compiled, n) is not None:
-            return super()._prepare_transactions(step, events)
-        return self._routing_hoists(compiled, events)
+            return super().prepare_transactions(step, events)
+        return self.routing_hoists(compiled, events)
 
-    def _routing_hoists(self, compiled: CompiledStep, events: pa.Table) -> dict[int, HoistedValues]:
+    def routing_hoists(self, compiled: CompiledStep, events: pa.Table) -> dict[int, HoistedValues]:
         """The event-only key and ``when`` values routing needs (the rest is hoisted in the
         tasks, where user functions run in parallel)."""
         kernel = compiled.kernel
         wanted = {*kernel.key_hoist, *(w for w in kernel.when_hoist if w is not None)}
-        columns = EventColumns(events, compiled._types)
-        return {k: compiled._hoist(k, columns, None) for k in sorted(wanted)}
+        return compiled.hoist_values(events, sorted(wanted))
 
-    def _run_transactions(
+    def run_transactions(
         self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: Any = None
     ) -> TransactionOutcome:
         n = events.num_rows
         why = self._goes_to_driver(step, n)
         if why is not None:
             return self._on_driver(step, events, dead, early, why, {"transactions": n})
-        compiled = self._compiled(step)
+        compiled = self.compiled_step(step)
         costs = self._spark_costs.setdefault(step.id, SparkCosts())
         bytes_per_txn = bytes_per_transaction(compiled)
         partitions = self.partitions()
@@ -195,7 +194,7 @@ class SparkExecutor(LocalExecutor):
             if isinstance(early, Hoisting):
                 hoisted = dict(enumerate(early.hoisted))
             else:
-                hoisted = self._routing_hoists(compiled, events)
+                hoisted = self.routing_hoists(compiled, events)
         ts = np.asarray(events.column(TS).to_numpy(), dtype=np.int64)
         routing = route(compiled, self.arrays, hoisted, ts, partitions, self._scratch)
         plan = choose_plan(
@@ -223,7 +222,7 @@ class SparkExecutor(LocalExecutor):
         stats: dict[str, Any],
     ) -> TransactionOutcome:
         started = time.perf_counter()
-        outcome = super()._run_transactions(
+        outcome = super().run_transactions(
             step, events, dead, early if isinstance(early, Hoisting) else None
         )
         seconds = time.perf_counter() - started
@@ -231,15 +230,13 @@ class SparkExecutor(LocalExecutor):
             self._spark_costs.setdefault(step.id, SparkCosts()).observe_driver(
                 events.num_rows, seconds
             )
-        local = outcome.decision or {}
-        outcome.decision = {
-            "strategy": "driver",
-            "why": why,
-            **stats,
-            "local_strategy": local.get("strategy"),
-            "local": local,
-            "total_ms": round(seconds * 1000, 3),
-        }
+        outcome.decision = StepDecision(
+            step.id,
+            "driver",
+            why,
+            {**stats, "total_ms": round(seconds * 1000, 3)},
+            local=outcome.decision,
+        )
         return outcome
 
     def _driver_part(self, compiled: CompiledStep, events: pa.Table, rows: np.ndarray) -> Part:
@@ -325,9 +322,7 @@ class SparkExecutor(LocalExecutor):
         )
         if driver_txns:
             costs.observe_driver(driver_txns, driver_seconds)
-        outcome.decision = {
-            "strategy": plan.strategy,
-            "why": plan.why,
+        figures = {
             **stats,
             "passes": len(timings),
             "spark_transactions": shipped_txns,
@@ -345,6 +340,7 @@ class SparkExecutor(LocalExecutor):
             "merge_ms": round(merge_seconds * 1000, 3),
             "total_ms": round((time.perf_counter() - started) * 1000, 3),
         }
+        outcome.decision = StepDecision(step.id, plan.strategy, plan.why, figures)
         logger.info(
             "spark batch step=%s strategy=%s passes=%s spark_transactions=%s "
             "driver_transactions=%s total_ms=%.0f",
@@ -353,7 +349,7 @@ class SparkExecutor(LocalExecutor):
             len(timings),
             shipped_txns,
             driver_txns,
-            outcome.decision["total_ms"],
+            figures["total_ms"],
         )
         return outcome
 

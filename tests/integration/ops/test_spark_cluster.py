@@ -173,9 +173,9 @@ for placement, seed in (("spark", 3), ("supersteps", 4)):
     got = RunResult("spark", results, sink, runner.state_image())
     runner.close()
     decisions = [d for r in results for d in r.decisions]
-    assert all(d["passes"] >= 1 and d["spark_transactions"] > 0 for d in decisions), decisions
+    assert all(d.figures["passes"] >= 1 and d.figures["spark_transactions"] > 0 for d in decisions), decisions
     assert_same_results(oracle, got)
-    print("ok", placement, sum(d["spark_transactions"] for d in decisions))
+    print("ok", placement, sum(d.figures["spark_transactions"] for d in decisions))
 """
 
 

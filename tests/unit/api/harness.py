@@ -111,7 +111,8 @@ def answer_rows(service: QueryService, page: dict[str, Any]) -> Rows:
 
 
 def ask(service: QueryService, table: str, **options: Any) -> dict[str, Any]:
-    return service.query(QueryBody(sql=f'SELECT * FROM "{table}"', **options))
+    """The first page of ``SELECT * FROM table``, as the route serves it."""
+    return service.query(QueryBody(sql=f'SELECT * FROM "{table}"', **options)).model_dump()
 
 
 def check_answer(stage: ShopStage, service: QueryService, table: str, page: dict[str, Any]) -> None:

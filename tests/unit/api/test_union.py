@@ -116,7 +116,9 @@ def test_pages_of_one_answer_stay_consistent_while_data_moves(
 ):
     stage = split_shop
     service, migrator = shop_service(stage, shop_settings(tmp_path))
-    first = service.query(QueryBody(sql="SELECT * FROM customers", plan="island", page_size=25))
+    first = service.query(
+        QueryBody(sql="SELECT * FROM customers", plan="island", page_size=25)
+    ).model_dump()
     assert first["offset"] == 0 and len(first["rows"]) == 25 and first["next_offset"] == 25
     watermark = first["watermark"]
     # the data moves on: more batches, a push, a merge
@@ -124,7 +126,7 @@ def test_pages_of_one_answer_stay_consistent_while_data_moves(
     migrator.migrate(via="push", merge="force")
     pages = [first]
     while pages[-1]["next_offset"] is not None:
-        pages.append(service.page(first["answer_id"], pages[-1]["next_offset"], 25))
+        pages.append(service.page(first["answer_id"], pages[-1]["next_offset"], 25).model_dump())
     assert {p["watermark"] for p in pages} == {watermark}
     assert sum(len(p["rows"]) for p in pages) == first["total_rows"]
     check_answer(stage, service, "customers", first)
@@ -200,8 +202,8 @@ def test_filters_are_pushed_to_the_warehouse_and_kept_exact(split_shop: ShopStag
     stage = split_shop
     service, migrator = shop_service(stage, shop_settings(tmp_path))
     sql = "SELECT aid, balance FROM accounts WHERE balance > 100 AND active"
-    island = service.query(QueryBody(sql=sql, plan="island"))
-    exact = service.query(QueryBody(sql=sql, plan="migrate"))
+    island = service.query(QueryBody(sql=sql, plan="island")).model_dump()
+    exact = service.query(QueryBody(sql=sql, plan="migrate")).model_dump()
     assert island["watermark"] == exact["watermark"] == 12
     assert answer_rows(service, island) == answer_rows(service, exact)
     assert island["total_rows"] > 0

@@ -20,11 +20,11 @@ class ArrivalOrderExecutor(SerialExecutor):
 
     name: ClassVar[str] = "test-arrival-order"
 
-    def _run_transactions(
+    def run_transactions(
         self, step: TransactionStep, events: pa.Table, dead: DeadLetters, early: object = None
     ) -> TransactionOutcome:
         ts = pa.array(range(events.num_rows), type=pa.int64())
-        return super()._run_transactions(
+        return super().run_transactions(
             step, events.set_column(events.schema.get_field_index("_ts"), "_ts", ts), dead
         )
 
@@ -34,8 +34,8 @@ class ForgetfulExecutor(SerialExecutor):
 
     name: ClassVar[str] = "test-forgetful"
 
-    def _end_batch(self):  # type: ignore[no-untyped-def]
-        deltas, sequences = super()._end_batch()
+    def end_batch(self):  # type: ignore[no-untyped-def]
+        deltas, sequences = super().end_batch()
         return deltas, {name: 1 for name in sequences}
 
 

@@ -142,7 +142,7 @@ def test_compiled_expressions_match_the_oracle(
     oracle = run_in_memory(flow, made)
     compiled = run_in_memory(flow, made, executor=executor)
     expected = "sequential" if executor == "local" else executor
-    assert compiled.results[0].decisions[0]["strategy"] == expected
+    assert compiled.results[0].decisions[0].strategy == expected
     assert_same_results(oracle, compiled)
 
 
@@ -169,7 +169,7 @@ def test_interpreted_steps_match_the_oracle() -> None:
     oracle = run_in_memory(flow, [batch])
     local = run_in_memory(flow, [batch], executor="local")
     assert_same_results(oracle, local)
-    assert local.results[0].decisions[0]["strategy"] == "interpreted"
+    assert local.results[0].decisions[0].strategy == "interpreted"
 
 
 def costly_flow(nanoseconds: int) -> Dataflow:
@@ -218,8 +218,8 @@ def test_waves_match_the_oracle() -> None:
     oracle = run_in_memory(flow, batches)
     runner = LocalExecutor(flow, strategy="waves", workers=2)
     results = [runner.run_batch(b) for b in batches]
-    assert {d["strategy"] for r in results for d in r.decisions} == {"waves"}
-    assert all(d["levels"] >= 1 for r in results for d in r.decisions)
+    assert {d.strategy for r in results for d in r.decisions} == {"waves"}
+    assert all(d.figures["levels"] >= 1 for r in results for d in r.decisions)
     for expected, got in zip(oracle.results, results, strict=True):
         assert expected.aborts.equals(got.aborts)
         assert expected.outputs["out"].equals(got.outputs["out"])
@@ -240,9 +240,9 @@ def test_the_choice_follows_the_cost_of_transactions() -> None:
                 dear_runner.run_batch(make_batch(dear, b, t=rows)).decisions[0],
             )
         )
-    assert all(c["strategy"] == "sequential" for c, _ in chosen)
-    assert chosen[-1][1]["strategy"] == "waves", chosen[-1][1]
-    assert "levels" in chosen[-1][1]
+    assert all(c.strategy == "sequential" for c, _ in chosen)
+    assert chosen[-1][1].strategy == "waves", chosen[-1][1]
+    assert "levels" in chosen[-1][1].figures
 
 
 def test_restart_from_a_state_image() -> None:
@@ -300,7 +300,7 @@ def test_string_keys_are_compiled() -> None:
     rows = [{"word": w, "_ts": i} for i, w in enumerate(["b", "a", "b", None, "ä", "a", "b"])]
     oracle = run_in_memory(flow, [make_batch(flow, 1, words=rows)])
     local = run_in_memory(flow, [make_batch(flow, 1, words=rows)], executor="local")
-    assert local.results[0].decisions[0]["strategy"] == "sequential"
+    assert local.results[0].decisions[0].strategy == "sequential"
     assert_same_results(oracle, local)
     assert [r["n"] for r in local.sink.rows("out")] == [1, 1, 2, 1, 2, 3]
 
@@ -426,7 +426,7 @@ def test_chain_scan_matches_the_oracle(policy: str, batches: list[list[dict[str,
     runner = LocalExecutor(flow, state, strategy="chain_scan")
     for batch, expected in zip(made, oracle.results, strict=True):
         got = runner.run_batch(batch)
-        assert got.decisions[0].get("fell_back") is None, got.decisions
+        assert got.decisions[0].figure("fell_back") is None, got.decisions
         assert got.aborts.equals(expected.aborts), (
             got.aborts.to_pylist(),
             expected.aborts.to_pylist(),
@@ -446,7 +446,7 @@ def test_chain_scan_falls_back_when_a_batch_is_not_commutative() -> None:
     runner = LocalExecutor(workload.flow, workload.state, strategy="chain_scan")
     for batch, expected in zip(workload.batches, oracle.results, strict=True):
         got = runner.run_batch(batch)
-        assert got.decisions[0]["fell_back"] == "sequential"
+        assert got.decisions[0].figures["fell_back"] == "sequential"
         assert got.outputs["balances"].equals(expected.outputs["balances"])
     assert runner.state_image().equals(oracle.final_state)
 

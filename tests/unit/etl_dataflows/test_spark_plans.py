@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from etl_dataflows.batch import StepDecision
 from etl_dataflows.executors.spark import SparkConfig, SparkExecutor
 from etl_dataflows.executors.spark.jobs import PassTiming
 from etl_dataflows.executors.spark.plan import SparkCosts, choose_plan
@@ -31,7 +32,6 @@ from etl_dataflows.testing import (
     run_in_memory,
 )
 from etl_dataflows.testing.harness import RunResult, TestingSink
-from etl_dataflows.vectorized import EventColumns
 
 from .test_local_executor import calc_flow, events
 
@@ -59,7 +59,7 @@ class InProcessSpark(SparkExecutor):
 
 def run_in_process(
     flow: Any, batches: Any, placement: Any, state: Any = None, config: SparkConfig = CONFIG
-) -> tuple[RunResult, list[dict[str, Any]]]:
+) -> tuple[RunResult, list[StepDecision]]:
     runner = InProcessSpark(flow, state, placement=placement, config=config)
     sink = TestingSink()
     results = []
@@ -97,7 +97,7 @@ def test_every_plan_matches_the_serial_oracle(placement: str, spec: WorkloadSpec
     workload = ledger_workload(spec)
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_in_process(workload.flow, workload.batches, placement, workload.state)
-    assert all(d["strategy"] in ("one_pass", "supersteps") for d in decisions)
+    assert all(d.strategy in ("one_pass", "supersteps") for d in decisions)
     assert_same_results(oracle, got)
 
 
@@ -130,12 +130,11 @@ def test_routing_finds_crossing_transactions_and_their_depths() -> None:
     )
     runner = SparkExecutor(workload.flow, workload.state, config=CONFIG)
     step = runner.flow.transactional_steps()[0]
-    compiled = runner._compiled(step)
+    compiled = runner.compiled_step(step)
     events = workload.batches[0].inputs["txns"]
     prepared = runner.prepare_batch(workload.batches[0])
     events = prepared.produced[step.input or ""]
-    columns = EventColumns(events, compiled._types)
-    hoisted = {k: compiled._hoist(k, columns, None) for k in range(len(compiled.kernel.hoisted))}
+    hoisted = compiled.hoist_values(events, range(len(compiled.kernel.hoisted)))
     ts = np.asarray(events.column("_ts").to_numpy())
     routing = route(compiled, runner.arrays, hoisted, ts, 2, DepthScratch())
     n = events.num_rows
@@ -161,9 +160,9 @@ def _routing_of(spec: WorkloadSpec) -> Any:
     workload = ledger_workload(spec)
     runner = SparkExecutor(workload.flow, workload.state, config=CONFIG)
     step = runner.flow.transactional_steps()[0]
-    compiled = runner._compiled(step)
+    compiled = runner.compiled_step(step)
     events = runner.prepare_batch(workload.batches[0]).produced[step.input or ""]
-    hoisted = runner._routing_hoists(compiled, events)
+    hoisted = runner.routing_hoists(compiled, events)
     ts = np.asarray(events.column("_ts").to_numpy())
     return route(compiled, runner.arrays, hoisted, ts, 2, DepthScratch())
 
@@ -220,8 +219,8 @@ def test_a_batch_without_crossing_transactions_runs_in_one_pass() -> None:
     )
     oracle = run_in_memory(workload.flow, workload.batches, state=workload.state)
     got, decisions = run_in_process(workload.flow, workload.batches, "spark", workload.state)
-    assert [d["strategy"] for d in decisions] == ["one_pass", "one_pass"]
-    assert all(d["crossing"] == 0 and d["passes"] == 1 for d in decisions)
+    assert [d.strategy for d in decisions] == ["one_pass", "one_pass"]
+    assert all(d.figures["crossing"] == 0 and d.figures["passes"] == 1 for d in decisions)
     assert_same_results(oracle, got)
 
 

@@ -1,0 +1,186 @@
+"""The answers of the REST API that :mod:`api.models` does not hold: batches, migration, dead
+letters, operations and health (pydantic models; they are the OpenAPI spec of those answers).
+
+The service (:class:`api.service.QueryService`) returns these models and the routes serve them
+as they are, so ``/openapi.json`` describes exactly what goes over the wire. Field order is the
+order of the keys on the wire. Where an answer has keys that appear only in some states (a
+target that cannot be reached has no watermark), the route serves the model with
+``response_model_exclude_unset=True``: a key is on the wire iff the service set it, explicit
+nulls included.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
+
+
+# -- the batch ledger and dead letters ---------------------------------------------------------
+
+
+class BatchInfo(BaseModel):
+    """One batch of the ledger: its counts, when it arrived and committed (ISO text), how long
+    it ran in the engine, and per stream the logical batch it consumed up to."""
+
+    batch_id: int
+    status: str
+    events: int | None
+    records: int | None
+    committed_txns: int | None
+    aborted_txns: int | None
+    dead_letters: int | None
+    output_rows: int | None
+    arrived_at: str | None
+    executed_ms: float | None
+    committed_at: str | None
+    streams: dict[str, Any]
+
+
+class DeadLetter(BaseModel):
+    """A rejected record or event: where it came from (stream, step, Kafka position, source
+    position, event time), why, whether a later batch replayed it, and the original: ``event``
+    when the stored payload is a JSON object, else the raw ``payload`` text."""
+
+    id: int
+    batch_id: int
+    stream: str | None
+    step: str | None
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    pos: int | None
+    ts: int | None
+    reason: str | None
+    replayed_in: int | None
+    encoding: str
+    payload_bytes: int | None
+    event: dict[str, Any] | None
+    payload: str | None
+
+
+# -- migration ---------------------------------------------------------------------------------
+
+
+class TargetStatus(BaseModel):
+    """What one warehouse target holds: reachable ones have their watermark, the batches still
+    pending, what is merged into the full tables and the rows waiting in the delta tables;
+    unreachable ones have the ``error``. ``mode`` says whether the pipeline pushes to it or it
+    pulls."""
+
+    acknowledged: int
+    reachable: bool
+    watermark: int | None = None
+    pending_batches: int | None = None
+    merged_through: int | None = None
+    merged_at: str | None = None
+    unmerged_rows: int | None = None
+    busy: bool | None = None
+    error: str | None = None
+    mode: Literal["push", "pull"] | None = None
+
+
+class MigrationStatus(BaseModel):
+    """Staging's watermark and release point; per target what it holds (``GET /migration``)."""
+
+    stream: str
+    staged_watermark: int
+    released_through: int
+    targets: dict[str, TargetStatus]
+
+
+class TargetRoundInfo(BaseModel):
+    """What one migration round did for one target: the batches after ``from`` up to
+    ``watermark``, the rows moved and merged, or the error that stopped it."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    from_: int = Field(alias="from")
+    watermark: int
+    batches: int
+    rows: int
+    merged_rows: int | None
+    error: str | None
+
+
+class MigrationRound(BaseModel):
+    """One migration round (``POST /migration/push`` or ``/migration/pull``)."""
+
+    via: Literal["push", "pull"]
+    staged_watermark: int
+    released_through: int
+    seconds: float
+    targets: dict[str, TargetRoundInfo]
+
+
+# -- operations and health ---------------------------------------------------------------------
+
+
+class ServiceInfo(BaseModel):
+    version: str
+    pid: int
+    uptime_s: float
+
+
+class PipelineInfo(BaseModel):
+    state: PipelineState
+    error: str | None
+    paused: bool
+
+
+class StagingInfo(BaseModel):
+    path: str
+    watermark: int
+    released_through: int
+    bytes: int
+    newest_batch_age_s: float
+
+
+class StreamProgress(BaseModel):
+    last_batch: int
+    lag_records: int | None
+
+
+class TargetLag(BaseModel):
+    acknowledged: int
+    lag_batches: int
+    lag_seconds: float
+
+
+class EngineInfo(BaseModel):
+    events_per_second: float
+
+
+class ServiceStatus(BaseModel):
+    """A summary for operators (``GET /status``, ``streamdi status``): the service, the hosted
+    pipeline (paused or not), staging's watermark and size, per stream its last batch and
+    consumer lag, per target its acknowledged batch and migration lag, the engine's rate."""
+
+    service: ServiceInfo
+    pipeline: PipelineInfo
+    staging: StagingInfo
+    streams: dict[str, StreamProgress]
+    migration: dict[str, TargetLag]
+    engine: EngineInfo
+
+
+class Health(BaseModel):
+    """Liveness (``GET /health``): ``ok`` unless the hosted pipeline failed (then ``error``)."""
+
+    status: Literal["ok", "failed"]
+    pipeline: PipelineState
+    error: str | None
+    uptime_s: float
+
+
+class Readiness(BaseModel):
+    """Readiness (``GET /ready``): ``ready`` once the hosted pipeline consumes, else the
+    ``reasons``."""
+
+    status: Literal["ready", "not ready"]
+    pipeline: PipelineState
+    staged_watermark: int
+    targets: list[str]
+    reasons: list[str]
