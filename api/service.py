@@ -69,7 +69,6 @@ from api.running import QueryRunner
 from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
-from migration.exceptions import TargetUnavailable
 from migration.migrator import Migrator
 from migration.reader import ReaderOptions, WarehouseReader
 from migration.reader_login import LoginPlan, RoleLimits
