@@ -3,8 +3,8 @@ benchmarks can run several).
 
 Counters and histograms are updated as requests, queries, pushes and committed batches happen;
 the watermarks, lags and sizes are read when ``/metrics`` is scraped, from a ``snapshot()``
-callable the service provides. :data:`METRIC_NAMES` lists every family (the README's table and a
-test keep to it).
+callable the service provides. :data:`METRIC_NAMES` lists every family (the operations guide's
+table and a test keep to it).
 """
 
 from __future__ import annotations
