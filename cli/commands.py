@@ -22,8 +22,9 @@ __all__ = [
 ]
 
 Handler: TypeAlias = Callable[[argparse.Namespace, StreamdiSettings], int]
-#: What ``register`` receives: the ``add_subparsers()`` result of the parent parser.
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+#: What ``register`` receives: the ``add_subparsers()`` result of the parent parser (argparse
+#: names its type only privately).
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # noqa: SLF001
 
 
 def write_json(data: Any, path: str) -> None:

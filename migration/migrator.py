@@ -170,7 +170,7 @@ class Migrator:
         """Write the noted acknowledgements, release what they allow, close every target."""
         with self._lock:
             try:
-                self._wait_for_release()
+                self.wait_for_release()
                 if self._round_since_release:
                     self._release(self._take_noted())
             except Exception as exc:  # the next round heals the acknowledgements from the ledgers
@@ -211,7 +211,10 @@ class Migrator:
         self._releaser = threading.Thread(target=run, name="streamdi-release", daemon=True)
         self._releaser.start()
 
-    def _wait_for_release(self) -> None:
+    def wait_for_release(self) -> None:
+        """Block until the background release running now, if any, has ended (its
+        acknowledgements are then in staging). :meth:`close` does this; a caller that needs
+        staging to hold the acknowledgements at once may too."""
         if self._releaser is not None:
             self._releaser.join()
             self._releaser = None
@@ -340,7 +343,7 @@ class Migrator:
         elif (time.monotonic() - self._last_release) * 1000 >= self.settings.release_ms and (
             self._releaser is None or not self._releaser.is_alive()
         ):
-            self._wait_for_release()
+            self.wait_for_release()
             self._release_in_background(self._take_noted())
         report.released_through = staged.released_through()
         report.seconds = time.perf_counter() - started

@@ -88,6 +88,11 @@ class RecentCommits:
             while self._entries and self._entries[0].last <= batch_id:
                 self._bytes -= self._entries.popleft().nbytes
 
+    def entries(self) -> list[RecentCommit]:
+        """The commits held, oldest first (a copy)."""
+        with self._lock:
+            return list(self._entries)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

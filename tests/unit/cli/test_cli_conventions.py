@@ -19,10 +19,11 @@ from streamdi.logs import configure_logging
 def commands(
     parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    """Every command and subcommand, with its parser."""
+    """Every command and subcommand, with its parser (argparse offers no public way to walk its
+    parsers: ``_actions`` and ``_SubParsersAction`` are its own private names)."""
     yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for name, sub in action.choices.items():
                 yield from commands(sub, (*path, name))
 
@@ -58,7 +59,7 @@ def test_every_command_answers_help(
 )
 def test_commands_that_report_offer_json(path: tuple[str, ...]) -> None:
     parser = dict(ALL)[path]
-    options = {o for a in parser._actions for o in a.option_strings}
+    options = {o for a in parser._actions for o in a.option_strings}  # noqa: SLF001
     if path in NOT_YET:
         assert "--json" not in options, "remove from NOT_YET"
         return

@@ -223,7 +223,7 @@ def test_releases_run_in_the_background_at_most_every_release_ms_and_on_close(
     migrator = _migrator(store, settings)
     first = migrator.migrate(merge="never")  # the first round's release is due: in the background
     assert first.targets["duckdb"].watermark == 4
-    migrator._wait_for_release()
+    migrator.wait_for_release()
     staged = StagedDeltas(store)
     assert staged.acks() == {"duckdb": 4} and staged.released_through() == 4
     assert store.query('SELECT count(*) AS n FROM delta_log."accounts"').column("n")[0].as_py() == 0
@@ -232,7 +232,8 @@ def test_releases_run_in_the_background_at_most_every_release_ms_and_on_close(
     migrator.close()
     store = stage_shop(path, range(5, 9), events=60)
     migrator = _migrator(store, settings)
-    migrator._last_release = time.monotonic()  # a release just happened: the next is not due
+    # a release just happened, so the next is not due (no public way to set the release clock)
+    migrator._last_release = time.monotonic()  # noqa: SLF001
     second = migrator.migrate(merge="never")
     assert second.targets["duckdb"].watermark == 8
     staged = StagedDeltas(store)
@@ -267,7 +268,7 @@ def test_acknowledgements_stay_visible_while_the_background_release_writes_them(
     assert StagedDeltas(store).acks().get("duckdb", 0) == 0  # staging does not hold it yet
     assert migrator.acknowledged() == {"duckdb": 4}
     proceed.set()
-    migrator._wait_for_release()
+    migrator.wait_for_release()
     assert migrator.acknowledged() == {"duckdb": 4}
     assert StagedDeltas(store).acks() == {"duckdb": 4}
     migrator.close()

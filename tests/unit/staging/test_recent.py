@@ -19,7 +19,7 @@ def _sorted(table: pa.Table) -> list[tuple[object, ...]]:
 def _read_from_file(staged: StagedDeltas, after: int, upto: int) -> tuple[dict, dict]:  # type: ignore[type-arg]
     recent = staged.store.recent
     limit = recent.limit_bytes
-    entries = list(recent._entries)
+    entries = recent.entries()
     recent.clear()
     try:
         changes = staged.read(after, upto)
