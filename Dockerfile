@@ -4,8 +4,8 @@
 # run inside Spark tasks are exactly the driver's. Java 17 (Debian's OpenJDK runtime) runs Spark.
 # Spark's standalone master and worker come from the pyspark installation (SPARK_HOME below).
 #
-#   docker build -t streamdi:0.1.0 .
-#   docker run --rm streamdi:0.1.0 --help
+#   docker build -t streamdi:0.2.0 .
+#   docker run --rm streamdi:0.2.0 --help
 FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

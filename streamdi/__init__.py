@@ -9,4 +9,4 @@ workload, and ``cli`` is the ``streamdi`` command on top (the layers are written
 ``pyproject.toml``'s ``[tool.importlinter]``).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
