@@ -55,6 +55,7 @@ from api.responses import (
     MigrationRound,
     MigrationStatus,
     PipelineInfo,
+    PipelineState,
     Readiness,
     ServiceInfo,
     ServiceStatus,
@@ -64,7 +65,6 @@ from api.responses import (
     TargetRoundInfo,
     TargetStatus,
 )
-from api.responses import PipelineState as PipelineState  # the hosted pipeline's states
 from api.running import QueryRunner
 from api.safety import QueryLimits, check_query
 from api.sandbox import UnionSandbox

@@ -41,7 +41,8 @@ from typing import Any
 
 from api.app import create_app
 from api.protocol import head_deadline_protocol
-from api.service import PipelineState, QueryService
+from api.responses import PipelineState
+from api.service import QueryService
 from ingest.broker import open_broker
 from ingest.deadletters import replay_entries
 from ingest.push import HttpPushSource
