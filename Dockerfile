@@ -31,6 +31,7 @@ COPY streamdi ./streamdi
 COPY ingest ./ingest
 COPY etl_dataflows ./etl_dataflows
 COPY staging ./staging
+COPY warehouse ./warehouse
 COPY migration ./migration
 COPY api ./api
 COPY tpcdi ./tpcdi
