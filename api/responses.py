@@ -11,9 +11,12 @@ nulls included.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from migration.migrator import MigrationReport
 
 PipelineState = Literal["absent", "starting", "running", "stopped", "failed"]
 
@@ -113,6 +116,30 @@ class MigrationRound(BaseModel):
     released_through: int
     seconds: float
     targets: dict[str, TargetRoundInfo]
+
+    @classmethod
+    def of(cls, via: Literal["push", "pull"], report: MigrationReport) -> MigrationRound:
+        """The answer for a round the migrator reported (also what ``streamdi migrate --json``
+        writes)."""
+        return cls(
+            via=via,
+            staged_watermark=report.staged_watermark,
+            released_through=report.released_through,
+            seconds=report.seconds,
+            targets={
+                n: TargetRoundInfo.model_validate(
+                    {
+                        "from": r.start,
+                        "watermark": r.watermark,
+                        "batches": r.batches,
+                        "rows": r.rows,
+                        "merged_rows": r.merge.rows if r.merge else None,
+                        "error": r.error,
+                    }
+                )
+                for n, r in report.targets.items()
+            },
+        )
 
 
 # -- operations and health ---------------------------------------------------------------------

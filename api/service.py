@@ -62,7 +62,6 @@ from api.responses import (
     StagingInfo,
     StreamProgress,
     TargetLag,
-    TargetRoundInfo,
     TargetStatus,
 )
 from api.running import QueryRunner
@@ -398,25 +397,7 @@ class QueryService:
             report = migrator.migrate(names, via=via, merge=merge)
         except WarehouseUnavailable as exc:
             raise TargetUnreachable(str(exc)) from exc
-        return MigrationRound(
-            via=via,
-            staged_watermark=report.staged_watermark,
-            released_through=report.released_through,
-            seconds=report.seconds,
-            targets={
-                n: TargetRoundInfo.model_validate(
-                    {
-                        "from": r.start,
-                        "watermark": r.watermark,
-                        "batches": r.batches,
-                        "rows": r.rows,
-                        "merged_rows": r.merge.rows if r.merge else None,
-                        "error": r.error,
-                    }
-                )
-                for n, r in report.targets.items()
-            },
-        )
+        return MigrationRound.of(via, report)
 
     # -- dead letters ------------------------------------------------------------------------------
 

@@ -123,26 +123,9 @@ def _move(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         f"{report.released_through}, {report.seconds:.2f} s"
     )
     if args.json:
-        write_json(
-            {
-                "via": via,
-                "staged_watermark": report.staged_watermark,
-                "released_through": report.released_through,
-                "seconds": report.seconds,
-                "targets": {
-                    n: {
-                        "from": r.start,
-                        "watermark": r.watermark,
-                        "batches": r.batches,
-                        "rows": r.rows,
-                        "merged_rows": r.merge.rows if r.merge else None,
-                        "error": r.error,
-                    }
-                    for n, r in report.targets.items()
-                },
-            },
-            args.json,
-        )
+        from api.responses import MigrationRound
+
+        write_json(MigrationRound.of(via, report).model_dump(), args.json)
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
