@@ -71,13 +71,13 @@ from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
 from migration.migrator import Migrator
 from migration.reader import ReaderOptions, WarehouseReader
-from migration.reader_login import LoginPlan, RoleLimits
 from staging.dead_letters import dead_letter_view, replay_as_stored
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
 from streamdi.settings import ApiSettings, StreamdiSettings
 from warehouse.exceptions import WarehouseUnavailable
+from warehouse.postgres_login import LoginPlan, RoleLimits
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class QueryService:
 
     def start(self) -> None:
         """Set up and verify what user queries run as on each warehouse (the PostgreSQL reader
-        login). Raises :class:`~migration.exceptions.ReaderLoginRefused` on an unsafe
+        login). Raises :class:`~warehouse.exceptions.ReaderLoginRefused` on an unsafe
         configuration; a warehouse that cannot be reached now is tried again by the first
         query."""
         for name, reader in self.readers.items():
