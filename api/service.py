@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -30,7 +29,7 @@ from api.exceptions import (
     UnknownStream,
     UnknownTarget,
 )
-from api.hosted import EventSink
+from api.hosted import EventSink, IngestControl, Replayer
 from api.metrics import ServiceMetrics
 from api.models import (
     AnswerPage,
@@ -80,22 +79,6 @@ from warehouse.exceptions import WarehouseUnavailable
 from warehouse.postgres_login import LoginPlan, RoleLimits
 
 logger = logging.getLogger(__name__)
-
-
-class IngestControl(Protocol):
-    """What the service may do to the pipeline it hosts (the composition root fills it with a
-    :class:`runtime.pipeline.Pipeline`)."""
-
-    paused: threading.Event
-    consumer_lag: dict[str, int]
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-
-#: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
-Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]
 
 
 def build_readers(
