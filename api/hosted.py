@@ -7,13 +7,14 @@ hosted in. Those reach it through the small interfaces below, which the composit
 ``ingest``:
 
 * :class:`EventSink`: one stream's HTTP push door (``POST /streams/{stream}/events``);
-* ``Replayer`` (:mod:`api.service`): re-offers dead letters through the broker;
-* ``IngestControl`` (:mod:`api.service`): pause, resume, the consumer lag.
+* :data:`Replayer`: re-offers dead letters through the broker;
+* :class:`IngestControl`: pause, resume, the consumer lag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -61,3 +62,19 @@ class EventSink(Protocol):
     def offer(
         self, events: Sequence[Mapping[str, Any]] | pa.Table, *, timeout_s: float
     ) -> PushedEvents: ...
+
+
+class IngestControl(Protocol):
+    """What the service may do to the pipeline it hosts (the composition root fills it with a
+    :class:`runtime.pipeline.Pipeline`)."""
+
+    paused: threading.Event
+    consumer_lag: dict[str, int]
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+#: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
+Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]

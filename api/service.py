@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -30,7 +29,7 @@ from api.exceptions import (
     UnknownStream,
     UnknownTarget,
 )
-from api.hosted import EventSink
+from api.hosted import EventSink, IngestControl, Replayer
 from api.metrics import ServiceMetrics
 from api.models import (
     AnswerPage,
@@ -70,31 +69,15 @@ from api.sandbox import UnionSandbox
 from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
 from migration.migrator import Migrator
 from migration.reader import ReaderOptions, WarehouseReader
-from migration.reader_login import LoginPlan, RoleLimits
 from staging.dead_letters import dead_letter_view, replay_as_stored
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
 from streamdi.settings import ApiSettings, StreamdiSettings
 from warehouse.exceptions import WarehouseUnavailable
+from warehouse.postgres_login import LoginPlan, RoleLimits
 
 logger = logging.getLogger(__name__)
-
-
-class IngestControl(Protocol):
-    """What the service may do to the pipeline it hosts (the composition root fills it with a
-    :class:`runtime.pipeline.Pipeline`)."""
-
-    paused: threading.Event
-    consumer_lag: dict[str, int]
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-
-#: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
-Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]
 
 
 def build_readers(
@@ -212,7 +195,7 @@ class QueryService:
 
     def start(self) -> None:
         """Set up and verify what user queries run as on each warehouse (the PostgreSQL reader
-        login). Raises :class:`~migration.exceptions.ReaderLoginRefused` on an unsafe
+        login). Raises :class:`~warehouse.exceptions.ReaderLoginRefused` on an unsafe
         configuration; a warehouse that cannot be reached now is tried again by the first
         query."""
         for name, reader in self.readers.items():

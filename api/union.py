@@ -60,7 +60,6 @@ from api.planner import PlanDecision, PlanModel
 from api.safety import CheckedQuery
 from api.sandbox import UnionInput, UnionSandbox
 from etl_dataflows.dataflow import CompiledDataflow
-from migration.exceptions import ReaderLoginRefused
 from migration.migrator import Migrator
 from migration.reader import WarehouseReader, WarehouseSnapshot, column_types
 from migration.schema import WarehouseLayout
@@ -69,6 +68,7 @@ from staging.snapshot import StagingSnapshot, open_snapshot
 from staging.store import StagingStore
 from streamdi.settings import ApiSettings
 from warehouse.exceptions import (
+    ReaderLoginRefused,
     WarehouseQueryFailed,
     WarehouseQueryOutOfMemory,
     WarehouseQueryTimeout,

@@ -21,10 +21,6 @@ class SourceUnavailable(IngestError, TerminalError):
     """A source cannot be read (a missing file, a bad declaration)."""
 
 
-class RunSpecError(IngestError, TerminalError):
-    """``module:attribute`` does not name a dataflow or run spec, or its bindings are wrong."""
-
-
 class CollectorBusy(IngestError, TerminalError):
     """Another collector holds this stream's checkpoint (one collector per stream at a time)."""
 

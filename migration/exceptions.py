@@ -37,14 +37,3 @@ class StagingBusy(MigrationError, TerminalError):
             "process); that pipeline migrates by itself (MIGRATION__TARGETS, MIGRATION__PUSH*): "
             "stop it to migrate from the command line"
         )
-
-
-class ReaderLoginRefused(MigrationError, TerminalError):
-    """The PostgreSQL login user queries would run as cannot be set up, or is not safe to use (a
-    superuser, a member of a role, able to read server files...). ``fix`` says what to change;
-    user SQL never falls back to running as the migration's user."""
-
-    def __init__(self, detail: str, fix: str) -> None:
-        self.detail = detail
-        self.fix = fix
-        super().__init__(f"the PostgreSQL reader login is refused: {detail}. {fix}")

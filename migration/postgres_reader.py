@@ -1,5 +1,5 @@
 """The PostgreSQL warehouse reader: snapshots on connections of the reader login, answers through a
-byte-capped ``COPY``; see :mod:`migration.reader` for the contract, :mod:`migration.reader_login`
+byte-capped ``COPY``; see :mod:`migration.reader` for the contract, :mod:`warehouse.postgres_login`
 for the login and :mod:`warehouse.postgres_reads` for the fenced, bounded reads themselves."""
 
 from __future__ import annotations
@@ -12,14 +12,29 @@ from typing import Any
 import pyarrow as pa
 
 from migration.reader import DEFAULT_MAX_BYTES, WarehouseReader, WarehouseSnapshot
-from migration.reader_login import LoginPlan, ReaderLogin, open_login
-from migration.schema import WarehouseLayout
+from migration.schema import LEDGER_SCHEMA, WarehouseLayout
 from warehouse import postgres_reads
 from warehouse.exceptions import (
     WarehouseQueryTimeout,
     WarehouseQueryTooLarge,
     WarehouseUnavailable,
 )
+from warehouse.postgres_login import LoginPlan, ReaderGrants, ReaderLogin, open_login
+
+
+def reader_grants(layout: WarehouseLayout) -> ReaderGrants:
+    """What the reader login of ``layout``'s warehouse may read: ``USAGE`` on its schemas,
+    ``SELECT`` in its data schemas (full and delta tables) and on the ledger's ``ledger`` and
+    ``merges`` tables; every table a reader reads is checked at start."""
+    tables: list[tuple[str, str]] = []
+    for name in layout.tables:
+        tables += [(layout.schema, name), (layout.delta_schema, name)]
+    tables += [(LEDGER_SCHEMA, "ledger"), (LEDGER_SCHEMA, "merges")]
+    return ReaderGrants(
+        schemas=layout.schemas,
+        data_schemas=(layout.schema, layout.delta_schema),
+        tables=tuple(tables),
+    )
 
 
 class _PostgresSnapshot(WarehouseSnapshot):
@@ -76,7 +91,7 @@ class _PostgresSnapshot(WarehouseSnapshot):
 
 class PostgresReader(WarehouseReader):
     """Snapshots of a PostgreSQL warehouse from a small pool of connections of the reader login
-    (``login``: the operator's DSN or a role streamdi manages; see :mod:`migration.reader_login`).
+    (``login``: the operator's DSN or a role streamdi manages; see :mod:`warehouse.postgres_login`).
     ``dsn``/``connect_args`` are the migration's, used only to set the login up."""
 
     name = "postgres"
@@ -109,8 +124,8 @@ class PostgresReader(WarehouseReader):
 
     def prepare(self) -> None:
         """Once: the layout exists, the reader login is set up and verified (see
-        :mod:`migration.reader_login`). Raises
-        :class:`~migration.exceptions.ReaderLoginRefused` (fix the configuration) or
+        :mod:`warehouse.postgres_login`). Raises
+        :class:`~warehouse.exceptions.ReaderLoginRefused` (fix the configuration) or
         :class:`~warehouse.exceptions.WarehouseUnavailable` (tried again on the next snapshot)."""
         if self._login is not None:
             return
@@ -118,7 +133,7 @@ class PostgresReader(WarehouseReader):
             if self._login is not None:
                 return
             self._ensure_layout()
-            self._login = open_login(self._plan, self._dsn, self._args, self.layout)
+            self._login = open_login(self._plan, self._dsn, self._args, reader_grants(self.layout))
 
     def _connect(self) -> Any:
         login = self._login

@@ -19,7 +19,7 @@ service may interrupt it), and both run fenced in, because service SQL may carry
 predicate:
 
 * **PostgreSQL**: connections whose *session* user is the reader login of
-  :mod:`migration.reader_login` (not a superuser, a member of no role, ``SELECT`` on the
+  :mod:`warehouse.postgres_login` (not a superuser, a member of no role, ``SELECT`` on the
   warehouse only; ``SET ROLE`` under another session user would be no fence), in a
   ``REPEATABLE READ READ ONLY`` transaction with ``SET LOCAL statement_timeout``. Rows leave
   through ``COPY (...) TO STDOUT`` as CSV into a buffer that counts bytes (past the cap the
@@ -49,10 +49,10 @@ from typing import Any
 import pyarrow as pa
 
 from etl_dataflows.types import ColumnType, arrow_type
-from migration.reader_login import LoginPlan
 from migration.schema import WarehouseLayout
 from staging.layout import q
 from warehouse.duckdb import DuckDBDriver, duckdb_errors, read_fenced
+from warehouse.postgres_login import LoginPlan
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ DEFAULT_MAX_BYTES = 64 << 20
 @dataclass(frozen=True)
 class ReaderOptions:
     """How the query service's readers connect: the PostgreSQL reader login (see
-    :mod:`migration.reader_login`) and its pool size (a DuckDB reader needs neither)."""
+    :mod:`warehouse.postgres_login`) and its pool size (a DuckDB reader needs neither)."""
 
     login: LoginPlan
     pool_size: int = 8
@@ -179,7 +179,7 @@ class WarehouseReader(ABC):
 
     def prepare(self) -> None:  # noqa: B027 - readers without set-up keep the default
         """Set up and verify what user queries will run as (at the service's start; the first
-        snapshot does it otherwise). Raises :class:`~migration.exceptions.ReaderLoginRefused`
+        snapshot does it otherwise). Raises :class:`~warehouse.exceptions.ReaderLoginRefused`
         on a configuration that is not safe."""
 
     @abstractmethod

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import DataflowDefinitionError
-from ingest.exceptions import RunSpecError
 from ingest.sources import BaseSource
+from runtime.exceptions import RunSpecError
 
 _UNSET = -1
 

@@ -11,6 +11,8 @@ Driver errors (psycopg2, duckdb, SQLAlchemy) are mapped to these at the driver b
 * :class:`WarehouseQueryTimeout`, :class:`WarehouseQueryTooLarge`,
   :class:`WarehouseQueryOutOfMemory` (terminal): a read passed one of its bounds.
 * :class:`EmbeddedPostgresFailed` (terminal): the embedded server did not start.
+* :class:`ReaderLoginRefused` (terminal): the PostgreSQL login user queries run as cannot be set
+  up or is not safe (:mod:`warehouse.postgres_login`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,17 @@ class EmbeddedPostgresFailed(WarehouseError, TerminalError):
             f"embedded PostgreSQL in {data_dir} did not start: {detail}; set POSTGRES__DSN to "
             "use another server"
         )
+
+
+class ReaderLoginRefused(WarehouseError, TerminalError):
+    """The PostgreSQL login user queries would run as cannot be set up, or is not safe to use (a
+    superuser, a member of a role, able to read server files...). ``fix`` says what to change;
+    user SQL never falls back to running as the migration's user."""
+
+    def __init__(self, detail: str, fix: str) -> None:
+        self.detail = detail
+        self.fix = fix
+        super().__init__(f"the PostgreSQL reader login is refused: {detail}. {fix}")
 
 
 def first_line(exc: BaseException) -> str:

@@ -20,10 +20,15 @@ Two ways to get it, in this order:
   ``SELECT`` on its tables, now and later.
 
 Either way :func:`verify_login`, connected as the login itself, refuses it
-(:class:`~migration.exceptions.ReaderLoginRefused`, saying what to fix) when it is a superuser or
+(:class:`~warehouse.exceptions.ReaderLoginRefused`, saying what to fix) when it is a superuser or
 may create roles or databases, replicate or bypass row security, is a member of any role (so
 ``SET ROLE`` leads nowhere), may execute the server-file and large-object functions, or cannot read
 a warehouse table. Nothing falls back to running user SQL as the migration's user.
+
+What "the warehouse" is comes in as a :class:`ReaderGrants` value (its schemas, its data schemas,
+its tables), which the warehouse's owner (``migration``) builds from its layout; this module knows
+no layout. Connections are :func:`warehouse.postgres_reads.connect`'s (DSN plus the TLS
+parameters), names are quoted with :func:`warehouse.base.quote_identifier`.
 """
 
 from __future__ import annotations
@@ -31,14 +36,16 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from migration.exceptions import ReaderLoginRefused
-from migration.schema import WarehouseLayout
-from staging.layout import q
-from warehouse.exceptions import WarehouseUnavailable
+import psycopg2
+import psycopg2.errors
+
+from warehouse.base import quote_identifier
+from warehouse.exceptions import ReaderLoginRefused, WarehouseUnavailable, first_line
+from warehouse.postgres_reads import close_quietly, connect
 
 logger = logging.getLogger(__name__)
 
@@ -73,61 +80,72 @@ class RoleLimits:
     connection_limit: int = 16
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+@dataclass(frozen=True)
+class ReaderGrants:
+    """What the reader login may read, as names the warehouse's owner (``migration``) gives.
+
+    ``schemas`` get ``USAGE``; ``data_schemas`` get ``SELECT`` on every table, now and on tables
+    created later; ``tables`` (``(schema, table)`` pairs, unquoted) are every table the reader
+    reads, which :func:`verify_login` checks it can read; those outside ``data_schemas`` (the
+    ledger's) get ``SELECT`` one by one, so the login reads nothing else there."""
+
+    schemas: tuple[str, ...]
+    data_schemas: tuple[str, ...]
+    tables: tuple[tuple[str, str], ...]
+
+    def qualified_tables(self) -> list[str]:
+        """Every table of :attr:`tables` as a quoted ``schema.table`` name."""
+        return [_qualified(schema, table) for schema, table in self.tables]
+
+
+def _qualified(schema: str, table: str) -> str:
+    return f"{quote_identifier(schema)}.{quote_identifier(table)}"
 
 
 @contextmanager
 def _connection(dsn: str, params: dict[str, str], *, autocommit: bool = False) -> Iterator[Any]:
-    import psycopg2
-
-    try:
-        con = psycopg2.connect(dsn, **params)
-    except psycopg2.OperationalError as exc:
-        raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
+    """A connection of :func:`warehouse.postgres_reads.connect` (``WarehouseUnavailable`` when
+    the server cannot be reached), closed on exit."""
+    con = connect(dsn, params)
     try:
         con.autocommit = autocommit
         yield con
     finally:
-        with suppress(psycopg2.Error):
-            con.close()
+        close_quietly(con)
 
 
-def data_tables(layout: WarehouseLayout) -> list[str]:
-    """Every table a reader reads: each table's full and delta table, the ledger, the merges."""
-    names = []
-    for name in layout.tables:
-        names += [layout.full_name(name), layout.delta_name(name)]
-    return [*names, layout.ledger_name, layout.merges_name]
-
-
-def _grant_reads(cur: Any, layout: WarehouseLayout, role: str) -> None:
+def _grant_reads(cur: Any, grants: ReaderGrants, role: str) -> None:
     """``USAGE`` on the schemas and ``SELECT`` on the reader's tables, now and for tables the
     connected user creates later in the data schemas."""
-    data_schemas = ", ".join(q(s) for s in (layout.schema, layout.delta_schema))
-    schemas = ", ".join(q(s) for s in layout.schemas)
-    cur.execute(f"GRANT USAGE ON SCHEMA {schemas} TO {q(role)}")
-    cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {data_schemas} TO {q(role)}")
-    cur.execute(f"GRANT SELECT ON {layout.ledger_name}, {layout.merges_name} TO {q(role)}")
+    data_schemas = ", ".join(quote_identifier(s) for s in grants.data_schemas)
+    schemas = ", ".join(quote_identifier(s) for s in grants.schemas)
+    one_by_one = ", ".join(
+        _qualified(schema, table)
+        for schema, table in grants.tables
+        if schema not in grants.data_schemas
+    )
+    who = quote_identifier(role)
+    cur.execute(f"GRANT USAGE ON SCHEMA {schemas} TO {who}")
+    cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {data_schemas} TO {who}")
+    if one_by_one:
+        cur.execute(f"GRANT SELECT ON {one_by_one} TO {who}")
     cur.execute(
-        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {data_schemas} GRANT SELECT ON TABLES TO {q(role)}"
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {data_schemas} GRANT SELECT ON TABLES TO {who}"
     )
 
 
 def managed_login(
     admin_dsn: str,
     params: dict[str, str],
-    layout: WarehouseLayout,
+    grants: ReaderGrants,
     role: str,
     limits: RoleLimits,
 ) -> ReaderLogin:
     """Create (or reset) the managed reader role with the migration's user; see the module
-    docstring. Raises :class:`~migration.exceptions.ReaderLoginRefused` when that user may not
-    manage roles, :class:`~migration.exceptions.WarehouseUnavailable` when the server is down."""
-    import psycopg2
-
+    docstring. Raises :class:`~warehouse.exceptions.ReaderLoginRefused` when that user may not
+    manage roles, :class:`~warehouse.exceptions.WarehouseUnavailable` when the server is down."""
     password = secrets.token_urlsafe(24)
+    who = quote_identifier(role)
     with _connection(admin_dsn, params) as con:
         try:
             with con.cursor() as cur:
@@ -144,7 +162,7 @@ def managed_login(
                 cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
                 verb = "ALTER" if cur.fetchall() else "CREATE"
                 cur.execute(
-                    f"{verb} ROLE {q(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                    f"{verb} ROLE {who} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
                     "NOREPLICATION NOBYPASSRLS NOINHERIT CONNECTION LIMIT "
                     f"{int(limits.connection_limit)} PASSWORD %s",
                     [password],
@@ -155,7 +173,7 @@ def managed_login(
                     [role],
                 )
                 for (granted,) in cur.fetchall():
-                    cur.execute(f"REVOKE {q(granted)} FROM {q(role)}")
+                    cur.execute(f"REVOKE {quote_identifier(granted)} FROM {who}")
                 settings = {
                     "default_transaction_read_only": "on",
                     "statement_timeout": str(int(limits.statement_timeout_ms)),
@@ -167,23 +185,23 @@ def managed_login(
                 if superuser:  # a superuser-only parameter
                     settings["temp_file_limit"] = limits.temp_file_limit
                 for name, value in settings.items():
-                    cur.execute(f"ALTER ROLE {q(role)} SET {name} = %s", [value])
-                _grant_reads(cur, layout, role)
+                    cur.execute(f"ALTER ROLE {who} SET {name} = %s", [value])
+                _grant_reads(cur, grants, role)
             con.commit()
         except psycopg2.errors.InsufficientPrivilege as exc:
             con.rollback()
             raise ReaderLoginRefused(
                 f"the POSTGRES__DSN user may not create or manage role {role!r} "
-                f"({_first_line(exc)})",
+                f"({first_line(exc)})",
                 "set API__POSTGRES_READER_DSN to a login that is not a superuser and may read the "
                 "warehouse, or give the POSTGRES__DSN user CREATEROLE",
             ) from exc
         except psycopg2.OperationalError as exc:
-            raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
+            raise WarehouseUnavailable("postgres", first_line(exc)) from exc
         except psycopg2.Error as exc:
             con.rollback()
             raise ReaderLoginRefused(
-                f"setting up role {role!r} failed: {_first_line(exc)}",
+                f"setting up role {role!r} failed: {first_line(exc)}",
                 "check the POSTGRES__DSN user's privileges, or set API__POSTGRES_READER_DSN",
             ) from exc
     if not createrole and not superuser:
@@ -197,13 +215,11 @@ def role_is_current(cur: Any, role: str) -> bool:
 
 
 def external_login(
-    reader_dsn: str, admin_dsn: str, params: dict[str, str], layout: WarehouseLayout
+    reader_dsn: str, admin_dsn: str, params: dict[str, str], grants: ReaderGrants
 ) -> ReaderLogin:
     """The operator's reader login (``API__POSTGRES_READER_DSN``); the migration's user grants it
     the reads it may grant (a table it does not own is left to the operator, and
     :func:`verify_login` names it if the login cannot read it)."""
-    import psycopg2
-
     with _connection(reader_dsn, params) as con, con.cursor() as cur:
         cur.execute("SELECT session_user")
         role = str(cur.fetchone()[0])
@@ -215,23 +231,23 @@ def external_login(
                         f"API__POSTGRES_READER_DSN logs in as the migration's own user ({role!r})",
                         "give user queries a login of their own",
                     )
-                _grant_reads(cur, layout, role)
+                _grant_reads(cur, grants, role)
             con.commit()
         except psycopg2.OperationalError as exc:
-            raise WarehouseUnavailable("postgres", _first_line(exc)) from exc
+            raise WarehouseUnavailable("postgres", first_line(exc)) from exc
         except psycopg2.Error as exc:
             con.rollback()
             logger.warning(
                 "could not grant reads to the postgres reader login role=%s: %s",
                 role,
-                _first_line(exc),
+                first_line(exc),
             )
     return ReaderLogin(reader_dsn, dict(params), role, False)
 
 
-def verify_login(login: ReaderLogin, layout: WarehouseLayout) -> None:
+def verify_login(login: ReaderLogin, grants: ReaderGrants) -> None:
     """Connected as ``login``: refuse it unless it is safe (see the module docstring). Raises
-    :class:`~migration.exceptions.ReaderLoginRefused`."""
+    :class:`~warehouse.exceptions.ReaderLoginRefused`."""
     fix = (
         "use a login that is NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS, a "
         "member of no role, with SELECT on the warehouse's tables only"
@@ -274,13 +290,14 @@ def verify_login(login: ReaderLogin, layout: WarehouseLayout) -> None:
             )
         unreadable = [
             t
-            for t in data_tables(layout)
+            for t in grants.qualified_tables()
             if not _scalar(cur, "SELECT has_table_privilege(session_user, %s, 'SELECT')", [t])
         ]
         if unreadable:
             raise ReaderLoginRefused(
                 f"login {name!r} cannot read {', '.join(unreadable[:5])}",
-                f"GRANT USAGE ON SCHEMA and SELECT ON those tables TO {q(str(name))}",
+                "GRANT USAGE ON SCHEMA and SELECT ON those tables TO "
+                + quote_identifier(str(name)),
             )
 
 
@@ -300,13 +317,13 @@ class LoginPlan:
 
 
 def open_login(
-    plan: LoginPlan, admin_dsn: str, params: dict[str, str], layout: WarehouseLayout
+    plan: LoginPlan, admin_dsn: str, params: dict[str, str], grants: ReaderGrants
 ) -> ReaderLogin:
     """The reader login of ``plan``, set up and verified (see the module docstring)."""
     if plan.reader_dsn is not None:
-        login = external_login(plan.reader_dsn, admin_dsn, params, layout)
+        login = external_login(plan.reader_dsn, admin_dsn, params, grants)
     else:
-        login = managed_login(admin_dsn, params, layout, plan.role, plan.limits)
-    verify_login(login, layout)
+        login = managed_login(admin_dsn, params, grants, plan.role, plan.limits)
+    verify_login(login, grants)
     logger.info("postgres reader login role=%s managed=%s", login.role, login.managed)
     return login
