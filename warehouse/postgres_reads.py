@@ -24,6 +24,7 @@ import psycopg2.extensions
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from streamdi.errors import ConfigurationError
 from streamdi.watchdog import statement
 from warehouse.exceptions import (
     WarehouseQueryFailed,
@@ -129,9 +130,20 @@ def postgres_errors(target: str, timeout_s: float, max_bytes: int = 0) -> Iterat
 
 def connect(dsn: str, params: dict[str, str], target: str = "postgres") -> Any:
     """A new psycopg2 connection (``psycopg2.connect(dsn, **params)``); raises
-    :class:`~warehouse.exceptions.WarehouseUnavailable` when the server cannot be reached."""
+    :class:`~warehouse.exceptions.WarehouseUnavailable` when the server cannot be reached, and
+    :class:`~streamdi.errors.ConfigurationError` when the DSN or its options do not parse (a bad
+    setting is not an outage: retrying would never heal it)."""
     try:
         return psycopg2.connect(dsn, **params)
+    except psycopg2.ProgrammingError as exc:
+        raise ConfigurationError(
+            [
+                (
+                    "POSTGRES__DSN or API__POSTGRES_READER_DSN",
+                    f"a libpq connection string ({first_line(exc)})",
+                )
+            ]
+        ) from exc
     except psycopg2.Error as exc:
         raise WarehouseUnavailable(target, first_line(exc)) from exc
 
