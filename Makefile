@@ -34,9 +34,11 @@ install-dev: $(VENV)/.installed-dev ## install streamdi with the development too
 # quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
 SF ?= 3
 run: install ## install everything and run the main job: the TPC-DI run (make run SF=3)
+	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/streamdi tpcdi run --sf $(SF) --json reports/tpcdi-run.json --png reports/tpcdi-run.png
 
 test: install-dev ## install everything; run ruff, the import contract, mypy and the tests (not the slow ones)
+	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -44,6 +46,7 @@ test: install-dev ## install everything; run ruff, the import contract, mypy and
 	$(BIN)/pytest
 
 test-all: install-dev ## the tests including the slow ones
+	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/pytest -m ''
 
 lint: install-dev ## ruff lint and format check; the import contract (pyproject.toml [tool.importlinter])

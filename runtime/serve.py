@@ -130,7 +130,7 @@ def serve(
     # DuckDB calls, so a shorter switch interval keeps their latency down
     sys.setswitchinterval(settings.api.switch_interval_s)
     # 1.
-    with open_broker(settings.kafka) as broker:
+    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
         if broker.embedded:
             print(
                 f"streamdi serve: embedded in-memory broker at {broker.bootstrap_servers} "

@@ -58,7 +58,27 @@ class KafkaSettings(BaseModel):
     bootstrap_servers: str | None = Field(
         default=None,
         description="Comma-separated host:port list of an external Kafka. Unset: streamdi "
-        "starts the embedded in-memory broker (development and tests only).",
+        "starts the embedded broker, Apache Kafka as a child process with its log under "
+        "<state_dir>/kafka.",
+    )
+    embedded_jars: Path | None = Field(
+        default=None,
+        description="Folder holding the embedded broker's Apache Kafka jars. Unset: they are "
+        "fetched once from KAFKA__MAVEN_REPOSITORY into ~/.cache/streamdi/kafka-<version> "
+        "($XDG_CACHE_HOME honoured).",
+    )
+    maven_repository: str = Field(
+        default="https://repo1.maven.org/maven2",
+        description="Maven repository the embedded broker's jars are fetched from (Maven "
+        "Central, or a mirror); each jar's SHA-256 is checked against the pinned list.",
+    )
+    embedded_heap_mb: int = Field(
+        default=512, ge=128, le=65_536, description="Java heap of the embedded broker (MiB)."
+    )
+    embedded_start_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest wait for the embedded broker to answer at start.",
     )
     client_id: str = Field(default="streamdi", description="Client id sent to the broker.")
     max_record_bytes: int = Field(

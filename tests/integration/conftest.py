@@ -1,5 +1,6 @@
-"""Integration fixtures: a real embedded broker (Tansu, its own process) kept alive for the module,
-and helpers to run ``streamdi`` as real child processes."""
+"""Integration fixtures: a real embedded broker (Apache Kafka, its own process, its log in a
+temporary state directory) kept alive for the module, and helpers to run ``streamdi`` as real
+child processes."""
 
 from __future__ import annotations
 
@@ -11,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    embedded = EmbeddedBroker(log_file=log)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    embedded = EmbeddedKafka(tmp_path_factory.mktemp("broker"))
     embedded.start()  # a broker that cannot start fails the test; it is never skipped
     try:
         yield embedded
@@ -27,7 +27,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
         embedded.stop()
 
 
-def streamdi_env(broker: EmbeddedBroker, state: Path, **extra: str) -> dict[str, str]:
+def streamdi_env(broker: EmbeddedKafka, state: Path, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()

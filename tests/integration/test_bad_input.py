@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from ingest.broker import EmbeddedBroker, client_config, ensure_topics
+from ingest.broker import EmbeddedKafka, client_config, ensure_topics
 from ingest.records import encode_batch, to_ipc
 from streamdi.settings import load_settings
 from tests.integration.conftest import run_streamdi, streamdi_env
@@ -35,7 +35,7 @@ def _event(kind: str, src: int, amount: int | None, ts: int, pos: int) -> dict[s
 
 
 def test_bad_records_become_dead_letters_and_fixed_ones_replay(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: EmbeddedKafka, tmp_path: Path
 ) -> None:
     from kafka import KafkaProducer
 

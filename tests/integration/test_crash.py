@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from ingest.broker import EmbeddedBroker, client_config
+from ingest.broker import EmbeddedKafka, client_config
 from ingest.ledger import ledger_events, write_ledger_file
 from ingest.records import BATCH, LAST_POS, STREAM, from_ipc, header_map
 from streamdi.settings import load_settings
@@ -32,7 +32,7 @@ SPEC = "tests.integration.ledger_run:run"
 EVENTS = 100_000
 
 
-def _topic_batches(broker: EmbeddedBroker, topic: str) -> list[tuple[int, pa.Table]]:
+def _topic_batches(broker: EmbeddedKafka, topic: str) -> list[tuple[int, pa.Table]]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -99,7 +99,7 @@ def _watermark(path: Path) -> int:
         con.close()
 
 
-def test_exactly_once_across_kill_9(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_exactly_once_across_kill_9(broker: EmbeddedKafka, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(EVENTS, keys=1_000, seed=7))

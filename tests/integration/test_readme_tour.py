@@ -12,14 +12,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 from tests.compose_file import REPO
 from tests.integration.conftest import run_streamdi, streamdi_env
 
 pytestmark = pytest.mark.kafka
 
 
-def test_the_readme_bank_module_runs_into_staging(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_the_readme_bank_module_runs_into_staging(broker: EmbeddedKafka, tmp_path: Path) -> None:
     blocks = re.findall(
         r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S
     )

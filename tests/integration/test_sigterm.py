@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 from ingest.ledger import ledger_events, write_ledger_file
 from tests.integration.conftest import run_streamdi, start_streamdi, streamdi_env
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.kafka
 
 
 def test_sigterm_commits_the_batch_in_hand_and_exits_cleanly(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: EmbeddedKafka, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(80_000, keys=500, seed=3))

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from etl_dataflows.testing import ledger_dataflow
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 from ingest.ledger import ledger_events, write_ledger_file
 from migration.schema import WarehouseLayout
 from tests.integration.conftest import REPO, run_streamdi, streamdi_env
@@ -52,7 +52,7 @@ def _warehouse(path: Path) -> dict[str, Any]:
         con.close()
 
 
-def test_a_run_on_spark_equals_a_local_run(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_a_run_on_spark_equals_a_local_run(broker: EmbeddedKafka, tmp_path: Path) -> None:
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(EVENTS, keys=2_000, seed=11))
     state = tmp_path / "state"

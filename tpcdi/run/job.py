@@ -45,7 +45,7 @@ from tpcdi.run import phases
 from tpcdi.run.memory import MemorySampler
 from tpcdi.run.record import PhaseRecord, RunRecord
 from tpcdi.run.settings import run_settings
-from tpcdi.run.updates import UpdateStream
+from tpcdi.run.updates import UpdateStream, forget_embedded_kafka
 from tpcdi.warehouse.warehouse import Target, Warehouse
 
 logger = logging.getLogger(__name__)
@@ -288,11 +288,12 @@ def _static() -> list[str]:
 
 
 def _fresh_state(settings: StreamdiSettings) -> None:
-    """Staging and collector checkpoints of an earlier run are removed (clause 7.2.3: a clean
-    SUT)."""
+    """Staging, collector checkpoints and the embedded broker's log of an earlier run are removed
+    (clause 7.2.3: a clean SUT)."""
     staging = settings.staging_path
     for path in (staging, staging.with_name(staging.name + ".wal")):
         path.unlink(missing_ok=True)
+    forget_embedded_kafka(settings)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
     shutil.rmtree(settings.streamdi.state_dir / "spark", ignore_errors=True)
 

@@ -41,7 +41,7 @@ from tpcdi.incremental.changes import CHANGE_COLUMNS
 from tpcdi.incremental.reference import Reference
 from tpcdi.run.job import RunOptions, configure_spark_master, prepare_data
 from tpcdi.run.settings import run_settings
-from tpcdi.run.updates import OfferResult, UpdateStream
+from tpcdi.run.updates import OfferResult, UpdateStream, forget_embedded_kafka
 from tpcdi.warehouse.warehouse import Warehouse
 
 logger = logging.getLogger(__name__)
@@ -339,6 +339,7 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
     layout = WarehouseLayout(flow, settings.migration.schema_name)
     for path in (settings.staging_path, settings.staging_path.with_suffix(".duckdb.wal")):
         path.unlink(missing_ok=True)
+    forget_embedded_kafka(settings)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
     started = time.perf_counter()
     with Warehouse(

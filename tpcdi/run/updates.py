@@ -1,16 +1,17 @@
 """Incremental updates through the whole system: files -> collector -> Kafka -> engine -> staging
 -> migration -> warehouse, with the pipeline kept running between updates.
 
-:class:`UpdateStream` starts the broker (embedded Tansu unless ``KAFKA__BOOTSTRAP_SERVERS``) and
-the pipeline of the incremental dataflow on its own thread; :meth:`UpdateStream.offer` collects a
-batch directory into the ``changes`` topic and waits until every event of it is committed to
-staging and every warehouse target has merged the batches that hold them. The time from offering
-the files to that moment is the update's *freshness*.
+:class:`UpdateStream` starts the broker (the embedded Apache Kafka unless
+``KAFKA__BOOTSTRAP_SERVERS``) and the pipeline of the incremental dataflow on its own thread;
+:meth:`UpdateStream.offer` collects a batch directory into the ``changes`` topic and waits until
+every event of it is committed to staging and every warehouse target has merged the batches that
+hold them. The time from offering the files to that moment is the update's *freshness*.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from typing import Any
 import duckdb
 
 from etl_dataflows.dataflow import CompiledDataflow
-from ingest.broker import BrokerHandle, EmbeddedBroker, wait_until_answering
+from ingest.broker import BrokerHandle, EmbeddedKafka, external_handle, stop_left_running
 from ingest.collector import BatchCollector, CollectorReport
 from ingest.sources import BaseSource
 from runtime.pipeline import Pipeline, PipelineOptions
@@ -72,7 +73,7 @@ class UpdateStream:
         self.spec: RunSpec = bind(
             flow, **{SOURCE: StreamBinding(topic=self.topic, allowed_lateness_ms=None)}
         )
-        self._embedded: EmbeddedBroker | None = None
+        self._embedded: EmbeddedKafka | None = None
         self.broker: BrokerHandle | None = None
         self.pipeline: Pipeline | None = None
         self._thread: threading.Thread | None = None
@@ -92,12 +93,9 @@ class UpdateStream:
     def start(self) -> None:
         kafka = self.settings.kafka
         if kafka.bootstrap_servers:
-            wait_until_answering(kafka.bootstrap_servers)
-            self.broker = BrokerHandle(
-                kafka.bootstrap_servers, f"external:{kafka.bootstrap_servers}", False
-            )
+            self.broker = external_handle(kafka)
         else:
-            self._embedded = EmbeddedBroker()
+            self._embedded = EmbeddedKafka(self.settings.streamdi.state_dir, kafka)
             self.broker = self._embedded.start()
         options = PipelineOptions(executor=self.executor, collect=False)
         self.pipeline = Pipeline(self.spec, self.settings, self.broker, options)
@@ -248,3 +246,13 @@ def collector_dir(settings: StreamdiSettings) -> Path:
 
 def _collected(report: CollectorReport) -> tuple[int, int]:
     return report.events, report.rejects
+
+
+def forget_embedded_kafka(settings: StreamdiSettings) -> None:
+    """Remove the embedded broker's log of the run's state directory (a broker of an earlier,
+    killed run is stopped first). An external Kafka is left alone: its topics are the
+    operator's."""
+    if settings.kafka.bootstrap_servers:
+        return
+    stop_left_running(settings.streamdi.state_dir, settings.kafka)
+    shutil.rmtree(settings.streamdi.state_dir / "kafka", ignore_errors=True)

@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 
 from etl_dataflows.testing import ledger_dataflow
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 from ingest.ledger import ledger_events, write_ledger_file
 from migration.migrator import build_targets
 from migration.schema import WarehouseLayout
@@ -44,7 +44,7 @@ def _ledger_batches(dsn: str) -> int:
 
 
 def test_pipeline_pushes_and_the_command_waits_its_turn(
-    broker: EmbeddedBroker, postgres: PostgresServer, tmp_path: Path
+    broker: EmbeddedKafka, postgres: PostgresServer, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(30_000, keys=500, seed=3))

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import EmbeddedBroker
+from ingest.broker import EmbeddedKafka
 from ingest.ledger import ledger_events, write_ledger_file
 from tests.integration.conftest import REPO, streamdi_env
 
 pytestmark = pytest.mark.kafka
 
 
-def test_run_and_collect_write_json_reports(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_run_and_collect_write_json_reports(broker: EmbeddedKafka, tmp_path: Path) -> None:
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(3_000, keys=50, seed=5))
     env = streamdi_env(broker, tmp_path / "state", STREAMDI_TEST_LEDGER_FILE=str(ledger))

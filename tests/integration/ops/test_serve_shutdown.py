@@ -66,8 +66,9 @@ def test_sigterm_drains_commits_and_stops_the_embedded_services(
     service = StackService(env, ["serve", "runtime.stack:kv"], tmp_path / "serve.log")
     try:
         service.wait("/ready")
-        brokers = [p for p, name in children(service.process.pid).items() if "tansu" in name]
-        assert len(brokers) == 1, children(service.process.pid)
+        broker = json.loads((state / "kafka" / "broker.json").read_text())["pid"]
+        assert broker in children(service.process.pid), children(service.process.pid)
+        brokers = [broker]
         postmaster_pid = state / "postgres" / "postmaster.pid"
         assert postmaster_pid.exists()
         postmaster = int(postmaster_pid.read_text().split()[0])

@@ -25,7 +25,7 @@ import pytest
 from api.metrics import METRIC_NAMES
 from cli.commands import EXIT_OK
 from cli.main import main
-from ingest.broker import EmbeddedBroker, free_port
+from ingest.broker import EmbeddedKafka, free_port
 from streamdi.environment import setting_names
 from tests.compose_file import REPO, command, dockerfile_env, environment, load_compose
 from tests.integration.migration.conftest import PostgresServer
@@ -126,7 +126,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 
 def test_the_compose_environment_runs_against_embedded_services(
-    broker: EmbeddedBroker,
+    broker: EmbeddedKafka,
     postgres: PostgresServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

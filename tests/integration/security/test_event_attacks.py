@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from ingest.broker import EmbeddedBroker, client_config
+from ingest.broker import EmbeddedKafka, client_config
 from ingest.records import encode_batch, to_ipc
 from streamdi.settings import load_settings
 from tests.integration.api.conftest import REPO, SPEC, ServedService
@@ -327,9 +327,9 @@ def test_raw_records_are_kept_whole_and_replay_through_a_fixed_entry(
 
 
 @pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
     """A broker that outlives the services (``streamdi serve``'s own would die with a kill)."""
-    embedded = EmbeddedBroker(log_file=tmp_path_factory.mktemp("broker") / "tansu.log")
+    embedded = EmbeddedKafka(tmp_path_factory.mktemp("broker"))
     embedded.start()
     try:
         yield embedded
@@ -337,7 +337,7 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBro
         embedded.stop()
 
 
-def _serve(state: Path, broker: EmbeddedBroker) -> ServedService:
+def _serve(state: Path, broker: EmbeddedKafka) -> ServedService:
     service = ServedService(
         state,
         KAFKA__BOOTSTRAP_SERVERS=broker.bootstrap_servers,
@@ -368,7 +368,7 @@ def _repair(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_kill_restart_and_an_old_poisoned_high_mark(
-    own_broker: EmbeddedBroker, tmp_path: Path
+    own_broker: EmbeddedKafka, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
     service = _serve(state, own_broker)
