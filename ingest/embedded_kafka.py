@@ -12,10 +12,10 @@ pid of the streamdi that owns it, the cluster id).
 1. Take ``start.lock`` (an exclusive file lock): two streamdi processes on one state directory
    start one broker.
 2. If ``broker.json`` names a live process that is a Kafka of this folder (its command line names
-   this ``server.properties``): reuse it once it answers. Its owner (the streamdi that started it)
-   still alive: *share* it (the owner stops it). Its owner gone (killed): *adopt* it (this process
-   owns it now and stops it at the end). A broker of this folder that does not answer within the
-   start timeout is killed; its log is recovered by the next step.
+   this ``server.properties``): reuse it once it answers (within :data:`REUSE_ANSWER_S`). Its
+   owner (the streamdi that started it) still alive: *share* it (the owner stops it). Its owner
+   gone (killed): *adopt* it (this process owns it now and stops it at the end). A broker of this
+   folder that does not answer in that time is killed; its log is recovered by the next step.
 3. Else start one: format ``log/`` with a new cluster id if it was never formatted; take the ports
    of the last start when they are free (else new free ones); write the configuration; launch the
    JVM in its own session (a Ctrl-C to streamdi's terminal does not reach it: streamdi drains,
@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
+#: How long a running broker of the folder may take to answer before it is replaced.
+REUSE_ANSWER_S = 10.0
 
 
 def _server_properties(log_dir: Path, port: int, controller_port: int) -> str:
@@ -104,7 +106,12 @@ def _log4j_properties(log_file: Path) -> str:
 
 
 def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes in URL-safe base64; never one that starts with ``-``
+    (the storage tool would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _port_free(port: int) -> bool:
@@ -163,7 +170,7 @@ class EmbeddedKafka:
         with (self.folder / "start.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # 2.
-            if self._reuse(timeout):
+            if self._reuse(min(timeout, REUSE_ANSWER_S)):
                 how = "adopted" if self.owned else "shared"
                 logger.info(
                     "embedded Kafka %s pid=%s bootstrap=%s", how, self._pid, self.bootstrap_servers
@@ -406,7 +413,7 @@ class EmbeddedKafka:
         pid, owner = int(record.get("pid", 0)), int(record.get("owner", 0))
         if pid <= 0 or not pid_alive(pid) or not self._is_our_broker(pid):
             return False
-        if owner > 0 and owner != os.getpid() and pid_alive(owner):
+        if owner > 0 and pid_alive(owner):
             return False
         self._pid, self.owned = pid, True
         self.stop()
