@@ -45,7 +45,14 @@ from typing import Any
 
 from ingest.exceptions import BrokerStartFailed, BrokerUnavailable
 from ingest.kafka_client import BrokerHandle, free_port, pid_alive, wait_until_answering
-from ingest.kafka_dist import KAFKA_MAIN, KAFKA_VERSION, STORAGE_TOOL, class_path, kafka_jars
+from ingest.kafka_dist import (
+    KAFKA_MAIN,
+    KAFKA_VERSION,
+    STORAGE_TOOL,
+    class_path,
+    default_cache,
+    kafka_jars,
+)
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -229,11 +236,29 @@ class EmbeddedKafka:
         return True
 
     def _format(self, classpath: str) -> None:
+        """Format ``log/`` with a new cluster id, once. What formatting writes besides
+        ``meta.properties`` (``bootstrap.checkpoint``: the metadata version's feature records) is
+        the same for every log of this Kafka version, so after the first format it is copied from
+        a template beside the jar cache, and ``meta.properties`` written with new ids: a new
+        state directory starts without the storage tool's own JVM."""
         if (self.log_dir / "meta.properties").is_file():
             return
-        cluster_id = _new_cluster_id()
+        template = default_cache().parent / f"kafka-{KAFKA_VERSION}-bootstrap.checkpoint"
+        if template.is_file():
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, self.log_dir / "bootstrap.checkpoint")
+            meta = {
+                "node.id": "1",
+                "directory.id": _new_cluster_id(),
+                "version": "1",
+                "cluster.id": _new_cluster_id(),
+            }
+            tmp = self.log_dir / "meta.properties.tmp"
+            tmp.write_text("".join(f"{k}={v}\n" for k, v in meta.items()))
+            tmp.replace(self.log_dir / "meta.properties")
+            return
         done = subprocess.run(
-            ["java", "-cp", classpath, STORAGE_TOOL, "format", "-t", cluster_id, "-c",
+            ["java", "-cp", classpath, STORAGE_TOOL, "format", "-t", _new_cluster_id(), "-c",
              str(self.properties)],
             capture_output=True,
             text=True,
@@ -244,6 +269,10 @@ class EmbeddedKafka:
                 f"formatting the embedded Kafka log {self.log_dir} failed "
                 f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}"
             )
+        with contextlib.suppress(OSError):  # the template is an optimisation only
+            part = template.with_name(f"{template.name}.{os.getpid()}")
+            shutil.copyfile(self.log_dir / "bootstrap.checkpoint", part)
+            part.replace(template)
 
     def _read_cluster_id(self) -> str:
         for line in (self.log_dir / "meta.properties").read_text().splitlines():
