@@ -14,7 +14,8 @@ Each turn, in order:
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
 6. Idle exit (``until_idle_s``): nothing pending, nothing ``busy()`` (collectors, the commit
-   queue), and no record or batch for that long.
+   queue), no record or batch for that long, and the consumer's position at the end offsets
+   Kafka answers now (a first fetch that is slow to come back is not idleness).
 """
 
 from __future__ import annotations
@@ -192,4 +193,7 @@ class ConsumingLoop:
     def _idle_exit(self, idle_for: float) -> bool:
         """Step 6, once nothing is pending or buffered."""
         limit = self.rules.until_idle_s
-        return limit is not None and not self.busy() and idle_for >= limit
+        if limit is None or self.busy() or idle_for < limit:
+            return False
+        feed = self.feed
+        return all(feed.position(tp) >= end for tp, end in feed.end_offsets().items())
