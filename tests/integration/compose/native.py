@@ -265,9 +265,10 @@ class NativeStack:
         cluster_id = env.get("CLUSTER_ID") or base64.urlsafe_b64encode(uuid.uuid4().bytes)
         cluster = cluster_id if isinstance(cluster_id, str) else cluster_id.decode().rstrip("=")
         java = ["java", "-cp", f"{kafka_jar_dir()}/*"]
+        format_args = ["format", "--ignore-formatted", "--cluster-id", cluster]
+        format_args += ["--config", str(config)]
         formatted = subprocess.run(
-            [*java, "kafka.tools.StorageTool", "format", "--ignore-formatted"]
-            + ["--cluster-id", cluster, "--config", str(config)],
+            [*java, "kafka.tools.StorageTool", *format_args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -275,7 +276,10 @@ class NativeStack:
         assert formatted.returncode == 0, formatted.stdout + formatted.stderr
         heap = env.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
         return self._spawn(
-            name, [*java[:1], *heap, *java[1:], "kafka.Kafka", str(config)], self.base_env(), self.root
+            name,
+            [*java[:1], *heap, *java[1:], "kafka.Kafka", str(config)],
+            self.base_env(),
+            self.root,
         )
 
     def _start_postgres(self, name: str) -> NativeService:
@@ -296,11 +300,11 @@ class NativeStack:
         secret = self.root / f"{name}.pw"
         secret.write_text(password + "\n")
         secret.chmod(0o644)
+        initdb_args = ["-U", user, f"--pwfile={secret}", "--encoding=UTF8"]
+        initdb_args += ["--auth-local=trust", "--auth-host=scram-sha-256"]
         if not (data / "PG_VERSION").exists():
             init = subprocess.run(
-                [str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "-U", user]
-                + [f"--pwfile={secret}", "--auth-local=trust", "--auth-host=scram-sha-256"]
-                + ["--encoding=UTF8"],
+                [str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), *initdb_args],
                 capture_output=True,
                 text=True,
                 user=system_user,
@@ -311,10 +315,10 @@ class NativeStack:
         sockets.mkdir(exist_ok=True)
         sockets.chmod(0o777)
         port = self.port(name, int(env.get("PGPORT", "5432")))
+        server_args = ["-p", str(port), "-c", f"listen_addresses={LOOPBACK}", "-k", str(sockets)]
         service = self._spawn(
             name,
-            [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), "-p", str(port)]
-            + ["-c", f"listen_addresses={LOOPBACK}", "-k", str(sockets)],
+            [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(data), *server_args],
             self.base_env(),
             self.root,
             user=system_user,
@@ -351,7 +355,6 @@ class NativeStack:
         """The streamdi image: its entrypoint (``tini -- streamdi`` unless the service sets
         another) natively, its ENV, WORKDIR and the service's environment."""
         spec = self.spec(name)
-        image_env = dockerfile_env()
         entrypoint = [str(a) for a in spec.get("entrypoint") or ["tini", "--", "streamdi"]]
         if entrypoint[:2] == ["tini", "--"]:
             entrypoint = entrypoint[2:]  # the image's init; the test reaps its children
@@ -360,14 +363,17 @@ class NativeStack:
             "spark-class": [str(spark_home() / "bin" / "spark-class")],
         }[entrypoint[0]]
         env = self.base_env()
-        for key, value in image_env.items():
-            if key.upper() in setting_names():
-                env[key] = self.rewrite(name, value)
+        for key, value in self.image_settings().items():
+            env[key] = self.rewrite(name, value)
         env.update(self.env(name))
         env["SPARK_HOME"] = str(spark_home())
         env["PYTHONPATH"] = str(REPO)
         workdir = self.mounts(name).get("/var/lib/streamdi", self.root)
         return self._spawn(name, [*program, *entrypoint[1:], *self.args(name)], env, workdir)
+
+    def image_settings(self) -> dict[str, str]:
+        """The streamdi settings the streamdi image's ENV sets (untranslated)."""
+        return {k: v for k, v in dockerfile_env().items() if k.upper() in setting_names()}
 
     # -- health ----------------------------------------------------------------------------------
 
