@@ -7,8 +7,9 @@ command and environment. Only what a container gives for free is translated:
 
 * addresses: every ``<service>:<port>`` another service is reached at, and every port a service
   listens on, becomes ``127.0.0.1:<a free port>`` (one per service and container port, the same
-  wherever it appears); a bare service name (``--host spark-master``) becomes ``127.0.0.1``, and
-  a service binding all interfaces (``0.0.0.0``, ``PLAINTEXT://:9092``) binds ``127.0.0.1``;
+  wherever it appears); a service name given as a host (``--host spark-master``) becomes
+  ``127.0.0.1``, and a service binding all interfaces (``0.0.0.0``, ``PLAINTEXT://:9092``) binds
+  ``127.0.0.1``; every process's own address is ``127.0.0.1`` (``SPARK_LOCAL_IP``);
 * volumes: a path under a named volume's mount point becomes the same path under
   ``<root>/volumes/<volume>``, so two services sharing a volume share the directory;
 * images: ``apache/kafka`` is Apache Kafka's broker from the jars the embedded broker uses
@@ -43,6 +44,8 @@ from streamdi.probe import probe
 from tests.compose_file import REPO, command, dockerfile_env, environment, load_compose
 
 LOOPBACK = "127.0.0.1"
+#: Command-line flags whose value is a host name (``--host spark-master``).
+HOST_FLAGS = ("--host", "-h", "--hostname", "-H")
 #: Variables of the apache/kafka image's launcher that are not broker properties.
 KAFKA_NOT_PROPERTIES = {
     "KAFKA_VERSION",
@@ -185,7 +188,7 @@ class NativeStack:
         for i, arg in enumerate(given):
             if i and given[i - 1] in ("--port", "--webui-port") and arg.isdigit():
                 out.append(str(self.port(name, int(arg))))
-            elif arg in self.compose["services"]:  # a host name argument (--host spark-master)
+            elif i and given[i - 1] in HOST_FLAGS and arg in self.compose["services"]:
                 out.append(LOOPBACK)
             else:
                 out.append(self.rewrite(name, arg))
