@@ -78,6 +78,15 @@ def kafka_property(variable: str) -> str:
     return "".join(words.get(p, p) if p.startswith("_") else p for p in parts).lower()
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a UUID in URL-safe base64), one the storage tool's argument
+    parser takes: never starting with ``-``."""
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster.startswith("-"):
+            return cluster
+
+
 def spark_home() -> Path:
     import pyspark
 
@@ -267,8 +276,7 @@ class NativeStack:
         }
         config = self.root / f"{name}-server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in sorted(properties.items())))
-        cluster_id = env.get("CLUSTER_ID") or base64.urlsafe_b64encode(uuid.uuid4().bytes)
-        cluster = cluster_id if isinstance(cluster_id, str) else cluster_id.decode().rstrip("=")
+        cluster = env.get("CLUSTER_ID") or new_cluster_id()
         java = ["java", "-cp", class_path(kafka_jar_dir())]
         format_args = ["format", "--ignore-formatted", "--cluster-id", cluster]
         format_args += ["--config", str(config)]
