@@ -106,19 +106,21 @@ class NativeService:
         return self.process.poll() is None
 
     def stop(self, timeout_s: float = 60) -> int:
-        """``docker compose stop``: the stop signal to the whole group, SIGKILL after the grace
-        period; the exit code."""
+        """``docker compose stop``: the stop signal to the service's main process (as the
+        image's init forwards it), SIGKILL after the grace period; then what is left of the
+        group is killed, as the container's end would. The main process's exit code."""
         if self.alive():
-            os.killpg(self.process.pid, self.stop_signal)
+            self.process.send_signal(self.stop_signal)
             try:
-                return self.process.wait(timeout_s)
+                self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                pass
+                self.process.kill()
+        code = self.process.wait()
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        return self.process.wait()
+        return code
 
 
 @dataclass
