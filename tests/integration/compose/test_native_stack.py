@@ -244,7 +244,7 @@ def test_the_compose_service_serves_pushed_events_from_staging_and_both_warehous
     assert offline["staging"]["migration"]["postgres"]["lag_batches"] == 0
 
 
-@pytest.mark.slow  # 2.7-4 min on 2 shared cores (4-4.5 min with the service part): test-all
+@pytest.mark.slow  # 2-4 min on 2 shared cores (3.3-4.4 min with the service part): test-all
 def test_the_compose_tpcdi_job_passes_every_audit_check_on_the_stack(stack: NativeStack) -> None:
     """``docker compose --profile tpcdi run tpcdi``: the job's own command (``tpcdi run --sf 0.1
     --target postgres --spark-master spark://spark-master:7077 ...``) against the stack's Kafka,
