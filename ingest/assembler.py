@@ -22,6 +22,12 @@ its own.
   not late.
 * The offsets handed out with a batch point after the last record the batch accounts for, never
   past a logical batch still missing parts.
+* A stream whose topic has several partitions goes through a :class:`~ingest.merging.
+  PartitionMerge`: its events are held until the minimum watermark across the partitions passes
+  them (see :mod:`ingest.merging`), a batch id is a duplicate when at or below the last one
+  completed *in its partition*, lateness is measured against the newest event time released,
+  and every batch hands out the merge state (held events included) for staging to commit with
+  the offsets.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import json
 import logging
 import time
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +50,7 @@ from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type
 from ingest.convert import convert_columns, python_columns
 from ingest.eventtime import EventTimeBounds, describe_us, now_us
+from ingest.merging import PartitionMerge, sort_released
 from ingest.records import (
     BATCH,
     KIND,
@@ -58,7 +65,7 @@ from ingest.records import (
 )
 from ingest.sources import bytes_payload, json_payload
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
-from staging.store import StreamProgress
+from staging.store import PartitionProgress, StreamPartition, StreamProgress
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +146,8 @@ class AssembledBatch:
     replayed: list[int]
     arrived_at: float
     record_index: dict[str, list[tuple[int, int, str, int, int]]]
+    #: The merge state of every partition of the streams read from several partitions.
+    partitions: dict[StreamPartition, PartitionProgress] = field(default_factory=dict)
 
     @property
     def events(self) -> int:
@@ -158,7 +167,10 @@ class AssembledBatch:
 
 
 class BatchAssembler:
-    """See the module docstring. ``topics`` maps each topic to the streams it carries."""
+    """See the module docstring. ``topics`` maps each topic to the streams it carries;
+    ``partitions`` are the partitions the consumer reads (a stream whose topic has several is
+    merged by event time), ``merge_state`` their staged merge state, and ``partition_idle_ms``
+    how long a caught-up partition may stay silent before it stops holding the others back."""
 
     def __init__(
         self,
@@ -171,6 +183,9 @@ class BatchAssembler:
         allowed_lateness_ms: int | None,
         lateness: Mapping[str, int | None] | None = None,
         event_times: EventTimeBounds | None = None,
+        partitions: Sequence[TopicPartition] = (),
+        merge_state: Mapping[StreamPartition, PartitionProgress] | None = None,
+        partition_idle_ms: int = 2_000,
     ) -> None:
         self.flow = flow
         self.event_times = event_times or EventTimeBounds()
@@ -186,8 +201,35 @@ class BatchAssembler:
         for stream, ms in (lateness or {}).items():
             self.lateness_us[stream] = None if ms is None else ms * 1000
         self._partials: dict[TopicPartition, _Partial] = {}
+        self.merges = self._merges(partitions, merge_state or {}, partition_idle_ms / 1000)
         self._warn_poisoned()
         self._reset()
+
+    def _merges(
+        self,
+        partitions: Sequence[TopicPartition],
+        state: Mapping[StreamPartition, PartitionProgress],
+        idle_s: float,
+    ) -> dict[str, PartitionMerge]:
+        """A :class:`PartitionMerge` per stream whose topic has several partitions."""
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append(tp)
+        merges: dict[str, PartitionMerge] = {}
+        for topic, streams in self.topics.items():
+            tps = sorted(by_topic.get(topic, []))
+            if len(tps) < 2:
+                continue
+            for stream in streams:
+                merges[stream] = PartitionMerge(
+                    stream,
+                    tps,
+                    schema=self._schema(stream),
+                    idle_s=idle_s,
+                    restored={(t, p): m for (s, t, p), m in state.items() if s == stream},
+                    high=self.progress.get(stream, StreamProgress()).max_ts,
+                )
+        return merges
 
     def _warn_poisoned(self) -> None:
         """Say loudly when a stream's stored high mark is out of range (written by a version
@@ -220,12 +262,28 @@ class BatchAssembler:
 
     @property
     def pending_events(self) -> int:
-        return self._events
+        """Events the next batch takes: those added since the last batch, and the held events
+        of merged streams that the release point has passed."""
+        return self._events + sum(m.releasable() for m in self.merges.values())
 
     @property
     def pending(self) -> bool:
-        """Whether anything (events, dead letters, skipped records) waits to be committed."""
-        return bool(self._records)
+        """Whether anything (events, dead letters, skipped records, held events now released)
+        waits to be committed."""
+        return bool(self._records) or any(m.releasable() for m in self.merges.values())
+
+    @property
+    def holding(self) -> bool:
+        """Whether a merged stream holds events back (they wait for its partitions)."""
+        return any(m.holding for m in self.merges.values())
+
+    def mark_idle(self, caught_up: set[TopicPartition]) -> bool:
+        """Tell the merges which partitions the consumer has read to their end; True if one
+        became idle (see :mod:`ingest.merging`)."""
+        changed = False
+        for merge in self.merges.values():
+            changed = merge.mark_idle(caught_up) or changed
+        return changed
 
     @property
     def punctuated(self) -> bool:
@@ -251,6 +309,9 @@ class BatchAssembler:
         streams = self.topics.get(record.topic, [])
         stream = headers.get(STREAM) or (streams[0] if len(streams) == 1 else None)
         kinded = headers.get(KIND) in ("batch", "rejects")
+        merge = self.merges.get(stream) if stream is not None else None
+        if merge is not None:
+            merge.seen(tp)
         if len(value) > self.max_record_bytes:
             self._dead_record(
                 record,
@@ -321,7 +382,13 @@ class BatchAssembler:
         except ValueError:
             self._dead_record(record, stream, "bad batch headers", value, binary=True)
             return
-        if batch_id <= self.progress.get(stream, StreamProgress()).last_batch:
+        merge = self.merges.get(stream)
+        applied = (
+            merge.last_batch(tp)
+            if merge is not None
+            else self.progress.get(stream, StreamProgress()).last_batch
+        )
+        if batch_id <= applied:
             return  # a duplicate of a batch already applied
         partial = self._partials.get(tp)
         if partial is not None and (partial.stream, partial.batch_id) != (stream, batch_id):
@@ -389,6 +456,8 @@ class BatchAssembler:
             partial.parts.append(_Part(record, "skip", pa.table({})))
         if part == parts - 1:
             self._partials.pop(tp)
+            if merge is not None:
+                merge.completed(tp, batch_id)
             self._complete(partial, punct=headers.get(PUNCT) == "1")
 
     def _conform(self, stream: str, table: pa.Table, kind: str) -> pa.Table:
@@ -455,7 +524,7 @@ class BatchAssembler:
             self._add_events(stream, table, partial.parts[0].record)
         progress = self.progress.get(stream, StreamProgress())
         self.progress[stream] = StreamProgress(
-            partial.batch_id,
+            max(partial.batch_id, progress.last_batch),
             self.progress.get(stream, progress).max_ts,
             self.progress.get(stream, progress).events,
             max(progress.last_pos, *(self._last_pos(p) for p in partial.parts)),
@@ -473,17 +542,24 @@ class BatchAssembler:
         return -1
 
     def _remember(self, stream: str, table: pa.Table, record: RawRecord) -> None:
+        self._remember_at(stream, table, record.topic, record.partition, record.offset)
+
+    def _remember_at(
+        self, stream: str, table: pa.Table, topic: str, partition: int, offset: int
+    ) -> None:
         positions = table.column(POS)
         lo = int(pa.compute.min(positions).as_py())
         hi = int(pa.compute.max(positions).as_py())
-        self._index.setdefault(stream, []).append(
-            (lo, hi, record.topic, record.partition, record.offset)
-        )
+        self._index.setdefault(stream, []).append((lo, hi, topic, partition, offset))
 
     def _add_events(self, stream: str, table: pa.Table, record: RawRecord) -> None:
         """Range check, late check, then queue ``table`` for the engine batch. The high mark
         moves only with the events that pass both (in arrival order)."""
         table = self._in_range(stream, table, record)
+        merge = self.merges.get(stream)
+        if merge is not None:
+            self._hold_events(merge, stream, table, record)
+            return
         progress = self.progress.get(stream, StreamProgress())
         ts = np.asarray(table.column(TS).to_numpy(zero_copy_only=False), dtype=np.int64)
         high = progress.max_ts
@@ -510,6 +586,47 @@ class BatchAssembler:
         if table.num_rows:
             self._tables.setdefault(stream, []).append(table)
             self._events += table.num_rows
+
+    def _hold_events(
+        self, merge: PartitionMerge, stream: str, table: pa.Table, record: RawRecord
+    ) -> None:
+        """A merged stream's events: late ones (more than the allowed lateness behind the newest
+        event time released) become dead letters, the rest are held by the merge."""
+        high = self.progress.get(stream, StreamProgress()).max_ts
+        lateness = self.lateness_us.get(stream)
+        if lateness is not None and high is not None and table.num_rows:
+            ts = np.asarray(table.column(TS).to_numpy(zero_copy_only=False), dtype=np.int64)
+            late = ts < high - lateness
+            if late.any():
+                late_rows = table.filter(pa.array(late))
+                reason = (
+                    f"late: event time more than {lateness // 1000} ms behind the stream's "
+                    "high mark"
+                )
+                self._dead_rows(stream, late_rows, record, [reason] * late_rows.num_rows)
+                table = table.filter(pa.array(~late))
+        merge.hold((record.topic, record.partition), record.offset, table)
+
+    def _release(self, stream: str, merge: PartitionMerge) -> None:
+        """Move the held events the release point has passed into the pending batch, in
+        ``(_ts, _pos)`` order; the stream's high mark and event count follow them."""
+        chunks = merge.release()
+        table = sort_released(chunks)
+        if table is None:
+            return
+        for chunk in chunks:
+            if chunk.events.num_rows:
+                self._remember_at(stream, chunk.events, chunk.topic, chunk.partition, chunk.offset)
+        self._index.setdefault(stream, []).sort()
+        progress = self.progress.get(stream, StreamProgress())
+        top = int(pc.max(table.column(TS)).as_py())
+        self.progress[stream] = StreamProgress(
+            progress.last_batch,
+            top if progress.max_ts is None else max(progress.max_ts, top),
+            progress.events + table.num_rows,
+            progress.last_pos,
+        )
+        self._tables.setdefault(stream, []).append(table)
 
     def _in_range(self, stream: str, table: pa.Table, record: RawRecord) -> pa.Table:
         """``table`` without its events whose event time is out of range (those become dead
@@ -646,8 +763,16 @@ class BatchAssembler:
             progress.events,
             max([progress.last_pos, *table.column(POS).to_pylist()]),
         )
-        self._add_events(stream, table, items[0][0] if items else RawRecord("", 0, 0, None, []))
-        self._events -= table.num_rows  # _add_events counted them again
+        if stream in self.merges:
+            # held per partition: each partition's events move its own watermark
+            where = [(r.topic, r.partition) for r, _ in items]
+            for tp in dict.fromkeys(where):
+                first = next(r for r, _ in items if (r.topic, r.partition) == tp)
+                self._add_events(stream, table.filter(pa.array([w == tp for w in where])), first)
+        else:
+            self._add_events(stream, table, items[0][0] if items else RawRecord("", 0, 0, None, []))
+        # a merged stream's events are held (no longer pending); the others were counted again
+        self._events -= table.num_rows
 
     # -- taking a batch ----------------------------------------------------------------------------
 
@@ -656,6 +781,8 @@ class BatchAssembler:
         record added per partition (to resolve what the batch accounts for)."""
         for stream in list(self._singles):
             self._type_singles(stream)
+        for stream, merge in self.merges.items():
+            self._release(stream, merge)
         inputs = {s: pa.concat_tables(t) for s, t in self._tables.items() if t}
         offsets: dict[TopicPartition, int] = {}
         for tp, accounted in self._accounted.items():
@@ -675,6 +802,11 @@ class BatchAssembler:
             replayed=list(self._replayed),
             arrived_at=self._arrived or time.time(),
             record_index=self._index,
+            partitions={
+                (stream, topic, partition): progress
+                for stream, merge in self.merges.items()
+                for (topic, partition), progress in merge.snapshot().items()
+            },
         )
         self._reset()
         return assembled

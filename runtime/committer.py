@@ -88,6 +88,7 @@ def execute_batch(executor: BatchExecutor, assembled: AssembledBatch) -> BatchCo
         arrived_at=assembled.arrived_at,
         executed_ms=executed_ms,
         replayed=assembled.replayed,
+        partitions=assembled.partitions,
     )
 
 

@@ -13,9 +13,12 @@ Each turn, in order:
 4. Raise the error of a committer, a collector or the migration (``check``).
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
-6. Idle exit (``until_idle_s``): nothing pending, nothing ``busy()`` (collectors, the commit
-   queue), no record or batch for that long, and the consumer's position at the end offsets
-   Kafka answers now (a first fetch that is slow to come back is not idleness).
+   While a stream merged over several partitions holds events back and no polled record waits,
+   every ``idle_check_s``, tell the assembler which partitions the consumer has read to their
+   end offset (:meth:`BatchAssembler.mark_idle`, the idle rule of :mod:`ingest.merging`).
+6. Idle exit (``until_idle_s``): nothing pending or held back, nothing ``busy()`` (collectors,
+   the commit queue), no record or batch for that long, and the consumer's position at the end
+   offsets Kafka answers now (a first fetch that is slow to come back is not idleness).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class LoopRules:
     max_batches: int | None = None
     monitor_every_s: float = 2.0
     progress_every_s: float = 1.0
+    #: How often a loop whose merged streams hold events asks for the partitions' end offsets.
+    idle_check_s: float = 0.1
 
 
 class PauseControl:
@@ -119,7 +124,7 @@ class ConsumingLoop:
         drain_to: dict[TopicPartition, int] = {}
         drained = limit_reached = False
         last_activity = time.monotonic()
-        last_print = last_monitor = 0.0
+        last_print = last_monitor = last_idle_check = 0.0
         control.consuming = True
         try:
             while True:
@@ -183,12 +188,30 @@ class ConsumingLoop:
                 if self.progress is not None and now - last_print >= rules.progress_every_s:
                     self.progress(self.fetched_events)
                     last_print = now
+                if (
+                    assembler.holding
+                    and not buffered
+                    and now - last_idle_check >= rules.idle_check_s
+                ):
+                    self._mark_idle()
+                    last_idle_check = now
                 # 6.
                 idle_for = now - last_activity
-                if not assembler.pending and not buffered and self._idle_exit(idle_for):
+                if (
+                    not assembler.pending
+                    and not buffered
+                    and not assembler.holding
+                    and self._idle_exit(idle_for)
+                ):
                     break
         finally:
             control.consuming = False
+
+    def _mark_idle(self) -> None:
+        """Step 5's idle check: the partitions whose position is at their end offset."""
+        ends = self.feed.end_offsets()
+        caught_up = {tp for tp, end in ends.items() if self.feed.position(tp) >= end}
+        self.assembler.mark_idle(caught_up)
 
     def _idle_exit(self, idle_for: float) -> bool:
         """Step 6, once nothing is pending or buffered."""

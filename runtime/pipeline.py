@@ -7,10 +7,11 @@ commits). A bounded queue between them is the backpressure.
 
 The run, in order:
 
-1. Open staging; its watermark, offsets and stream progress are the truth. Load the engine's
-   state from it. If its offsets belong to another Kafka log (another cluster, or an embedded
-   broker whose log was removed), drop them: the new log is read from its start and
-   already-applied batch ids are skipped.
+1. Open staging; its watermark, offsets, stream progress and the merge state of streams over
+   several partitions (:mod:`ingest.merging`: the events they hold back) are the truth. Load the
+   engine's state from it. If its offsets belong to another Kafka log (another cluster, or an
+   embedded broker whose log was removed), drop them and the merge state: the new log is read
+   from its start and already-applied batch ids are skipped.
 2. Create the topics that do not exist and check those that do (partition counts; retention,
    :mod:`ingest.topic_checks`); assign their partitions and seek to the staged offsets (offsets
    retention deleted before they were consumed stop the start: :class:`RetentionGap`).
@@ -170,6 +171,7 @@ class Pipeline:
     def _run(self, store: StagingStore, stop: threading.Event, started: float) -> PipelineReport:
         settings, spec, options = self.settings, self.spec, self.options
         offsets = store.offsets()
+        merge_state = store.partitions()
         if store.meta("kafka_log") not in (None, self.broker.log_id):
             logger.warning(
                 "staged offsets belong to another Kafka log old=%s new=%s; reading the new log "
@@ -177,7 +179,7 @@ class Pipeline:
                 store.meta("kafka_log"),
                 self.broker.log_id,
             )
-            offsets = {}
+            offsets, merge_state = {}, {}
         store.set_meta("kafka_log", self.broker.log_id)
         progress = store.streams()
         executor = create_executor(options.executor, spec.flow, store.load_state())
@@ -213,6 +215,9 @@ class Pipeline:
             allowed_lateness_ms=settings.ingest.allowed_lateness_ms,
             lateness=spec.lateness(),
             event_times=EventTimeBounds.from_settings(settings.ingest),
+            partitions=consumer.partitions,
+            merge_state=merge_state,
+            partition_idle_ms=settings.ingest.partition_idle_ms,
         )
         # 3.
         collector_threads = self._start_collectors(stop, progress) if options.collect else []

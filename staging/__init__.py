@@ -2,6 +2,13 @@
 outputs, dead letters, Kafka offsets and the batch ledger, written one transaction per commit."""
 
 from staging.snapshot import StagingSnapshot, open_snapshot
-from staging.store import BatchCommit, StagingStore, StreamProgress
+from staging.store import BatchCommit, PartitionProgress, StagingStore, StreamProgress
 
-__all__ = ["BatchCommit", "StagingSnapshot", "StagingStore", "StreamProgress", "open_snapshot"]
+__all__ = [
+    "BatchCommit",
+    "PartitionProgress",
+    "StagingSnapshot",
+    "StagingStore",
+    "StreamProgress",
+    "open_snapshot",
+]

@@ -7,6 +7,9 @@
 ``streamdi.batches``       the batch ledger: one row per committed batch (counts and times)
 ``streamdi.offsets``       next Kafka offset to consume per (topic, partition)
 ``streamdi.streams``       per stream: last collector batch id applied, event-time high mark
+``streamdi.partitions``    per (stream, topic, partition) of a stream merged over several
+                           partitions: its last batch id, its event-time watermark and the events
+                           it holds back (Arrow IPC) until the merge releases them
 ``streamdi.sequences``     surrogate-key and entry-id counters of the engine
 ``streamdi.dead_letters``  rejected records and events with topic, partition, offset and reason
 ``streamdi.aborts``        aborted transactions with their reason
@@ -24,6 +27,8 @@ columns it lacks read as null).
 * 2: dead letters keep the original in full: ``encoding`` (``json``, ``utf8``, ``base64``; null
   for rows of layout 1, whose payload is a Python repr or text that may be cut) and
   ``payload_bytes`` (the original's size in bytes).
+* 3: ``streamdi.partitions``, the merge state of streams read from several partitions (a new
+  table: a file of layout 2 gains it empty).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -164,6 +169,8 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "NULL, batch_id BIGINT NOT NULL",
         "streams": "stream VARCHAR NOT NULL, last_batch BIGINT NOT NULL, max_ts BIGINT, "
         "events BIGINT NOT NULL, last_pos BIGINT NOT NULL, batch_id BIGINT NOT NULL",
+        "partitions": "stream VARCHAR NOT NULL, topic VARCHAR NOT NULL, partition INTEGER NOT "
+        "NULL, last_batch BIGINT NOT NULL, max_ts BIGINT, held BLOB, batch_id BIGINT NOT NULL",
         "sequences": "name VARCHAR NOT NULL, value BIGINT NOT NULL",
         "dead_letters": "id BIGINT NOT NULL, batch_id BIGINT NOT NULL, stream VARCHAR, "
         'step VARCHAR, topic VARCHAR, partition INTEGER, "offset" BIGINT, pos BIGINT, ts BIGINT, '

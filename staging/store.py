@@ -68,6 +68,23 @@ class StreamProgress:
     last_pos: int = -1
 
 
+@dataclass(frozen=True)
+class PartitionProgress:
+    """How far one partition of a stream merged over several partitions has been read: the last
+    collector batch id completed in it, its event-time watermark (the newest ``_ts`` read from it)
+    and the events read from it that the merge still holds back (an Arrow IPC stream, None when
+    it holds none). Staging keeps the bytes as they are; :mod:`ingest.merging` writes and reads
+    them."""
+
+    last_batch: int = 0
+    max_ts: int | None = None
+    held: bytes | None = None
+
+
+#: ``(stream, topic, partition)``: the key of a :class:`PartitionProgress`.
+StreamPartition = tuple[str, str, int]
+
+
 @dataclass
 class BatchCommit:
     """Everything one engine batch produced plus what it consumed; committed atomically.
@@ -75,7 +92,9 @@ class BatchCommit:
     ``dead_letters`` has :data:`~staging.layout.DEAD_LETTER_INPUT_SCHEMA` (ingest rejects and the
     engine's dead letters, with the Kafka record each came in). ``offsets`` maps
     ``(topic, partition)`` to the next offset to consume; ``streams`` the progress per stream after
-    this batch; ``replayed`` the dead-letter ids this batch re-offered.
+    this batch; ``replayed`` the dead-letter ids this batch re-offered; ``partitions`` the merge
+    state after this batch of every partition of the streams read from several partitions (empty
+    for streams of one partition).
     """
 
     batch_id: int
@@ -88,6 +107,7 @@ class BatchCommit:
     arrived_at: float
     executed_ms: float
     replayed: list[int] = field(default_factory=list)
+    partitions: Mapping[StreamPartition, PartitionProgress] = field(default_factory=dict)
 
 
 def arrow_of(relation: Any) -> pa.Table:
@@ -245,6 +265,23 @@ class StagingStore:
             for s, b, m, e, p in rows
         }
 
+    def partitions(self) -> dict[StreamPartition, PartitionProgress]:
+        """The merge state per ``(stream, topic, partition)`` as of the last commit (empty for a
+        read-only file of a layout before 3, which has none)."""
+        try:
+            rows = self._con.execute(
+                "SELECT stream, topic, partition, last_batch, max_ts, held "
+                f"FROM {_sys('partitions')}"
+            ).fetchall()
+        except duckdb.CatalogException:
+            return {}
+        return {
+            (str(s), str(t), int(p)): PartitionProgress(
+                int(b), None if m is None else int(m), None if h is None else bytes(h)
+            )
+            for s, t, p, b, m, h in rows
+        }
+
     def meta(self, key: str) -> str | None:
         """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
         value = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = ?", [key])
@@ -383,8 +420,8 @@ class StagingStore:
            deleted; insert the newest upsert of each row id.
         5. Append the outputs per sink, the dead letters and the aborts; mark re-offered dead
            letters as replayed.
-        6. Replace the sequences, the consumed offsets and the stream progress with the last
-           batch's values.
+        6. Replace the sequences, the consumed offsets, the stream progress and the partitions'
+           merge state (the events they hold back included) with the last batch's values.
         7. Insert one ledger row per batch.
         8. COMMIT: all of it becomes durable and visible at once.
         9. Advance the in-memory watermark and hand the committed delta-log and output rows to
@@ -524,11 +561,16 @@ class StagingStore:
                 con.unregister("_seq")
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
         streams: dict[str, tuple[StreamProgress, int]] = {}
+        partitions: dict[StreamPartition, tuple[PartitionProgress, int]] = {}
         for c in commits:
             for tp, offset in c.offsets.items():
                 offsets[tp] = (offset, c.batch_id)
             for stream, progress in c.streams.items():
                 streams[stream] = (progress, c.batch_id)
+            for key, merge in c.partitions.items():
+                partitions[key] = (merge, c.batch_id)
+        if partitions:
+            self._replace_partitions(partitions)
         if offsets:
             keys = list(offsets)
             table = pa.table(
@@ -568,6 +610,32 @@ class StagingStore:
                 con.execute(f"INSERT INTO {_sys('streams')} BY NAME SELECT * FROM _streams")
             finally:
                 con.unregister("_streams")
+
+    def _replace_partitions(
+        self, partitions: Mapping[StreamPartition, tuple[PartitionProgress, int]]
+    ) -> None:
+        keys = list(partitions)
+        table = pa.table(
+            {
+                "stream": pa.array([k[0] for k in keys], pa.string()),
+                "topic": pa.array([k[1] for k in keys], pa.string()),
+                "partition": pa.array([k[2] for k in keys], pa.int32()),
+                "last_batch": pa.array([partitions[k][0].last_batch for k in keys], pa.int64()),
+                "max_ts": pa.array([partitions[k][0].max_ts for k in keys], pa.int64()),
+                "held": pa.array([partitions[k][0].held for k in keys], pa.binary()),
+                "batch_id": pa.array([partitions[k][1] for k in keys], pa.int64()),
+            }
+        )
+        con = self._con
+        con.register("_partitions", table)
+        try:
+            con.execute(
+                f"DELETE FROM {_sys('partitions')} p USING _partitions x WHERE p.stream = x.stream "
+                "AND p.topic = x.topic AND p.partition = x.partition"
+            )
+            con.execute(f"INSERT INTO {_sys('partitions')} BY NAME SELECT * FROM _partitions")
+        finally:
+            con.unregister("_partitions")
 
     def _output_rows(self, sink: str, commits: list[BatchCommit]) -> pa.Table:
         columns = output_columns(self.flow, sink)

@@ -183,6 +183,14 @@ class IngestSettings(BaseModel):
         "epoch; default 1970-01-01) is dead-lettered as out of range. At least 0001-01-01.",
     )
     poll_timeout_ms: int = Field(default=100, ge=1, description="Longest wait of one Kafka poll.")
+    partition_idle_ms: int = Field(
+        default=2_000,
+        ge=0,
+        description="A stream read from several partitions applies events only up to the "
+        "minimum watermark across them; a partition the consumer has read to its end and that "
+        "sent nothing for this long stops holding the others back (its later events older "
+        "than that point are late).",
+    )
     producer_buffer_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1024 * 1024,
