@@ -3,23 +3,27 @@
 A logical batch closes at ``batch_events`` events (by count), ``batch_ms`` after its first event
 (by time), or at a punctuation of the source (e.g. the end of a file). Batch ids increase by one per
 stream from 1. Each batch becomes one record in Arrow IPC form, or several when it exceeds the
-record byte cap (:mod:`ingest.records`).
+record byte cap (:mod:`ingest.records`). On a topic of several partitions the batches are spread
+round-robin by batch id and produced in Kafka transactions (:mod:`ingest.spreading`).
 
 Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector.run`:
 
 1. Take the stream's lock file (one collector per stream).
-2. Read the checkpoint (last batch id, last source position and record offset, for this log and
-   this source), then read the topic after that offset: the last *complete* batch found there is
-   the true resume point (it may be newer than the checkpoint when the collector died between
-   producing and checkpointing). Resume at the next position with the next batch id; a batch that
-   was cut off half-way is produced again from its first part (the consumer drops the torn copy).
+2. Read the checkpoint (last batch id, last source position and record offset per partition, for
+   this log and this source), then read the topic after those offsets (``read_committed``): the
+   last *complete* batch found there is the true resume point (it may be newer than the
+   checkpoint when the collector died between producing and checkpointing). Resume at the next
+   position with the next batch id; a batch that was cut off half-way is produced again from its
+   first part (the consumer drops the torn copy; on several partitions a torn batch is an aborted
+   transaction that no reader sees).
 3. Read, cut and produce batches. Every chunk's event times are checked against the run's bounds
    (:mod:`ingest.eventtime`; a source checks them too, this covers sources that build ``_ts``
    themselves): an event out of range becomes a reject with its row as JSON. The producer waits
    for all in-sync replicas (``acks=all``), retries, is idempotent, and blocks when its bounded
-   buffer is full (backpressure).
-4. Every few batches and at the end: flush the producer, then write the checkpoint (atomically,
-   by rename).
+   buffer is full (backpressure). On several partitions, the open transaction commits at the end
+   of every chunk the source hands over (a push source's request waits for it).
+4. Every few batches and at the end: commit the open transaction, flush the producer, then write
+   the checkpoint (atomically, by rename).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,7 @@ from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import BrokerUnavailable, CollectorBusy
 from ingest.records import BATCH, LAST_POS, PART, STREAM, encode_batch, header_map
 from ingest.sources import BaseSource, Reject, SourceChunk, json_payload
+from ingest.spreading import BatchSender, transactional_id
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -58,6 +64,8 @@ class ResumePoint:
     next_batch: int
     start_pos: int
     offset: int = -1
+    #: On a topic of several partitions: the offset of the last record checkpointed per partition.
+    offsets: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,10 +126,15 @@ class BatchCollector:
         if data.get("log_id") != self.log_id or data.get("source") != self.source.identity:
             return None
         return ResumePoint(
-            int(data["batch_id"]) + 1, int(data["last_pos"]) + 1, int(data["offset"])
+            int(data["batch_id"]) + 1,
+            int(data["last_pos"]) + 1,
+            int(data["offset"]),
+            {int(p): int(o) for p, o in data.get("offsets", {}).items()},
         )
 
-    def _write_checkpoint(self, batch_id: int, last_pos: int, offset: int) -> None:
+    def _write_checkpoint(
+        self, batch_id: int, last_pos: int, offset: int, offsets: Mapping[int, int]
+    ) -> None:
         data = {
             "log_id": self.log_id,
             "source": self.source.identity,
@@ -129,6 +142,7 @@ class BatchCollector:
             "batch_id": batch_id,
             "last_pos": last_pos,
             "offset": offset,
+            "offsets": {str(p): o for p, o in sorted(offsets.items())},
         }
         tmp = self.checkpoint_path.with_suffix(".tmp")
         with tmp.open("w") as handle:
@@ -140,12 +154,19 @@ class BatchCollector:
     def resume_point(self) -> ResumePoint:
         """Step 2 of the protocol: the checkpoint, corrected by what the topic really holds."""
         point = self._read_checkpoint() or self.fallback or ResumePoint(1, 0)
-        scanned = self._scan_topic(point.offset + 1)
+        scanned = self._scan_topic(point)
         if scanned is not None and scanned.next_batch > point.next_batch:
-            return scanned
+            return ResumePoint(
+                scanned.next_batch,
+                scanned.start_pos,
+                scanned.offset,
+                {**point.offsets, **scanned.offsets},
+            )
         return point
 
-    def _scan_topic(self, from_offset: int) -> ResumePoint | None:
+    def _scan_topic(self, point: ResumePoint) -> ResumePoint | None:
+        """The last complete batch after ``point``'s offsets (one partition: ``point.offset``;
+        several: ``point.offsets``, from the start of a partition it has none for)."""
         from kafka import KafkaConsumer, TopicPartition
 
         consumer = KafkaConsumer(
@@ -153,13 +174,15 @@ class BatchCollector:
             enable_auto_commit=False,
             group_id=None,
             max_partition_fetch_bytes=16 * 1024 * 1024,
+            isolation_level="read_committed",
         )
         try:
             partitions = consumer.partitions_for_topic(self.topic) or {0}
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             for tp in tps:
-                consumer.seek(tp, max(0, from_offset))
+                after = point.offset if len(tps) == 1 else point.offsets.get(tp.partition, -1)
+                consumer.seek(tp, max(0, after + 1))
             best: ResumePoint | None = None
             empty = 0
             while empty < 2:
@@ -178,17 +201,24 @@ class BatchCollector:
                             continue
                         batch = int(headers[BATCH])
                         if best is None or batch >= best.next_batch:
-                            best = ResumePoint(batch + 1, int(headers[LAST_POS]) + 1, record.offset)
+                            best = ResumePoint(
+                                batch + 1,
+                                int(headers[LAST_POS]) + 1,
+                                record.offset,
+                                {record.partition: record.offset},
+                            )
             return best
         finally:
             consumer.close()
 
     # -- 3. and 4. ---------------------------------------------------------------------------------
 
-    def _producer(self) -> Any:
+    def _sender(self) -> BatchSender:
+        """A producer for the topic: transactional when the topic has several partitions."""
         from kafka import KafkaProducer
+        from kafka.errors import KafkaError
 
-        return KafkaProducer(
+        config = dict(
             **client_config(self.kafka, self.bootstrap),
             acks="all",
             retries=10,
@@ -197,6 +227,22 @@ class BatchCollector:
             max_request_size=self.cap + 256 * 1024,
             max_block_ms=120_000,
         )
+        try:
+            probe = KafkaProducer(**config)
+            try:
+                partitions = len(probe.partitions_for(self.topic) or {0})
+            finally:
+                probe.close(timeout=5)
+            if partitions == 1:
+                return BatchSender(KafkaProducer(**config), self.topic, 1, transactional=False)
+            producer = KafkaProducer(
+                **config,
+                transactional_id=transactional_id(self.topic, self.stream),
+                retry_backoff_ms=20,
+            )
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {exc}") from exc
+        return BatchSender(producer, self.topic, partitions, transactional=True)
 
     def _backpressure(self, in_flight: deque[tuple[Any, int]], held: int) -> int:
         """Wait for the oldest sends until at most ``buffer_bytes`` are unacknowledged (the
@@ -241,7 +287,8 @@ class BatchCollector:
             point.next_batch,
             point.start_pos,
         )
-        producer = self._producer()
+        sender = self._sender()
+        checkpointed: dict[int, int] = dict(point.offsets)
         batch_id = point.next_batch
         pending: list[pa.Table] = []
         pending_rejects: list[Reject] = []
@@ -269,9 +316,7 @@ class BatchCollector:
                 punctuation=punctuation,
             )
             for record in records:
-                last_future = producer.send(
-                    self.topic, value=record.value, headers=record.headers, partition=0
-                )
+                last_future = sender.send(batch_id, record.value, record.headers)
                 in_flight.append((last_future, len(record.value)))
                 held += len(record.value)
                 held = self._backpressure(in_flight, held)
@@ -282,7 +327,7 @@ class BatchCollector:
             pending, pending_rejects, pending_events, opened_at = [], [], 0, None
             unflushed += 1
             if unflushed >= CHECKPOINT_EVERY:
-                self._checkpoint(producer, last_future, batch_id, last_pos)
+                self._checkpoint(sender, last_future, batch_id, last_pos, checkpointed)
                 unflushed = 0
             batch_id += 1
 
@@ -320,16 +365,17 @@ class BatchCollector:
                 if chunk.on_produced is not None:
                     # the source waits for its events to be durable in the topic
                     if last_future is not None:
-                        self._checkpoint(producer, last_future, batch_id - 1, covered)
+                        self._checkpoint(sender, last_future, batch_id - 1, covered, checkpointed)
                         unflushed = 0
                     chunk.on_produced(first_batch, batch_id - 1)
+                sender.commit()
                 if stop is not None and stop.is_set():
                     break
             flush(covered, False)
             if last_future is not None:
-                self._checkpoint(producer, last_future, batch_id - 1, covered)
+                self._checkpoint(sender, last_future, batch_id - 1, covered, checkpointed)
         finally:
-            producer.close(timeout=30)
+            sender.close(timeout_s=30)
         report.seconds = time.monotonic() - started
         logger.info(
             "collector done stream=%s batches=%s events=%s rejects=%s seconds=%.2f",
@@ -341,15 +387,26 @@ class BatchCollector:
         )
         return report
 
-    def _checkpoint(self, producer: Any, future: Any, batch_id: int, last_pos: int) -> None:
+    def _checkpoint(
+        self,
+        sender: BatchSender,
+        future: Any,
+        batch_id: int,
+        last_pos: int,
+        offsets: dict[int, int],
+    ) -> None:
+        """Step 4: commit the open transaction, flush, write the checkpoint (``offsets``: the
+        last offset checkpointed per partition, updated)."""
         from kafka.errors import KafkaError
 
+        sender.commit()
         try:
-            producer.flush(timeout=120)
+            sender.producer.flush(timeout=120)
             metadata = future.get(timeout=120)
         except KafkaError as exc:
             raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
-        self._write_checkpoint(batch_id, last_pos, int(metadata.offset))
+        offsets.update(sender.offsets())
+        self._write_checkpoint(batch_id, last_pos, int(metadata.offset), offsets)
 
 
 def reject_out_of_range(chunk: SourceChunk, bounds: EventTimeBounds) -> None:

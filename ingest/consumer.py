@@ -1,5 +1,7 @@
 """The Kafka side of consumption: assign the streams' partitions, seek to the offsets staging
-holds, poll records in order.
+holds, poll records in order. Only committed records are read (``read_committed``): what a
+transactional producer sent in a transaction that is still open or was aborted is never seen, and
+the end offsets are the last stable offsets.
 
 No consumer group decides anything here: partitions are assigned by hand (``assign``), and the
 starting offsets come from staging, which committed them with the batches. Kafka's own committed
@@ -51,6 +53,8 @@ class RecordConsumer:
                 max_partition_fetch_bytes=16 * 1024 * 1024,
                 fetch_max_wait_ms=50,
                 receive_buffer_bytes=4 * 1024 * 1024,
+                # a collector's open or aborted transaction is never read (ingest.spreading)
+                isolation_level="read_committed",
             )
             tps: list[Any] = []
             for topic in topics:
