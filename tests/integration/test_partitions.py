@@ -119,21 +119,24 @@ def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
 
     # killed inside the staging transaction, inside the engine, right after a commit, right
     # after a poll, and at random moments (the collector in the same process dies with it)
-    plan = ["commit", "execute", "committed", "poll", "random", "random", "commit", "random"]
-    kills = 0
+    plan = ["commit", "execute", "committed", "poll", "random", "random"]
+    kills: list[str] = []
     for phase in plan:
         watermark = _watermark(staging)
-        crash = [] if phase == "random" else ["--crash-at", f"{phase}:{watermark + 2}"]
+        at = watermark + rng.randint(2, 5)
+        crash = [] if phase == "random" else ["--crash-at", f"{phase}:{at}"]
         process = start_streamdi(args + crash, env, log)
+        began = time.monotonic()
         if phase == "random":
-            time.sleep(rng.uniform(4.0, 7.0))  # the interpreter and the first batches
+            time.sleep(rng.uniform(3.0, 6.0))  # the interpreter's start, then the first batches
             process.send_signal(signal.SIGKILL)
         code = process.wait(180)
         if code == -signal.SIGKILL:
-            kills += 1
+            kills.append(f"{phase}@{watermark}:{time.monotonic() - began:.1f}s")
         else:
             assert code == 0, log.read_text()
-    assert kills >= 6, f"only {kills} of {len(plan)} kills landed; see {log}"
+    # the planned kills always land (batches remain); a random one may come after the run ended
+    assert len(kills) >= 5, f"only these kills landed: {kills}; see {log}"
     assert run_streamdi(args, env, log) == 0, log.read_text()
 
     # the topic: every logical batch once, in the partition its id maps to
