@@ -7,9 +7,12 @@ the pipeline in this process until the topic is drained, and reports events/s, t
 batch's arrival to its staging commit (p50/p99), events per engine batch, and staging bytes per
 staged event. Modes: ``batched`` (Arrow records of 10,000 events, the topic filled first: the most
 the pipeline drains), ``steady`` (the same records offered at 500,000 events/s while the pipeline
-runs: latency without a backlog), ``single`` (one JSON event per record). It also measures how
-long a restart takes to resume with 1,000,000 keys of state (open staging, read the state, build
-the executor).
+runs: latency without a backlog), ``single`` (one JSON event per record), and the cost of Kafka
+transactions: ``txn`` (the batched records, each produced in its own transaction, read
+``read_committed``) and ``4-part`` (the same over four partitions, round-robin by record, merged
+by event time in the consumer: what a stream bound with ``partitions=4`` costs). It also measures
+how long a restart takes to resume with 1,000,000 keys of state (open staging, read the state,
+build the executor).
 """
 
 from __future__ import annotations
@@ -72,27 +75,44 @@ def _events(n: int, seed: int) -> pa.Table:
     )
 
 
+#: Partitions of the topic, and whether each record is produced in a transaction, per mode.
+_LAYOUT = {"txn": (1, True), "4-part": (4, True)}
+
+
 def _produce(
     settings: StreamdiSettings, broker: BrokerHandle, topic: str, events: pa.Table, mode: str
 ) -> float:
     from kafka import KafkaProducer
 
-    ensure_topics(settings.kafka, broker.bootstrap_servers, {topic: 1})
+    partitions, transactional = _LAYOUT.get(mode, (1, False))
+    ensure_topics(settings.kafka, broker.bootstrap_servers, {topic: partitions})
+    extra: dict[str, Any] = (
+        {"transactional_id": f"bench.{topic}", "retry_backoff_ms": 20} if transactional else {}
+    )
     producer = KafkaProducer(
         **client_config(settings.kafka, broker.bootstrap_servers),
         acks="all",
         linger_ms=5,
         max_request_size=settings.kafka.max_record_bytes + 256 * 1024,
+        **extra,
     )
+    if transactional:
+        producer.init_transactions()
     started = time.perf_counter()
-    if mode == "batched":
+    if mode != "single":
         for i, start in enumerate(range(0, events.num_rows, RECORD_EVENTS)):
             piece = events.slice(start, RECORD_EVENTS)
             last = int(piece.column("_pos")[-1].as_py())
+            if transactional:
+                producer.begin_transaction()
             for record in encode_batch(
                 "txns", i + 1, piece, [], cap=settings.kafka.max_record_bytes, last_pos=last
             ):
-                producer.send(topic, value=record.value, headers=record.headers, partition=0)
+                producer.send(
+                    topic, value=record.value, headers=record.headers, partition=i % partitions
+                )
+            if transactional:
+                producer.commit_transaction()
     else:
         for row in events.to_pylist():
             producer.send(topic, value=json.dumps(row).encode(), partition=0)
@@ -162,7 +182,12 @@ def _run_one(
         staging={"path": str(staging)},
         kafka=settings.kafka.model_dump(),
         engine=settings.engine.model_dump(),
-        ingest={**settings.ingest.model_dump(), "allowed_lateness_ms": None},
+        # a drained partition stops holding the others back soon (4-part's end of the topic)
+        ingest={
+            **settings.ingest.model_dump(),
+            "allowed_lateness_ms": None,
+            "partition_idle_ms": 100,
+        },
     )
     spec = bind(flow, txns=topic)
     options = PipelineOptions(executor=executor, until_idle_s=IDLE_S, collect=False)
@@ -271,7 +296,7 @@ def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict
         work = Path(tmp)
         described = describe_broker(broker)
         results, ceiling = [], []
-        for mode in ("batched", "steady", "single"):
+        for mode in ("batched", "steady", "single", "txn", "4-part"):
             n = sizes["ledger"][1 if mode == "single" else 0]
             results.append(_run_one(settings, broker, work, ledger_dataflow(), mode, n, executor))
         for mode in ("batched", "single"):
