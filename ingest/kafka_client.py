@@ -92,7 +92,8 @@ def ensure_topics(kafka: KafkaSettings, bootstrap: str, topics: dict[str, int]) 
     """Create the topics that do not exist yet with the given partition counts.
 
     Topics are created explicitly because a broker may auto-create a topic on first use with
-    several partitions, which would break the one-partition-per-ordered-stream rule."""
+    a partition count of its own choosing; a stream gets the partitions its binding asks for (one
+    by default; several are merged by event time, :mod:`ingest.merging`)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError

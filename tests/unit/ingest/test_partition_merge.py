@@ -260,3 +260,45 @@ def test_any_interleaving_applies_what_the_oracle_applies(seed: int, restart: bo
     records = _bursts(produced.per_partition, rng)
     got = apply(spec, records, rng, restart_at=len(records) // 3 if restart else None)
     assert_same_as_oracle(got, oracle(spec, produced.events))
+
+
+def _record(partition: int, offset: int, batch_id: int, times: list[int]) -> RawRecord:
+    spec = WorkloadSpec(keys=4, batch_size=len(times), batches=1)
+    events = ledger_workload(spec).batches[0].inputs["txns"]
+    events = events.set_column(
+        events.schema.get_field_index(TS), TS, pa.array(times, pa.int64())
+    ).set_column(events.schema.get_field_index(POS), POS, pa.array(times, pa.int64()))
+    (record,) = encode_batch("txns", batch_id, events, [], cap=1_000_000, last_pos=max(times))
+    return RawRecord(TOPIC, partition, offset, record.value, record.headers)
+
+
+def test_a_returning_idle_partition_brings_late_events() -> None:
+    """An idle partition stops holding back; events it brings later that are older than what was
+    applied are late: applied in the next batch within the allowed lateness, dead letters
+    beyond it."""
+    assembler = BatchAssembler(
+        ledger_workload(WorkloadSpec(keys=4, batch_size=1, batches=1)).flow.build(),
+        {TOPIC: ["txns"]},
+        progress={},
+        offsets={},
+        max_record_bytes=1_000_000,
+        allowed_lateness_ms=1,
+        partitions=TPS[:2],
+        partition_idle_ms=0,
+    )
+    assembler.add(_record(0, 0, 1, [10_000, 20_000]))
+    assert assembler.pending_events == 0  # partition 1 has no watermark yet
+    assembler.mark_idle({TPS[1]})  # silent and read to its end
+    assert assembler.pending_events == 1
+    first = assembler.take(1, {TPS[0]: 0})
+    assert first.batch.inputs["txns"].column(TS).to_pylist() == [10_000]
+    assert first.streams["txns"].max_ts == 10_000 and assembler.holding
+    assembler.add(_record(1, 0, 2, [9_500, 9_600]))
+    assembler.add(_record(1, 1, 3, [5_000]))
+    second = assembler.take(2, {TPS[1]: 1})
+    assert second.batch.inputs["txns"].column(TS).to_pylist() == [9_500, 9_600]
+    assert second.dead_letters.column("ts").to_pylist() == [5_000]
+    assert second.dead_letters.column("reason")[0].as_py().startswith("late")
+    assert second.offsets == {TPS[1]: 2}
+    held = second.partitions[("txns", TOPIC, 0)]
+    assert held.held is not None and held.max_ts == 20_000  # 20,000 still waits

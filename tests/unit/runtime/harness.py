@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +44,16 @@ class MemoryFeed:
     """A :class:`runtime.interfaces.RecordFeed` over records held in memory: each poll returns
     up to ``per_poll`` of them in the order they were added (more may be added while it runs)."""
 
-    def __init__(self, records: Iterable[RawRecord] = (), per_poll: int = 1_000) -> None:
+    def __init__(
+        self,
+        records: Iterable[RawRecord] = (),
+        per_poll: int = 1_000,
+        partitions: Iterable[TopicPartition] = (),
+    ) -> None:
         self.per_poll = per_poll
         self.waiting: deque[RawRecord] = deque()
-        self.ends: dict[TopicPartition, int] = {}
+        #: End offsets; ``partitions`` start at 0 (as Kafka answers for an empty partition).
+        self.ends: dict[TopicPartition, int] = dict.fromkeys(partitions, 0)
         self.positions: dict[TopicPartition, int] = {}
         self.polls = 0
         self.monitored: dict[TopicPartition, int] = {}
@@ -146,6 +152,8 @@ class LoopRig:
         max_batches: int | None = None,
         group: int = 1,
         stage: Any = None,
+        partitions: Sequence[TopicPartition] = (),
+        partition_idle_ms: int = 2_000,
     ) -> None:
         self.flow = pair_dataflow()
         self.store = StagingStore(path, self.flow)
@@ -165,6 +173,9 @@ class LoopRig:
             offsets=self.store.offsets(),
             max_record_bytes=1_000_000,
             allowed_lateness_ms=None,
+            partitions=partitions,
+            merge_state=self.store.partitions(),
+            partition_idle_ms=partition_idle_ms,
         )
         self.control = PauseControl()
         self.busy = False
@@ -178,6 +189,7 @@ class LoopRig:
                 until_idle_s=until_idle_s,
                 max_batches=max_batches,
                 monitor_every_s=0.0,
+                idle_check_s=0.01,
             ),
             next_batch=self.store.watermark + 1,
             hand_off=self._hand_off,
