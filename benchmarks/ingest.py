@@ -39,7 +39,7 @@ from ingest.kafka_dist import KAFKA_VERSION
 from ingest.ledger import ledger_events
 from ingest.records import encode_batch
 from runtime.pipeline import Pipeline, PipelineOptions
-from runtime.runspec import bind
+from runtime.runspec import StreamBinding, bind
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
@@ -189,7 +189,7 @@ def _run_one(
             "partition_idle_ms": 100,
         },
     )
-    spec = bind(flow, txns=topic)
+    spec = bind(flow, txns=StreamBinding(topic=topic, partitions=_LAYOUT.get(mode, (1, False))[0]))
     options = PipelineOptions(executor=executor, until_idle_s=IDLE_S, collect=False)
     report = Pipeline(spec, run_settings, broker, options).run()
     if producer is not None:
