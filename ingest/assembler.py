@@ -60,6 +60,7 @@ from ingest.records import (
     REJECTS_SCHEMA,
     REPLAY_OF,
     STREAM,
+    WATERMARK,
     from_ipc,
     header_map,
 )
@@ -330,11 +331,30 @@ class BatchAssembler:
             )
         elif kinded:
             self._add_part(record, headers, stream, value)
+        elif headers.get(KIND) == "watermark":
+            self._add_watermark(record, headers, stream, merge)
         elif headers.get(KIND):
             self._dead_record(record, stream, f"unknown record kind {headers[KIND]!r}", value)
         else:
             self._add_single(record, headers, stream, value)
         self._account(tp)
+
+    def _add_watermark(
+        self,
+        record: RawRecord,
+        headers: dict[str, str],
+        stream: str,
+        merge: PartitionMerge | None,
+    ) -> None:
+        """A producer's watermark moves its partition's watermark (a stream of one partition
+        needs none: the record is only accounted for)."""
+        try:
+            micros = int(headers.get(WATERMARK, ""))
+        except ValueError:
+            self._dead_record(record, stream, "bad watermark header", record.value or b"")
+            return
+        if merge is not None:
+            merge.advance((record.topic, record.partition), micros)
 
     def _account(self, tp: TopicPartition) -> None:
         partial = self._partials.get(tp)

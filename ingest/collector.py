@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.broker import client_config
 from ingest.eventtime import EventTimeBounds
@@ -234,7 +235,9 @@ class BatchCollector:
             finally:
                 probe.close(timeout=5)
             if partitions == 1:
-                return BatchSender(KafkaProducer(**config), self.topic, 1, transactional=False)
+                return BatchSender(
+                    KafkaProducer(**config), self.topic, 1, transactional=False, stream=self.stream
+                )
             producer = KafkaProducer(
                 **config,
                 transactional_id=transactional_id(self.topic, self.stream),
@@ -242,7 +245,7 @@ class BatchCollector:
             )
         except KafkaError as exc:
             raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {exc}") from exc
-        return BatchSender(producer, self.topic, partitions, transactional=True)
+        return BatchSender(producer, self.topic, partitions, transactional=True, stream=self.stream)
 
     def _backpressure(self, in_flight: deque[tuple[Any, int]], held: int) -> int:
         """Wait for the oldest sends until at most ``buffer_bytes`` are unacknowledged (the
@@ -320,6 +323,8 @@ class BatchCollector:
                 in_flight.append((last_future, len(record.value)))
                 held += len(record.value)
                 held = self._backpressure(in_flight, held)
+            if events.num_rows:
+                sender.sent_events_up_to(int(pc.max(events.column("_ts")).as_py()))
             report.batches += 1
             report.records += len(records)
             report.events += events.num_rows
@@ -372,6 +377,8 @@ class BatchCollector:
                 if stop is not None and stop.is_set():
                     break
             flush(covered, False)
+            if stop is None or not stop.is_set():
+                sender.end_of_source()
             if last_future is not None:
                 self._checkpoint(sender, last_future, batch_id - 1, covered, checkpointed)
         finally:

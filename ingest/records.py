@@ -12,6 +12,8 @@ columns plus ``_ts`` and ``_pos``. Headers say what it is:
 ``sdi-part``        ``i/n``: the record's place among the ``n`` records of its logical batch
 ``sdi-last-pos``    on the last part: the last source position the batch covers
 ``sdi-punct``       ``1`` on the last part of a batch closed by a punctuation
+``sdi-watermark``   on a ``watermark`` record (no value): the producer writes nothing older than
+                    this event time (µs) to this partition from now on (:mod:`ingest.merging`)
 ==================  ============================================================================
 
 A batch larger than the byte cap is split by rows into several parts, none over the cap. A reject
@@ -35,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-KIND, STREAM, BATCH, PART, LAST_POS, PUNCT, REPLAY_OF = (
+KIND, STREAM, BATCH, PART, LAST_POS, PUNCT, REPLAY_OF, WATERMARK = (
     "sdi-kind",
     "sdi-stream",
     "sdi-batch",
@@ -43,6 +45,7 @@ KIND, STREAM, BATCH, PART, LAST_POS, PUNCT, REPLAY_OF = (
     "sdi-last-pos",
     "sdi-punct",
     "sdi-replay-of",
+    "sdi-watermark",
 )
 
 REJECTS_SCHEMA = pa.schema(
@@ -226,6 +229,14 @@ def encode_batch(
                 headers.append((PUNCT, b"1"))
         records.append(OutgoingRecord(payload, headers))
     return records
+
+
+def watermark_record(stream: str, micros: int) -> OutgoingRecord:
+    """A ``watermark`` record: nothing older than ``micros`` follows it in its partition."""
+    return OutgoingRecord(
+        b"",
+        [(KIND, b"watermark"), (STREAM, stream.encode()), (WATERMARK, str(micros).encode())],
+    )
 
 
 def header_map(headers: Sequence[tuple[str, bytes]] | None) -> dict[str, str]:

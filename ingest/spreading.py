@@ -16,6 +16,11 @@
   partition is never visible while an earlier one on another is not), which is what the
   collector's resume scan relies on. One partition needs neither: Kafka keeps a partition's
   records in order, and the consumer waits for a batch's last part before it applies any.
+* **Watermarks.** Before each commit, every partition that got no batch in the transaction gets a
+  ``watermark`` record (:func:`ingest.records.watermark_record`) with the newest event time sent
+  so far: the source is read in order, so nothing older follows, and the consumer's merge need
+  not wait for a silent partition to go idle. At the end of a finite source every partition gets
+  the newest event time plus one (nothing more follows at all).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import contextlib
 from typing import Any
 
 from ingest.exceptions import BrokerUnavailable
-from ingest.records import Headers
+from ingest.records import Headers, watermark_record
 
 
 def partition_of(batch_id: int, partitions: int) -> int:
@@ -42,10 +47,22 @@ class BatchSender:
     ``producer`` is a kafka-python ``KafkaProducer``, made with a ``transactional_id`` when
     ``transactional``."""
 
-    def __init__(self, producer: Any, topic: str, partitions: int, *, transactional: bool) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        topic: str,
+        partitions: int,
+        *,
+        transactional: bool,
+        stream: str = "",
+    ) -> None:
         from kafka.errors import KafkaError
 
         self.producer = producer
+        self.stream = stream
+        #: The newest event time sent (None: none yet).
+        self.newest: int | None = None
+        self._written: set[int] = set()
         self.topic = topic
         self.partitions = max(1, partitions)
         self.transactional = transactional
@@ -75,7 +92,34 @@ class BatchSender:
         except KafkaError as exc:
             raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
         self.last[partition] = future
+        self._written.add(partition)
         return future
+
+    def sent_events_up_to(self, micros: int) -> None:
+        """The batch just sent held events up to ``micros`` (its newest ``_ts``)."""
+        self.newest = micros if self.newest is None else max(self.newest, micros)
+
+    def end_of_source(self) -> None:
+        """The source has ended: tell every partition that nothing more comes (a watermark past
+        the newest event time), in the open transaction."""
+        if self.newest is not None and self.partitions > 1:
+            self._watermarks(range(self.partitions), self.newest + 1)
+
+    def _watermarks(self, partitions: Any, micros: int) -> None:
+        from kafka.errors import KafkaError
+
+        record = watermark_record(self.stream, micros)
+        try:
+            if self.transactional and not self._open:
+                self.producer.begin_transaction()
+                self._open = True
+            for partition in partitions:
+                self.producer.send(
+                    self.topic, value=record.value, headers=record.headers, partition=partition
+                )
+                self._written.add(partition)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
 
     def commit(self) -> None:
         """Make everything sent so far visible to ``read_committed`` readers (commits the open
@@ -85,6 +129,10 @@ class BatchSender:
 
         if not self._open:
             return
+        silent = [p for p in range(self.partitions) if p not in self._written]
+        if silent and self.newest is not None and self._written:
+            self._watermarks(silent, self.newest)
+        self._written.clear()
         try:
             self.producer.commit_transaction()
         except KafkaError as exc:

@@ -26,7 +26,7 @@ from etl_dataflows.executors import create_executor
 from etl_dataflows.testing import ledger_dataflow
 from ingest.broker import EmbeddedKafka, client_config
 from ingest.ledger import ledger_events, ledger_file_source, write_ledger_file
-from ingest.records import BATCH, PART, STREAM, header_map
+from ingest.records import BATCH, KIND, PART, STREAM, WATERMARK, header_map
 from staging.store import StagingStore
 from streamdi.settings import load_settings
 from tests.integration.conftest import run_streamdi, start_streamdi, streamdi_env
@@ -40,8 +40,9 @@ BATCH_EVENTS = 500
 PARTITIONS = 4
 
 
-def _topic_batches(broker: EmbeddedKafka) -> list[tuple[int, int]]:
-    """``(partition, batch id)`` of every committed last part in the topic."""
+def _topic_batches(broker: EmbeddedKafka) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """``(partition, batch id)`` of every committed last part in the topic, and the last
+    watermark record's event time per partition."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -56,6 +57,7 @@ def _topic_batches(broker: EmbeddedKafka) -> list[tuple[int, int]]:
     for tp in tps:
         consumer.seek(tp, 0)
     out: list[tuple[int, int]] = []
+    watermarks: dict[int, int] = {}
     empty = 0
     while empty < 3:
         polled = consumer.poll(timeout_ms=300)
@@ -64,11 +66,14 @@ def _topic_batches(broker: EmbeddedKafka) -> list[tuple[int, int]]:
             for record in records:
                 headers = header_map(record.headers)
                 assert headers[STREAM] == "txns"
+                if headers[KIND] == "watermark":
+                    watermarks[tp.partition] = int(headers[WATERMARK])
+                    continue
                 part, _, parts = headers.get(PART, "0/1").partition("/")
                 if int(part) == int(parts) - 1:
                     out.append((tp.partition, int(headers[BATCH])))
     consumer.close()
-    return out
+    return out, watermarks
 
 
 def _watermark(path: Path) -> int:
@@ -140,9 +145,12 @@ def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
     assert run_streamdi(args, env, log) == 0, log.read_text()
 
     # the topic: every logical batch once, in the partition its id maps to
-    batches = _topic_batches(broker)
+    batches, watermarks = _topic_batches(broker)
     assert sorted(b for _, b in batches) == list(range(1, EVENTS // BATCH_EVENTS + 1))
     assert all(p == (b - 1) % PARTITIONS for p, b in batches)
+    # no watermark promises more than the source holds (event times are 1..N ms; the end of the
+    # source says newest + 1 µs, unless the run that read it to its end was killed first)
+    assert all(0 < w <= EVENTS * 1_000 + 1 for w in watermarks.values()), watermarks
 
     # staging: the oracle's state, outputs and aborts; every event once
     state, balances, aborts = _oracle(ledger)

@@ -27,7 +27,7 @@ from etl_dataflows.testing import WorkloadSpec, ledger_workload
 from etl_dataflows.testing.harness import TestingSink
 from etl_dataflows.types import POS, TS
 from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord
-from ingest.records import encode_batch
+from ingest.records import encode_batch, watermark_record
 from staging.store import PartitionProgress, StreamProgress
 
 TOPIC = "ledger.txns"
@@ -302,3 +302,27 @@ def test_a_returning_idle_partition_brings_late_events() -> None:
     assert second.offsets == {TPS[1]: 2}
     held = second.partitions[("txns", TOPIC, 0)]
     assert held.held is not None and held.max_ts == 20_000  # 20,000 still waits
+
+
+def test_a_producer_watermark_moves_a_silent_partition_without_idleness() -> None:
+    """A watermark record promises that nothing older follows in its partition: the others'
+    events up to it are released at once, with no idle timeout (here: never)."""
+    assembler = BatchAssembler(
+        ledger_workload(WorkloadSpec(keys=4, batch_size=1, batches=1)).flow.build(),
+        {TOPIC: ["txns"]},
+        progress={},
+        offsets={},
+        max_record_bytes=1_000_000,
+        allowed_lateness_ms=None,
+        partitions=TPS[:2],
+        partition_idle_ms=3_600_000,
+    )
+    assembler.add(_record(0, 0, 1, [10_000, 20_000]))
+    assert assembler.pending_events == 0
+    mark = watermark_record("txns", 15_000)
+    assembler.add(RawRecord(TOPIC, 1, 0, mark.value, mark.headers))
+    assert assembler.pending_events == 1
+    batch = assembler.take(1, {TPS[0]: 0, TPS[1]: 0})
+    assert batch.batch.inputs["txns"].column(TS).to_pylist() == [10_000]
+    assert batch.offsets == {TPS[0]: 1, TPS[1]: 1} and batch.dead_letters.num_rows == 0
+    assert batch.partitions[("txns", TOPIC, 1)].max_ts == 15_000
