@@ -19,6 +19,10 @@ from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
+#: How long monitoring calls (end offsets, positions) wait for the broker: a broker that is away
+#: must not hold up the consuming loop.
+MONITOR_TIMEOUT_MS = 1000
+
 
 class RecordConsumer:
     """Reads the given topics from given offsets; see the module docstring."""
@@ -46,6 +50,7 @@ class RecordConsumer:
                 max_partition_fetch_bytes=16 * 1024 * 1024,
                 fetch_max_wait_ms=50,
                 receive_buffer_bytes=4 * 1024 * 1024,
+                reconnect_backoff_max_ms=1000,
             )
             tps: list[Any] = []
             for topic in topics:
@@ -114,7 +119,9 @@ class RecordConsumer:
         from kafka import TopicPartition as KafkaTopicPartition
 
         try:
-            return int(self._consumer.position(KafkaTopicPartition(*tp)))
+            return int(
+                self._consumer.position(KafkaTopicPartition(*tp), timeout_ms=MONITOR_TIMEOUT_MS)
+            )
         except Exception as exc:  # monitoring and draining must never stop the pipeline
             logger.debug("position failed: %s", exc)
             return -1
@@ -125,7 +132,9 @@ class RecordConsumer:
         from kafka import TopicPartition
 
         try:
-            ends = self._consumer.end_offsets([TopicPartition(t, p) for t, p in self.partitions])
+            ends = self._consumer.end_offsets(
+                [TopicPartition(t, p) for t, p in self.partitions], timeout_ms=MONITOR_TIMEOUT_MS
+            )
         except Exception as exc:  # monitoring must never stop the pipeline
             logger.debug("end offsets failed: %s", exc)
             return {}

@@ -108,7 +108,10 @@ def _new_cluster_id() -> str:
 
 
 def _port_free(port: int) -> bool:
+    """Whether Kafka can listen on ``port``: as the JVM does, with ``SO_REUSEADDR``, so the
+    connections a killed broker left in TIME_WAIT do not count (its port is free again at once)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -180,6 +183,21 @@ class EmbeddedKafka:
             self.log_dir,
         )
         return self.handle
+
+    def restart(self, timeout_s: float | None = None) -> BrokerHandle:
+        """Start this process's broker again after it ended while running (killed, crashed):
+        the same log and the same ports, so clients keep their bootstrap address and the log
+        id is unchanged. Only for a broker this process owns; a running one is left as it is.
+        Raises :class:`BrokerStartFailed` as :meth:`start` does (a port taken meanwhile)."""
+        if not self.owned:
+            raise BrokerStartFailed(f"the embedded Kafka of {self.folder} is not this process's")
+        if self.alive():
+            return self.handle
+        self._process = None
+        self._pid = None
+        if self.port:
+            self.wanted_port = self.port
+        return self.start(timeout_s)
 
     def _read_record(self) -> dict[str, Any] | None:
         try:

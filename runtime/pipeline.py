@@ -11,7 +11,8 @@ The run, in order:
    state from it. If its offsets belong to another Kafka log (a restarted embedded broker), drop
    them: the new log is read from its start and already-applied batch ids are skipped.
 2. Create the topics that do not exist; assign their partitions and seek to the staged offsets.
-3. Start a collector thread per bound input (they resume from their checkpoints).
+3. Start a collector thread per bound input (they resume from their checkpoints; one that loses
+   the broker waits and runs again, resuming from what the topic holds: :func:`run_collector`).
 4. Loop: poll; add records to the assembler; when the pending batch is full (``ENGINE__BATCH_SIZE``
    events), punctuated, idle or older than ``ENGINE__BATCH_TIMEOUT_MS``, take it with the next
    batch id, run it, and queue its commit (outputs, deltas, dead letters, offsets, progress).
@@ -65,9 +66,13 @@ from runtime.faults import CRASH_PHASES, PipelineFaults
 from runtime.interfaces import BatchExecutor, RecordFeed
 from runtime.runspec import RunSpec
 from staging.store import BatchCommit, StagingStore
+from streamdi.errors import TransientError
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
+
+#: A collector that lost the broker runs again after this long.
+COLLECTOR_RETRY_S = 1.0
 
 __all__ = [
     "CRASH_PHASES",
@@ -358,7 +363,7 @@ class Pipeline:
 
             def work(c: BatchCollector = collector) -> None:
                 try:
-                    c.run(stop)
+                    run_collector(c, stop)
                 except BaseException as exc:
                     logger.error("collector failed stream=%s: %s", c.stream, exc)
                     self._error = exc
@@ -388,6 +393,31 @@ class Pipeline:
         else:
             self.out.write(line + "\n")
         self.out.flush()
+
+
+def run_collector(
+    collector: BatchCollector, stop: threading.Event, retry_s: float = COLLECTOR_RETRY_S
+) -> None:
+    """Run ``collector`` until its source ends or ``stop`` is set; while the broker is away (a
+    :class:`~streamdi.errors.TransientError`), wait ``retry_s`` and run it again: it resumes
+    from what the topic holds. Terminal errors are raised."""
+    while True:
+        try:
+            collector.run(stop)
+            return
+        except TransientError as exc:
+            if stop.is_set():
+                logger.warning(
+                    "collector stops without the broker stream=%s: %s", collector.stream, exc
+                )
+                return
+            logger.warning(
+                "collector waits for the broker stream=%s: %s; retrying in %.0f s",
+                collector.stream,
+                exc,
+                retry_s,
+            )
+            stop.wait(retry_s)
 
 
 def _lag_per_stream(
