@@ -154,7 +154,9 @@ class EmbeddedKafka:
     def alive(self) -> bool:
         if self._process is not None:
             return self._process.poll() is None
-        return self._pid is not None and pid_alive(self._pid)
+        # an adopted broker is not our child: once killed it may stay a zombie nobody reaps,
+        # so "alive" means a live process that is still this folder's Kafka
+        return self._pid is not None and pid_alive(self._pid) and self._is_our_broker(self._pid)
 
     # -- start -------------------------------------------------------------------------------------
 

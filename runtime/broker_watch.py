@@ -8,7 +8,9 @@ A :class:`BrokerWatch` thread looks at the broker every ``every_s``, in order:
    that fails is logged and tried again at the next look. A broker shared with another streamdi
    is that process's to restart.
 2. Probe the broker (a TCP connection to one of its bootstrap addresses) and note when it went
-   down and came back, with a log line each time.
+   down and came back, with a log line each time. While it is down, the Kafka client's own log
+   (an error with a traceback per connection attempt of every client) is muted below CRITICAL:
+   the watch's line says it once; the client's level is restored when the broker is back.
 
 The watch never stops the run: while the broker is away, the consumer polls in vain, the producers
 and collectors wait and retry (:mod:`runtime.pipeline`), and they resume by themselves once it is
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 WATCH_EVERY_S = 1.0
 #: How long a probe waits for a TCP connection.
 PROBE_TIMEOUT_S = 1.0
+#: The Kafka client library's logger (muted while the broker is down).
+KAFKA_CLIENT_LOGGER = "kafka"
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class BrokerWatch:
         self._up = True
         self._down_since: float | None = None
         self._last_error: str | None = None
+        self._client_level: int | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,6 +113,8 @@ class BrokerWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        with self._lock:
+            self._unmute()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -160,6 +167,7 @@ class BrokerWatch:
                         time.time() - (self._down_since or time.time()),
                     )
                 self._up, self._down_since = True, None
+                self._unmute()
                 return
             self._last_error = problem
             if self._up:
@@ -169,6 +177,18 @@ class BrokerWatch:
                     problem,
                 )
                 self._up, self._down_since = False, time.time()
+                self._mute()
+
+    def _mute(self) -> None:
+        client = logging.getLogger(KAFKA_CLIENT_LOGGER)
+        if self._client_level is None:
+            self._client_level = client.level
+            client.setLevel(logging.CRITICAL)
+
+    def _unmute(self) -> None:
+        if self._client_level is not None:
+            logging.getLogger(KAFKA_CLIENT_LOGGER).setLevel(self._client_level)
+            self._client_level = None
 
 
 @contextlib.contextmanager

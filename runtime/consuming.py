@@ -15,7 +15,7 @@ Each turn, in order:
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
 6. Idle exit (``until_idle_s``): nothing pending, nothing ``busy()`` (collectors, the commit
-   queue), and no record or batch for that long.
+   queue), the broker answering, and no record or batch for that long.
 """
 
 from __future__ import annotations
@@ -219,4 +219,5 @@ class ConsumingLoop:
     def _idle_exit(self, idle_for: float) -> bool:
         """Step 6, once nothing is pending or buffered."""
         limit = self.rules.until_idle_s
-        return limit is not None and not self.busy() and idle_for >= limit
+        waiting = self.waiting_since is not None  # a broker away is not "nothing more to do"
+        return limit is not None and not waiting and not self.busy() and idle_for >= limit

@@ -1,9 +1,12 @@
 """kill -9 of ``streamdi serve`` (its own embedded Kafka) while clients push over HTTP and while
 the consumer lags by thousands of acknowledged events; the restarted service adopts the broker
-the killed one left running, and commits every acknowledged event exactly once."""
+the killed one left running (and starts it again when that adopted broker is killed in turn), and
+commits every acknowledged event exactly once."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -61,6 +64,16 @@ def test_kill_9_serve_while_the_consumer_lags(tmp_path: Path) -> None:
         assert kafka_jvms(state) == [broker]
         pusher.url = service.url
         pusher.push(30)
+        # the adopted broker is not the service's child: killed, it is still noticed and started
+        # again on its log
+        os.kill(broker, signal.SIGKILL)
+        wait_for(
+            "the adopted broker restarted",
+            lambda: (b := service.get("/status")["broker"])["restarts"] == 1 and b["up"],
+            timeout=90,
+        )
+        assert broker_pid(state) != broker and kafka_jvms(state) == [broker_pid(state)]
+        pusher.push(30)
         last = max(r.last_batch for r in pusher.receipts)
         wait_for("every receipt committed", lambda: _committed_through(service, last))
         assert service.stop() == 0, service.log.read_text()[-3000:]
@@ -71,8 +84,5 @@ def test_kill_9_serve_while_the_consumer_lags(tmp_path: Path) -> None:
             service.process.kill()
             service.process.wait(30)
         for pid in kafka_jvms(state):
-            import os
-            import signal
-
             os.kill(pid, signal.SIGKILL)
     check_exactly_once(pusher.receipts, staged_log(state / "staging.duckdb"))
