@@ -19,8 +19,8 @@ from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
-#: How long monitoring calls (end offsets, positions) wait for the broker: a broker that is away
-#: must not hold up the consuming loop.
+#: How long monitoring's end offsets wait for the broker: a broker that is away must not hold up
+#: the consuming loop (the drain on stop waits the client's full request timeout).
 MONITOR_TIMEOUT_MS = 1000
 
 
@@ -119,21 +119,20 @@ class RecordConsumer:
         from kafka import TopicPartition as KafkaTopicPartition
 
         try:
-            return int(
-                self._consumer.position(KafkaTopicPartition(*tp), timeout_ms=MONITOR_TIMEOUT_MS)
-            )
+            return int(self._consumer.position(KafkaTopicPartition(*tp)))
         except Exception as exc:  # monitoring and draining must never stop the pipeline
             logger.debug("position failed: %s", exc)
             return -1
 
-    def end_offsets(self) -> dict[TopicPartition, int]:
+    def end_offsets(self, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """The brokers' end offset (the next offset to be written) of every assigned partition;
-        empty when they do not answer (monitoring only)."""
+        empty when they do not answer within ``timeout_ms`` (None: the client's request timeout;
+        monitoring passes :data:`MONITOR_TIMEOUT_MS`)."""
         from kafka import TopicPartition
 
         try:
             ends = self._consumer.end_offsets(
-                [TopicPartition(t, p) for t, p in self.partitions], timeout_ms=MONITOR_TIMEOUT_MS
+                [TopicPartition(t, p) for t, p in self.partitions], timeout_ms=timeout_ms
             )
         except Exception as exc:  # monitoring must never stop the pipeline
             logger.debug("end offsets failed: %s", exc)

@@ -55,7 +55,7 @@ from etl_dataflows.executors import create_executor
 from ingest.assembler import AssembledBatch, BatchAssembler
 from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, ResumePoint
-from ingest.consumer import RecordConsumer
+from ingest.consumer import MONITOR_TIMEOUT_MS, RecordConsumer
 from ingest.eventtime import EventTimeBounds
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
@@ -427,7 +427,7 @@ def _lag_per_stream(
 ) -> dict[str, int]:
     """Records the brokers hold beyond the committed offsets, per stream (streams sharing a
     topic share its lag). Empty when the brokers do not answer: monitoring never stops the run."""
-    ends = consumer.end_offsets()
+    ends = consumer.end_offsets(MONITOR_TIMEOUT_MS)
     if not ends:
         return {}
     lag: dict[str, int] = {}
