@@ -11,6 +11,7 @@ from cli.commands import Commands
 BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.engine",
     "benchmarks.ingest",
+    "benchmarks.broker",
     "benchmarks.migration",
     "benchmarks.spark",
     "benchmarks.tpcdi",

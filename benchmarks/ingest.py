@@ -32,6 +32,7 @@ from etl_dataflows.executors import create_executor
 from etl_dataflows.state import image_schema
 from etl_dataflows.testing import ledger_dataflow
 from ingest.broker import BrokerHandle, client_config, ensure_topics, open_broker
+from ingest.kafka_dist import KAFKA_VERSION
 from ingest.ledger import ledger_events
 from ingest.records import encode_batch
 from runtime.pipeline import Pipeline, PipelineOptions
@@ -245,6 +246,18 @@ def _resume_seconds(work: Path, keys: int, executor: str) -> dict[str, Any]:
     }
 
 
+def describe_broker(broker: BrokerHandle) -> dict[str, Any]:
+    """What the events travelled through, for the report: the embedded Apache Kafka (its version)
+    or an external Kafka (its address)."""
+    if broker.embedded:
+        return {
+            "kind": "embedded",
+            "software": f"Apache Kafka {KAFKA_VERSION}",
+            "log": broker.log_id,
+        }
+    return {"kind": "external", "bootstrap_servers": broker.bootstrap_servers, "log": broker.log_id}
+
+
 def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict[str, Any]:
     sizes = (
         {"ledger": (100_000, 5_000), "passthrough": (200_000, 20_000)}
@@ -253,9 +266,10 @@ def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict
     )
     with (
         tempfile.TemporaryDirectory(prefix="streamdi-bench-") as tmp,
-        open_broker(settings.kafka, settings.streamdi.state_dir) as broker,
+        open_broker(settings.kafka, Path(tmp)) as broker,
     ):
         work = Path(tmp)
+        described = describe_broker(broker)
         results, ceiling = [], []
         for mode in ("batched", "steady", "single"):
             n = sizes["ledger"][1 if mode == "single" else 0]
@@ -268,6 +282,7 @@ def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict
         resume = _resume_seconds(work, 1_000_000, executor)
     return {
         "benchmark": "ingest",
+        "broker": described,
         "quick": quick,
         "executor": executor,
         "engine_batch_size": settings.engine.batch_size,
@@ -280,7 +295,12 @@ def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict
 
 def render(report: dict[str, Any]) -> str:
     lines = [
-        f"streamdi bench ingest — Kafka -> engine ({report['executor']}) -> staging",
+        f"streamdi bench ingest — Kafka -> engine ({report['executor']}) -> staging; broker: "
+        + (
+            report["broker"].get("software", "")
+            if report["broker"]["kind"] == "embedded"
+            else f"external {report['broker']['bootstrap_servers']}"
+        ),
         f"{'dataflow':<12} {'mode':<8} {'events':>9} {'events/s':>10} {'produced/s':>11} "
         f"{'p50 ms':>8} {'p99 ms':>8} {'ev/batch':>9} {'B/event':>8}",
     ]

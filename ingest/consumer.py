@@ -4,6 +4,10 @@ holds, poll records in order.
 No consumer group decides anything here: partitions are assigned by hand (``assign``), and the
 starting offsets come from staging, which committed them with the batches. Kafka's own committed
 offsets are written only so that monitoring tools see the pipeline's progress.
+
+The consumer never skips records: a starting offset below the partition's log start (retention
+deleted records before they were consumed), or a fetch that falls out of range while running, is
+:class:`~ingest.exceptions.RetentionGap`, never a silent jump to another offset.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from ingest.assembler import RawRecord, TopicPartition
 from ingest.broker import client_config
-from ingest.exceptions import BrokerUnavailable
+from ingest.exceptions import BrokerUnavailable, RetentionGap
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ class RecordConsumer:
                 **client_config(kafka, bootstrap),
                 group_id=group_id,
                 enable_auto_commit=False,
+                auto_offset_reset="none",  # out of range raises: see the module docstring
                 fetch_max_bytes=64 * 1024 * 1024,
                 max_partition_fetch_bytes=16 * 1024 * 1024,
                 fetch_max_wait_ms=50,
@@ -57,6 +62,7 @@ class RecordConsumer:
                 partitions = self._consumer.partitions_for_topic(topic) or {0}
                 tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
             self._consumer.assign(tps)
+            self._check_log_start(tps, start)
             for tp in tps:
                 offset = start.get((tp.topic, tp.partition))
                 if offset is not None:
@@ -71,12 +77,33 @@ class RecordConsumer:
         self.last_offsets: dict[TopicPartition, int] = {}
         logger.info("consumer assigned partitions=%s", self.partitions)
 
+    def _check_log_start(self, tps: list[Any], start: Mapping[TopicPartition, int]) -> None:
+        firsts = self._consumer.beginning_offsets(tps)
+        gaps = [
+            f"{tp.topic}[{tp.partition}] offsets {start[(tp.topic, tp.partition)]}..{first - 1}"
+            for tp, first in firsts.items()
+            if (tp.topic, tp.partition) in start and start[(tp.topic, tp.partition)] < first
+        ]
+        if gaps:
+            raise RetentionGap(
+                "records this run had not consumed yet were deleted by the topics' retention: "
+                + ", ".join(sorted(gaps))
+                + ". They are lost to this pipeline; raise the topics' retention.ms. To go on "
+                "from what the log still holds, re-offer the lost events if you have them and "
+                "start over with a fresh staging file"
+            )
+
     def poll(self, timeout_ms: int, max_records: int = 1000) -> list[RawRecord]:
         """The next records, in offset order per partition."""
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaError, OffsetOutOfRangeError
 
         try:
             polled = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except OffsetOutOfRangeError as exc:
+            raise RetentionGap(
+                f"records this run had not consumed yet were deleted by retention while it ran "
+                f"({exc}); raise the topics' retention.ms"
+            ) from exc
         except KafkaError as exc:
             raise BrokerUnavailable(f"polling failed: {exc}") from exc
         out: list[RawRecord] = []

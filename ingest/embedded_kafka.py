@@ -12,10 +12,10 @@ pid of the streamdi that owns it, the cluster id).
 1. Take ``start.lock`` (an exclusive file lock): two streamdi processes on one state directory
    start one broker.
 2. If ``broker.json`` names a live process that is a Kafka of this folder (its command line names
-   this ``server.properties``): reuse it once it answers. Its owner (the streamdi that started it)
-   still alive: *share* it (the owner stops it). Its owner gone (killed): *adopt* it (this process
-   owns it now and stops it at the end). A broker of this folder that does not answer within the
-   start timeout is killed; its log is recovered by the next step.
+   this ``server.properties``): reuse it once it answers (within :data:`REUSE_ANSWER_S`). Its
+   owner (the streamdi that started it) still alive: *share* it (the owner stops it). Its owner
+   gone (killed): *adopt* it (this process owns it now and stops it at the end). A broker of this
+   folder that does not answer in that time is killed; its log is recovered by the next step.
 3. Else start one: format ``log/`` with a new cluster id if it was never formatted; take the ports
    of the last start when they are free (else new free ones); write the configuration; launch the
    JVM in its own session (a Ctrl-C to streamdi's terminal does not reach it: streamdi drains,
@@ -45,13 +45,22 @@ from typing import Any
 
 from ingest.exceptions import BrokerStartFailed, BrokerUnavailable
 from ingest.kafka_client import BrokerHandle, free_port, pid_alive, wait_until_answering
-from ingest.kafka_dist import KAFKA_MAIN, KAFKA_VERSION, STORAGE_TOOL, class_path, kafka_jars
+from ingest.kafka_dist import (
+    KAFKA_MAIN,
+    KAFKA_VERSION,
+    STORAGE_TOOL,
+    class_path,
+    default_cache,
+    kafka_jars,
+)
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
+#: How long a running broker of the folder may take to answer before it is replaced.
+REUSE_ANSWER_S = 10.0
 
 
 def _server_properties(log_dir: Path, port: int, controller_port: int) -> str:
@@ -104,7 +113,12 @@ def _log4j_properties(log_file: Path) -> str:
 
 
 def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes in URL-safe base64; never one that starts with ``-``
+    (the storage tool would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _port_free(port: int) -> bool:
@@ -154,8 +168,8 @@ class EmbeddedKafka:
     def alive(self) -> bool:
         if self._process is not None:
             return self._process.poll() is None
-        # an adopted broker is not our child: once killed it may stay a zombie nobody reaps,
-        # so "alive" means a live process that is still this folder's Kafka
+        # an adopted broker is not our child: "alive" means a live process that is still this
+        # folder's Kafka (its pid not reused by another process since)
         return self._pid is not None and pid_alive(self._pid) and self._is_our_broker(self._pid)
 
     # -- start -------------------------------------------------------------------------------------
@@ -168,7 +182,7 @@ class EmbeddedKafka:
         with (self.folder / "start.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # 2.
-            if self._reuse(timeout):
+            if self._reuse(min(timeout, REUSE_ANSWER_S)):
                 how = "adopted" if self.owned else "shared"
                 logger.info(
                     "embedded Kafka %s pid=%s bootstrap=%s", how, self._pid, self.bootstrap_servers
@@ -242,11 +256,29 @@ class EmbeddedKafka:
         return True
 
     def _format(self, classpath: str) -> None:
+        """Format ``log/`` with a new cluster id, once. What formatting writes besides
+        ``meta.properties`` (``bootstrap.checkpoint``: the metadata version's feature records) is
+        the same for every log of this Kafka version, so after the first format it is copied from
+        a template beside the jar cache, and ``meta.properties`` written with new ids: a new
+        state directory starts without the storage tool's own JVM."""
         if (self.log_dir / "meta.properties").is_file():
             return
-        cluster_id = _new_cluster_id()
+        template = default_cache().parent / f"kafka-{KAFKA_VERSION}-bootstrap.checkpoint"
+        if template.is_file():
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, self.log_dir / "bootstrap.checkpoint")
+            meta = {
+                "node.id": "1",
+                "directory.id": _new_cluster_id(),
+                "version": "1",
+                "cluster.id": _new_cluster_id(),
+            }
+            tmp = self.log_dir / "meta.properties.tmp"
+            tmp.write_text("".join(f"{k}={v}\n" for k, v in meta.items()))
+            tmp.replace(self.log_dir / "meta.properties")
+            return
         done = subprocess.run(
-            ["java", "-cp", classpath, STORAGE_TOOL, "format", "-t", cluster_id, "-c",
+            ["java", "-cp", classpath, STORAGE_TOOL, "format", "-t", _new_cluster_id(), "-c",
              str(self.properties)],
             capture_output=True,
             text=True,
@@ -257,6 +289,10 @@ class EmbeddedKafka:
                 f"formatting the embedded Kafka log {self.log_dir} failed "
                 f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}"
             )
+        with contextlib.suppress(OSError):  # the template is an optimisation only
+            part = template.with_name(f"{template.name}.{os.getpid()}")
+            shutil.copyfile(self.log_dir / "bootstrap.checkpoint", part)
+            part.replace(template)
 
     def _read_cluster_id(self) -> str:
         for line in (self.log_dir / "meta.properties").read_text().splitlines():
@@ -426,7 +462,7 @@ class EmbeddedKafka:
         pid, owner = int(record.get("pid", 0)), int(record.get("owner", 0))
         if pid <= 0 or not pid_alive(pid) or not self._is_our_broker(pid):
             return False
-        if owner > 0 and owner != os.getpid() and pid_alive(owner):
+        if owner > 0 and pid_alive(owner):
             return False
         self._pid, self.owned = pid, True
         self.stop()

@@ -23,6 +23,16 @@ class KafkaJarsUnavailable(BrokerStartFailed):
     set instead."""
 
 
+class TopicMismatch(IngestError, TerminalError):
+    """A topic that exists does not fit the run (its partition count differs from the binding);
+    the message says what to change."""
+
+
+class RetentionGap(IngestError, TerminalError):
+    """Records a run had not consumed yet were deleted by the topic's retention: going on would
+    skip them silently, so the run stops and says which offsets are gone."""
+
+
 class SourceUnavailable(IngestError, TerminalError):
     """A source cannot be read (a missing file, a bad declaration)."""
 

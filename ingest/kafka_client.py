@@ -10,6 +10,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ingest.exceptions import BrokerUnavailable
@@ -112,8 +113,14 @@ def ensure_topics(kafka: KafkaSettings, bootstrap: str, topics: dict[str, int]) 
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does
+    not)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: the signal check is all there is
+    return stat.rpartition(")")[2].split()[0] != "Z"

@@ -15,7 +15,9 @@ Each turn, in order:
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
 6. Idle exit (``until_idle_s``): nothing pending, nothing ``busy()`` (collectors, the commit
-   queue), the broker answering, and no record or batch for that long.
+   queue), no record or batch for that long, the broker answering (a broker away is not
+   idleness), and the consumer's position at the end offsets Kafka answers now (a first fetch
+   that is slow to come back is not idleness).
 """
 
 from __future__ import annotations
@@ -220,4 +222,7 @@ class ConsumingLoop:
         """Step 6, once nothing is pending or buffered."""
         limit = self.rules.until_idle_s
         waiting = self.waiting_since is not None  # a broker away is not "nothing more to do"
-        return limit is not None and not waiting and not self.busy() and idle_for >= limit
+        if limit is None or waiting or self.busy() or idle_for < limit:
+            return False
+        feed = self.feed
+        return all(feed.position(tp) >= end for tp, end in feed.end_offsets().items())

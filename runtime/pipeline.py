@@ -8,9 +8,12 @@ commits). A bounded queue between them is the backpressure.
 The run, in order:
 
 1. Open staging; its watermark, offsets and stream progress are the truth. Load the engine's
-   state from it. If its offsets belong to another Kafka log (a restarted embedded broker), drop
-   them: the new log is read from its start and already-applied batch ids are skipped.
-2. Create the topics that do not exist; assign their partitions and seek to the staged offsets.
+   state from it. If its offsets belong to another Kafka log (another cluster, or an embedded
+   broker whose log was removed), drop them: the new log is read from its start and
+   already-applied batch ids are skipped.
+2. Create the topics that do not exist and check those that do (partition counts; retention,
+   :mod:`ingest.topic_checks`); assign their partitions and seek to the staged offsets (offsets
+   retention deleted before they were consumed stop the start: :class:`RetentionGap`).
 3. Start a collector thread per bound input (they resume from their checkpoints; one that loses
    the broker waits and runs again, resuming from what the topic holds: :func:`run_collector`).
 4. Loop: poll; add records to the assembler; when the pending batch is full (``ENGINE__BATCH_SIZE``
@@ -57,6 +60,7 @@ from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, ResumePoint
 from ingest.consumer import MONITOR_TIMEOUT_MS, RecordConsumer
 from ingest.eventtime import EventTimeBounds
+from ingest.topic_checks import check_topics
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
 from runtime.committer import CommittedBatch, PipelineReport, StagingCommitter, execute_batch
@@ -192,11 +196,11 @@ class Pipeline:
         )
         # 2.
         topics = spec.topics()
-        ensure_topics(
-            settings.kafka,
-            self.broker.bootstrap_servers,
-            {t: max(spec.streams[s].partitions for s in streams) for t, streams in topics.items()},
-        )
+        wanted = {
+            t: max(spec.streams[s].partitions for s in streams) for t, streams in topics.items()
+        }
+        ensure_topics(settings.kafka, self.broker.bootstrap_servers, wanted)
+        check_topics(settings.kafka, self.broker.bootstrap_servers, wanted)
         consumer = RecordConsumer(
             settings.kafka,
             self.broker.bootstrap_servers,
