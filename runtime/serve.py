@@ -136,8 +136,8 @@ def serve(
         broker = watch.handle
         if broker.embedded:
             print(
-                f"streamdi serve: embedded in-memory broker at {broker.bootstrap_servers} "
-                "(development only: its messages vanish when this process ends)",
+                f"streamdi serve: embedded Apache Kafka at {broker.bootstrap_servers} "
+                f"(its log: {settings.streamdi.state_dir / 'kafka'})",
                 file=sys.stderr,
             )
         # 2.
