@@ -57,6 +57,8 @@ from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
+#: How long :meth:`EmbeddedKafka.restart` waits for a killed broker's port to be free.
+RESTART_PORT_WAIT_S = 10.0
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
 #: How long a running broker of the folder may take to answer before it is replaced.
@@ -211,9 +213,19 @@ class EmbeddedKafka:
             return self.handle
         self._process = None
         self._pid = None
-        if self.port:
-            self.wanted_port = self.port
-        return self.start(timeout_s)
+        port = self.wanted_port or self.port
+        if port:
+            self.wanted_port = port
+            # a killed JVM's main thread is reaped (a zombie, "not alive") before its other
+            # threads have let go of its sockets: wait for the port rather than move
+            deadline = time.monotonic() + RESTART_PORT_WAIT_S
+            while not _port_free(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        try:
+            return self.start(timeout_s)
+        except BrokerStartFailed:
+            self.port = port  # the next try asks for the same address again
+            raise
 
     def _read_record(self) -> dict[str, Any] | None:
         try:
