@@ -15,7 +15,7 @@ import pytest
 from cli.commands import EXIT_OK
 from cli.main import main
 from ingest.broker import free_port
-from tests.integration.ops.test_stack_environment import StackService, push
+from tests.integration.ops.stack_service import StackService, push
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -1,13 +1,13 @@
 """The compose stack's Spark master and worker, run for real without Docker: their entrypoint and
 commands from docker-compose.yml against this environment's pyspark installation (the image's
-SPARK_HOME), with the master's host and the ports rewritten. Their compose healthchecks pass, the
-worker registers, and a job with a Python function runs on the worker."""
+SPARK_HOME), with the master's host and the ports rewritten (tests/integration/compose/native.py).
+Their compose healthchecks pass, the worker registers, and a job with a Python function runs on
+the worker."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,99 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from ingest.broker import free_port
-from streamdi.probe import probe
-from tests.compose_file import command, load_compose
+from tests.integration.compose.native import NativeStack
 
 pytestmark = pytest.mark.spark
 
 
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
-def rewritten(args: list[str], ports: dict[str, str]) -> list[str]:
-    out = []
-    for arg in args:
-        arg = arg.replace("spark://spark-master:", "spark://127.0.0.1:")
-        for old, new in ports.items():
-            arg = arg.replace(f":{old}", f":{new}") if arg.startswith("spark://") else arg
-        out.append(ports.get(arg, "127.0.0.1" if arg == "spark-master" else arg))
-    return out
-
-
-def start(entrypoint: list[str], args: list[str], log: Path, work: Path) -> subprocess.Popen[bytes]:
-    assert entrypoint[-1] == "spark-class"
-    env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1")
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [str(spark_home() / "bin" / "spark-class"), *args],
-            env=env,
-            cwd=work,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # spark-class runs java as a child: stop the whole group
-        )
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    else:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def healthy(test: list[str], ports: dict[str, str], timeout: float = 120) -> None:
-    assert test[1:4] == ["python", "-m", "streamdi.probe"], test
-    urls = list(test[4:])
-    for old, new in ports.items():
-        urls = [u.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}") for u in urls]
-    deadline = time.monotonic() + timeout
-    while True:
-        problems = [p for p in (probe(u) for u in urls) if p is not None]
-        if not problems:
-            return
-        assert time.monotonic() < deadline, problems
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    services = load_compose()["services"]
-    master, worker = services["spark-master"], services["spark-worker"]
-    ports = {"7077": str(free_port()), "8080": str(free_port()), "8081": str(free_port())}
-    processes = []
+    """The compose ``spark-master`` and ``spark-worker`` services, natively, each healthy."""
+    stack = NativeStack(tmp_path / "compose")
     try:
-        processes.append(
-            start(
-                master["entrypoint"],
-                rewritten(command(master), ports),
-                tmp_path / "master.log",
-                tmp_path,
-            )
-        )
-        healthy(master["healthcheck"]["test"], ports)
-        worker_args = rewritten(command(worker), ports)
-        work_dir = worker_args.index("--work-dir") + 1
-        worker_args[work_dir] = str(tmp_path / "spark-work")
-        processes.append(
-            start(worker["entrypoint"], worker_args, tmp_path / "worker.log", tmp_path)
-        )
-        healthy(worker["healthcheck"]["test"], ports)
-        yield f"spark://127.0.0.1:{ports['7077']}", f"http://127.0.0.1:{ports['8080']}"
+        stack.up("spark-worker")  # depends_on: the master first, healthy
+        yield f"spark://{stack.address('spark-master', 7077)}", stack.url("spark-master", 8080)
     finally:
-        for process in reversed(processes):
-            stop(process)
+        stack.down()
 
 
 def test_the_compose_spark_cluster_runs_python_tasks(

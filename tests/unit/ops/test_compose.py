@@ -125,6 +125,33 @@ def test_every_image_is_pinned(name: str) -> None:
     assert pinned(image), f"{name}: image {image!r} is not pinned to an exact version or digest"
 
 
+def test_the_compose_kafka_is_the_release_the_embedded_broker_runs() -> None:
+    """Issue 17: the stack deploys the Apache Kafka the tests run (ingest/kafka_dist.py)."""
+    from ingest.kafka_dist import KAFKA_VERSION
+
+    image = SERVICES["kafka"]["image"]
+    assert image == f"apache/kafka:{KAFKA_VERSION}", image
+
+
+def test_the_compose_kafka_environment_is_a_kraft_node_of_kafka_4() -> None:
+    """Kafka 4 runs KRaft only: the node is broker and controller with a static voter set on its
+    own controller listener, and sets nothing of ZooKeeper mode (removed in 4.0)."""
+    env = environment(SERVICES["kafka"])
+    assert not [k for k in env if "ZOOKEEPER" in k or k == "KAFKA_BROKER_ID"]
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    node = env["KAFKA_NODE_ID"]
+    controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    listeners = dict(u.split("://") for u in env["KAFKA_LISTENERS"].split(","))
+    voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert voters == [f"{node}@kafka:{listeners[controller].rsplit(':', 1)[1]}"]
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(listeners) <= set(protocols)
+    advertised = env["KAFKA_ADVERTISED_LISTENERS"]
+    assert controller not in advertised  # a controller listener is never advertised
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] in listeners
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # streamdi creates its topics
+
+
 def test_the_streamdi_image_is_built_here_and_tagged_with_the_project_version() -> None:
     for name in STREAMDI_SERVICES:
         assert SERVICES[name]["build"]["context"] == "."
