@@ -8,7 +8,8 @@ hosted in. Those reach it through the small interfaces below, which the composit
 
 * :class:`EventSink`: one stream's HTTP push door (``POST /streams/{stream}/events``);
 * :data:`Replayer`: re-offers dead letters through the broker;
-* :class:`IngestControl`: pause, resume, the consumer lag.
+* :class:`IngestControl`: pause, resume, the consumer lag;
+* :class:`BrokerHealth`: the broker's state (``/ready``, ``/status``, the metrics).
 """
 
 from __future__ import annotations
@@ -74,6 +75,34 @@ class IngestControl(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
+
+
+class BrokerHealth(Protocol):
+    """The broker the hosted pipeline uses, as its watch last saw it (the composition root fills
+    it with a :class:`runtime.broker_watch.BrokerState`): its address, whether it is embedded and
+    answers (``up``; ``down_since`` in epoch seconds otherwise), the embedded broker's pid and how
+    many times the service restarted it, the last problem seen."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    @property
+    def embedded(self) -> bool: ...
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def down_since(self) -> float | None: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def restarts(self) -> int: ...
+
+    @property
+    def last_error(self) -> str | None: ...
 
 
 #: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).

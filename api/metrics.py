@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -42,6 +42,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "streamdi_migration_lag_batches",
     "streamdi_migration_lag_seconds",
     "streamdi_pipeline_up",
+    "streamdi_broker_up",
+    "streamdi_broker_restarts_total",
     "streamdi_answers_kept",
     "streamdi_answers_bytes",
 )
@@ -51,7 +53,7 @@ class _StateCollector(Collector):
     def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         self._snapshot = snapshot
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         state = self._snapshot()
         yield GaugeMetricFamily(
             "streamdi_staged_watermark", "Last batch committed to staging.", state["staged"]
@@ -117,6 +119,19 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "streamdi_pipeline_up", "1 while the hosted pipeline runs.", state["pipeline_up"]
         )
+        broker = state["broker"]
+        up = GaugeMetricFamily(
+            "streamdi_broker_up", "1 while the hosted pipeline's Kafka broker answers."
+        )
+        restarts = CounterMetricFamily(
+            "streamdi_broker_restarts",
+            "Times the service started its embedded Kafka again after it died.",
+        )
+        if broker is not None:
+            up.add_metric([], 1 if broker.up else 0)
+            restarts.add_metric([], broker.restarts)
+        yield up
+        yield restarts
         yield GaugeMetricFamily(
             "streamdi_answers_kept", "Answers kept for paging.", state["answers"]
         )

@@ -157,6 +157,20 @@ class PipelineInfo(BaseModel):
     paused: bool
 
 
+class BrokerInfo(BaseModel):
+    """The Kafka broker of the hosted pipeline: where, whether embedded, whether it answers (and
+    for how long it has not), the embedded broker's pid, the restarts the service did, and the
+    last problem seen."""
+
+    bootstrap_servers: str
+    embedded: bool
+    up: bool
+    down_for_s: float | None
+    pid: int | None
+    restarts: int
+    error: str | None
+
+
 class StagingInfo(BaseModel):
     path: str
     watermark: int
@@ -183,7 +197,8 @@ class EngineInfo(BaseModel):
 class ServiceStatus(BaseModel):
     """A summary for operators (``GET /status``, ``streamdi status``): the service, the hosted
     pipeline (paused or not), staging's watermark and size, per stream its last batch and
-    consumer lag, per target its acknowledged batch and migration lag, the engine's rate."""
+    consumer lag, per target its acknowledged batch and migration lag, the engine's rate, the
+    broker (up or not, its restarts)."""
 
     service: ServiceInfo
     pipeline: PipelineInfo
@@ -191,6 +206,8 @@ class ServiceStatus(BaseModel):
     streams: dict[str, StreamProgress]
     migration: dict[str, TargetLag]
     engine: EngineInfo
+    #: None when no pipeline is hosted.
+    broker: BrokerInfo | None = None
 
 
 class Health(BaseModel):

@@ -29,7 +29,7 @@ from api.exceptions import (
     UnknownStream,
     UnknownTarget,
 )
-from api.hosted import EventSink, IngestControl, Replayer
+from api.hosted import BrokerHealth, EventSink, IngestControl, Replayer
 from api.metrics import ServiceMetrics
 from api.models import (
     AnswerPage,
@@ -48,6 +48,7 @@ from api.models import (
 from api.planner import PlanModel
 from api.responses import (
     BatchInfo,
+    BrokerInfo,
     DeadLetter,
     EngineInfo,
     Health,
@@ -157,6 +158,7 @@ class QueryService:
         pipeline_state: Callable[[], tuple[PipelineState, str | None]] | None = None,
         model: PlanModel | None = None,
         ingest: IngestControl | None = None,
+        broker: Callable[[], BrokerHealth] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -183,6 +185,7 @@ class QueryService:
         self.replayer = replayer
         self._pipeline_state = pipeline_state
         self.ingest = ingest
+        self._broker = broker
         self.metrics = ServiceMetrics(self._gauges)
         self.started_at = time.time()
 
@@ -478,12 +481,35 @@ class QueryService:
             uptime_s=time.time() - self.started_at,
         )
 
+    def broker(self) -> BrokerInfo | None:
+        """The hosted pipeline's broker as last seen, or None when no pipeline is hosted."""
+        if self._broker is None:
+            return None
+        seen = self._broker()
+        return BrokerInfo(
+            bootstrap_servers=seen.bootstrap_servers,
+            embedded=seen.embedded,
+            up=seen.up,
+            down_for_s=(
+                None if seen.down_since is None else round(time.time() - seen.down_since, 3)
+            ),
+            pid=seen.pid,
+            restarts=seen.restarts,
+            error=seen.last_error,
+        )
+
     def ready(self) -> tuple[bool, Readiness]:
         """Whether the service is ready (its hosted pipeline consumes), and the answer."""
         state, error = self.pipeline()
         reasons = []
         if state in ("starting", "stopped", "failed"):
             reasons.append(f"pipeline {state}" + (f": {error}" if error else ""))
+        broker = self.broker()
+        if broker is not None and not broker.up:
+            reasons.append(
+                f"broker unavailable at {broker.bootstrap_servers} for {broker.down_for_s or 0:.0f}"
+                f" s ({broker.error}); the pipeline waits and retries"
+            )
         return not reasons, Readiness(
             status="ready" if not reasons else "not ready",
             pipeline=state,
@@ -545,6 +571,7 @@ class QueryService:
                 for target, lag in gauges["migration_lag"].items()
             },
             engine=EngineInfo(events_per_second=round(self.metrics.engine_rate(), 1)),
+            broker=self.broker(),
         )
 
     def _gauges(self) -> dict[str, Any]:
@@ -583,4 +610,5 @@ class QueryService:
             "consumer_lag": dict(self.ingest.consumer_lag) if self.ingest is not None else {},
             "paused": 1 if self.ingest is not None and self.ingest.paused.is_set() else 0,
             "staging_bytes": staging_bytes,
+            "broker": self.broker(),
         }

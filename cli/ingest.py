@@ -45,7 +45,7 @@ def _crash_at(text: str | None) -> tuple[str, int] | None:
 
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from ingest.broker import open_broker
+    from runtime.broker_watch import watched_broker
     from runtime.faults import CrashAt
     from runtime.pipeline import Pipeline, PipelineOptions
     from runtime.runspec import load_run_spec
@@ -64,7 +64,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     crash = _crash_at(args.crash_at)
     faults = CrashAt(*crash) if crash is not None else None
     stop = _stop_on_signals()
-    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
+    with watched_broker(settings.kafka, settings.streamdi.state_dir) as watch:
+        broker = watch.handle
         if broker.embedded:
             print(
                 f"streamdi: embedded Apache Kafka at {broker.bootstrap_servers} "

@@ -10,11 +10,12 @@ Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector
 
 1. Take the stream's lock file (one collector per stream).
 2. Read the checkpoint (last batch id, last source position and record offset per partition, for
-   this log and this source), then read the topic after those offsets (``read_committed``): the
-   last *complete* batch found there is the true resume point (it may be newer than the
-   checkpoint when the collector died between producing and checkpointing). Resume at the next
-   position with the next batch id; a batch that was cut off half-way is produced again from its
-   first part (the consumer drops the torn copy; on several partitions a torn batch is an aborted
+   this log and this source), then read the topic after those offsets (``read_committed``) up
+   to its end offsets of now (exactly: never "until a poll comes back empty"): the last
+   *complete* batch found there is the true resume point (it may be newer than the checkpoint
+   when the collector died between producing and checkpointing). Resume at the next position with
+   the next batch id; a batch that was cut off half-way is produced again from its first part
+   (the consumer drops the torn copy; on several partitions a torn batch is an aborted
    transaction that no reader sees).
 3. Read, cut and produce batches. Every chunk's event times are checked against the run's bounds
    (:mod:`ingest.eventtime`; a source checks them too, this covers sources that build ``_ts``
@@ -23,7 +24,14 @@ Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector
    buffer is full (backpressure). On several partitions, the open transaction commits at the end
    of every chunk the source hands over (a push source's request waits for it).
 4. Every few batches and at the end: commit the open transaction, flush the producer, then write
-   the checkpoint (atomically, by rename).
+   the checkpoint (atomically, by rename). A chunk that waits for its fate (an HTTP push) is told
+   its batch ids only after this step; if the run fails first, the source's iterator is closed
+   and the push is told it was not produced.
+
+A broker that goes away is ridden out by the producer (it retries for
+:data:`DELIVERY_TIMEOUT_MS`); longer, and the run raises :class:`BrokerUnavailable` (transient):
+the caller runs the collector again, which resumes from step 2 (the topic, not memory, says
+where).
 """
 
 from __future__ import annotations
@@ -56,6 +64,12 @@ logger = logging.getLogger(__name__)
 
 #: Flush and checkpoint after this many batches.
 CHECKPOINT_EVERY = 16
+#: The resume scan gives up (the broker is unavailable) when the topic's end is not reached in
+#: this long.
+SCAN_TIMEOUT_S = 120.0
+#: How long the producer tries to deliver a record (riding out a broker restart) before the
+#: collector gives up and is restarted by its run.
+DELIVERY_TIMEOUT_MS = 120_000
 
 
 @dataclass(frozen=True)
@@ -166,51 +180,76 @@ class BatchCollector:
         return point
 
     def _scan_topic(self, point: ResumePoint) -> ResumePoint | None:
-        """The last complete batch after ``point``'s offsets (one partition: ``point.offset``;
-        several: ``point.offsets``, from the start of a partition it has none for)."""
+        """The last complete batch of this stream after ``point``'s offsets (one partition:
+        ``point.offset``; several: ``point.offsets``, from the start of a partition it has none
+        for). The topic is read (``read_committed``) up to its end offsets of now (exactly, not
+        until polls come back empty), so a batch produced before a crash is always found. A
+        broker that does not answer, or does not deliver up to its end within
+        :data:`SCAN_TIMEOUT_S`, is :class:`BrokerUnavailable` (the caller waits and retries)."""
         from kafka import KafkaConsumer, TopicPartition
+        from kafka.errors import KafkaError
 
-        consumer = KafkaConsumer(
-            **client_config(self.kafka, self.bootstrap),
-            enable_auto_commit=False,
-            group_id=None,
-            max_partition_fetch_bytes=16 * 1024 * 1024,
-            isolation_level="read_committed",
-        )
+        try:
+            consumer = KafkaConsumer(
+                **client_config(self.kafka, self.bootstrap),
+                enable_auto_commit=False,
+                group_id=None,
+                max_partition_fetch_bytes=16 * 1024 * 1024,
+                isolation_level="read_committed",
+                reconnect_backoff_max_ms=1000,
+            )
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot read topic {self.topic!r}: {exc}") from exc
         try:
             partitions = consumer.partitions_for_topic(self.topic) or {0}
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
+            ends = consumer.end_offsets(tps)
+            left: dict[Any, int] = {}
             for tp in tps:
                 after = point.offset if len(tps) == 1 else point.offsets.get(tp.partition, -1)
-                consumer.seek(tp, max(0, after + 1))
+                start = max(0, after + 1)
+                if int(ends.get(tp, 0)) > start:
+                    left[tp] = int(ends[tp])
+                    consumer.seek(tp, start)
             best: ResumePoint | None = None
-            empty = 0
-            while empty < 2:
+            deadline = time.monotonic() + SCAN_TIMEOUT_S
+            while left:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(
+                        f"reading topic {self.topic!r} up to its end offsets {left} took more "
+                        f"than {SCAN_TIMEOUT_S:.0f} s"
+                    )
                 polled = consumer.poll(timeout_ms=400, max_records=2000)
-                if not polled:
-                    empty += 1
-                    continue
-                empty = 0
                 for records in polled.values():
                     for record in records:
-                        headers = header_map(record.headers)
-                        if headers.get(STREAM) != self.stream or LAST_POS not in headers:
-                            continue
-                        part, _, parts = headers.get(PART, "0/1").partition("/")
-                        if int(part) != int(parts) - 1:
-                            continue
-                        batch = int(headers[BATCH])
-                        if best is None or batch >= best.next_batch:
+                        found = self._complete_batch(record)
+                        if found is not None and (best is None or found[0] >= best.next_batch):
                             best = ResumePoint(
-                                batch + 1,
-                                int(headers[LAST_POS]) + 1,
+                                found[0] + 1,
+                                found[1] + 1,
                                 record.offset,
                                 {record.partition: record.offset},
                             )
+                for tp in list(left):
+                    if consumer.position(tp) >= left[tp]:
+                        del left[tp]
             return best
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot read topic {self.topic!r}: {exc}") from exc
         finally:
             consumer.close()
+
+    def _complete_batch(self, record: Any) -> tuple[int, int] | None:
+        """``(batch id, last position)`` of ``record`` when it is the last part of a batch of
+        this stream, else None."""
+        headers = header_map(record.headers)
+        if headers.get(STREAM) != self.stream or LAST_POS not in headers:
+            return None
+        part, _, parts = headers.get(PART, "0/1").partition("/")
+        if int(part) != int(parts) - 1:
+            return None
+        return int(headers[BATCH]), int(headers[LAST_POS])
 
     # -- 3. and 4. ---------------------------------------------------------------------------------
 
@@ -222,11 +261,12 @@ class BatchCollector:
         config = dict(
             **client_config(self.kafka, self.bootstrap),
             acks="all",
-            retries=10,
             enable_idempotence=True,
             linger_ms=5,
             max_request_size=self.cap + 256 * 1024,
-            max_block_ms=120_000,
+            max_block_ms=DELIVERY_TIMEOUT_MS,
+            delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+            reconnect_backoff_max_ms=1000,
         )
         try:
             probe = KafkaProducer(**config)
@@ -278,6 +318,8 @@ class BatchCollector:
             lock.close()
 
     def _run(self, stop: threading.Event | None) -> CollectorReport:
+        from kafka.errors import KafkaError
+
         started = time.monotonic()
         point = self.resume_point()
         report = self.report
@@ -319,7 +361,10 @@ class BatchCollector:
                 punctuation=punctuation,
             )
             for record in records:
-                last_future = sender.send(batch_id, record.value, record.headers)
+                try:
+                    last_future = sender.send(batch_id, record.value, record.headers)
+                except KafkaError as exc:
+                    raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
                 in_flight.append((last_future, len(record.value)))
                 held += len(record.value)
                 held = self._backpressure(in_flight, held)
@@ -336,8 +381,9 @@ class BatchCollector:
                 unflushed = 0
             batch_id += 1
 
+        chunks = self.source.read(point.start_pos)
         try:
-            for chunk in self.source.read(point.start_pos):
+            for chunk in chunks:
                 reject_out_of_range(chunk, self.event_times)
                 first_batch = batch_id
                 events = chunk.events
@@ -382,6 +428,10 @@ class BatchCollector:
             if last_future is not None:
                 self._checkpoint(sender, last_future, batch_id - 1, covered, checkpointed)
         finally:
+            # a source waiting for a chunk's fate (an HTTP push) learns it was not produced
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
             sender.close(timeout_s=30)
         report.seconds = time.monotonic() - started
         logger.info(

@@ -25,6 +25,10 @@ from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
+#: How long monitoring's end offsets wait for the broker: a broker that is away must not hold up
+#: the consuming loop (the drain on stop waits the client's full request timeout).
+MONITOR_TIMEOUT_MS = 1000
+
 
 class RecordConsumer:
     """Reads the given topics from given offsets; see the module docstring."""
@@ -55,6 +59,7 @@ class RecordConsumer:
                 receive_buffer_bytes=4 * 1024 * 1024,
                 # a collector's open or aborted transaction is never read (ingest.spreading)
                 isolation_level="read_committed",
+                reconnect_backoff_max_ms=1000,
             )
             tps: list[Any] = []
             for topic in topics:
@@ -150,13 +155,16 @@ class RecordConsumer:
             logger.debug("position failed: %s", exc)
             return -1
 
-    def end_offsets(self) -> dict[TopicPartition, int]:
+    def end_offsets(self, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """The brokers' end offset (the next offset to be written) of every assigned partition;
-        empty when they do not answer (monitoring only)."""
+        empty when they do not answer within ``timeout_ms`` (None: the client's request timeout;
+        monitoring passes :data:`MONITOR_TIMEOUT_MS`)."""
         from kafka import TopicPartition
 
         try:
-            ends = self._consumer.end_offsets([TopicPartition(t, p) for t, p in self.partitions])
+            ends = self._consumer.end_offsets(
+                [TopicPartition(t, p) for t, p in self.partitions], timeout_ms=timeout_ms
+            )
         except Exception as exc:  # monitoring must never stop the pipeline
             logger.debug("end offsets failed: %s", exc)
             return {}

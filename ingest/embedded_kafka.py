@@ -57,6 +57,8 @@ from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
+#: How long :meth:`EmbeddedKafka.restart` waits for a killed broker's port to be free.
+RESTART_PORT_WAIT_S = 10.0
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
 #: How long a running broker of the folder may take to answer before it is replaced.
@@ -122,7 +124,10 @@ def _new_cluster_id() -> str:
 
 
 def _port_free(port: int) -> bool:
+    """Whether Kafka can listen on ``port``: as the JVM does, with ``SO_REUSEADDR``, so the
+    connections a killed broker left in TIME_WAIT do not count (its port is free again at once)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -165,7 +170,9 @@ class EmbeddedKafka:
     def alive(self) -> bool:
         if self._process is not None:
             return self._process.poll() is None
-        return self._pid is not None and pid_alive(self._pid)
+        # an adopted broker is not our child: "alive" means a live process that is still this
+        # folder's Kafka (its pid not reused by another process since)
+        return self._pid is not None and pid_alive(self._pid) and self._is_our_broker(self._pid)
 
     # -- start -------------------------------------------------------------------------------------
 
@@ -194,6 +201,31 @@ class EmbeddedKafka:
             self.log_dir,
         )
         return self.handle
+
+    def restart(self, timeout_s: float | None = None) -> BrokerHandle:
+        """Start this process's broker again after it ended while running (killed, crashed):
+        the same log and the same ports, so clients keep their bootstrap address and the log
+        id is unchanged. Only for a broker this process owns; a running one is left as it is.
+        Raises :class:`BrokerStartFailed` as :meth:`start` does (a port taken meanwhile)."""
+        if not self.owned:
+            raise BrokerStartFailed(f"the embedded Kafka of {self.folder} is not this process's")
+        if self.alive():
+            return self.handle
+        self._process = None
+        self._pid = None
+        port = self.wanted_port or self.port
+        if port:
+            self.wanted_port = port
+            # a killed JVM's main thread is reaped (a zombie, "not alive") before its other
+            # threads have let go of its sockets: wait for the port rather than move
+            deadline = time.monotonic() + RESTART_PORT_WAIT_S
+            while not _port_free(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        try:
+            return self.start(timeout_s)
+        except BrokerStartFailed:
+            self.port = port  # the next try asks for the same address again
+            raise
 
     def _read_record(self) -> dict[str, Any] | None:
         try:

@@ -68,3 +68,8 @@ class NoEvents(PushRefused):
 
 class PushTimedOut(IngestError, TransientError):
     """The collector did not take and produce pushed events in time."""
+
+
+class PushNotProduced(PushTimedOut):
+    """The collector failed (the broker went away) before the pushed events were acknowledged:
+    they may or may not be in Kafka; nothing was acknowledged."""

@@ -46,6 +46,7 @@ from etl_dataflows.types import POS, TS
 from ingest.exceptions import (
     EventTooLarge,
     NoEvents,
+    PushNotProduced,
     PushRefused,
     PushTimedOut,
     UnknownFields,
@@ -74,6 +75,8 @@ class PushReceipt:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: Set (with ``done``) when the collector failed before the events were acknowledged.
+    failure: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -137,6 +140,11 @@ class HttpPushSource(IterableSource):
         if not offer.receipt.done.wait(timeout_s):
             raise PushTimedOut(
                 f"stream {self.name!r}: the events were not produced within {timeout_s:g} s"
+            )
+        if offer.receipt.failure is not None:
+            raise PushNotProduced(
+                f"stream {self.name!r}: the events were not acknowledged ({offer.receipt.failure}"
+                "); they may or may not be in Kafka: offer them again or check the stream"
             )
         return offer.receipt
 
@@ -268,6 +276,19 @@ class HttpPushSource(IterableSource):
             )
 
     def read(self, start: int = 0) -> Iterator[SourceChunk]:
+        """The offers as chunks from position ``start`` (see the module docstring). Closing the
+        iterator while an offer is in hand (its collector failed) tells that offer it was not
+        produced."""
+        in_hand: list[PushReceipt] = []
+        try:
+            yield from self._read(start, in_hand)
+        finally:
+            for receipt in in_hand:
+                if not receipt.done.is_set():
+                    receipt.failure = "the collector stopped before Kafka acknowledged them"
+                    receipt.done.set()
+
+    def _read(self, start: int, in_hand: list[PushReceipt]) -> Iterator[SourceChunk]:
         pos = start
         while True:
             try:
@@ -309,6 +330,7 @@ class HttpPushSource(IterableSource):
                 receipt.done.set()
 
             chunk.on_produced = produced
+            in_hand[:] = [receipt]
             yield chunk
 
 

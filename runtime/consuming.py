@@ -6,7 +6,8 @@ Each turn, in order:
    holds now (the end offsets, when draining); end the loop when the batch limit was reached, the
    drain consumed everything up to those offsets, ingest is paused, or the deadline passed.
 2. Poll, unless records polled earlier still wait or ingest is paused (then note that the pause
-   was seen: :meth:`PauseControl.pause` waits for it).
+   was seen: :meth:`PauseControl.pause` waits for it). A broker that does not answer is waited
+   for (a transient error: logged, the poll tried again); the loop never ends for it.
 3. Fill the assembler (:func:`runtime.cutting.fill`) and cut by the rules of
    :func:`runtime.cutting.cut_reason`; a cut batch is handed to ``hand_off`` (run and queued for
    its commit) with the next batch id; the batch limit stops the run once reached.
@@ -17,12 +18,14 @@ Each turn, in order:
    every ``idle_check_s``, tell the assembler which partitions the consumer has read to their
    end offset (:meth:`BatchAssembler.mark_idle`, the idle rule of :mod:`ingest.merging`).
 6. Idle exit (``until_idle_s``): nothing pending or held back, nothing ``busy()`` (collectors,
-   the commit queue), no record or batch for that long, and the consumer's position at the end
-   offsets Kafka answers now (a first fetch that is slow to come back is not idleness).
+   the commit queue), no record or batch for that long, the broker answering (a broker away is
+   not idleness), and the consumer's position at the end offsets Kafka answers now (a first
+   fetch that is slow to come back is not idleness).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +35,9 @@ from dataclasses import dataclass
 from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord, TopicPartition
 from runtime.cutting import CutRules, PendingBatch, cut_reason, fill
 from runtime.interfaces import RecordFeed
+from streamdi.errors import TransientError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class LoopRules:
     progress_every_s: float = 1.0
     #: How often a loop whose merged streams hold events asks for the partitions' end offsets.
     idle_check_s: float = 0.1
+    #: A poll the broker did not answer is tried again after this long.
+    poll_retry_s: float = 0.5
 
 
 class PauseControl:
@@ -114,6 +122,8 @@ class ConsumingLoop:
         self.batches = 0
         #: Events of those batches.
         self.fetched_events = 0
+        #: Since when (monotonic) polls fail because the broker does not answer, or None.
+        self.waiting_since: float | None = None
 
     def run(self, stop: threading.Event) -> None:
         """Consume until one of the ends of the module docstring; see there for the order."""
@@ -147,7 +157,7 @@ class ConsumingLoop:
                 if paused:
                     control.seen.set()
                 did_poll = not buffered and not paused
-                polled = feed.poll(rules.poll_timeout_ms) if did_poll else []
+                polled = self._poll(stop) if did_poll else []
                 buffered.extend(polled)
                 if polled:
                     last_activity = time.monotonic()
@@ -213,10 +223,29 @@ class ConsumingLoop:
         caught_up = {tp for tp, end in ends.items() if self.feed.position(tp) >= end}
         self.assembler.mark_idle(caught_up)
 
+    def _poll(self, stop: threading.Event) -> list[RawRecord]:
+        """Step 2's poll; a broker that does not answer (a transient error) is waited for: logged
+        once per outage, the turn's poll comes back empty after ``poll_retry_s``."""
+        try:
+            polled = self.feed.poll(self.rules.poll_timeout_ms)
+        except TransientError as exc:
+            if self.waiting_since is None:
+                self.waiting_since = time.monotonic()
+                logger.warning("consumer waits for the broker: %s; polling again", exc)
+            stop.wait(self.rules.poll_retry_s)
+            return []
+        if self.waiting_since is not None:
+            logger.warning(
+                "consumer polls again after %.1f s", time.monotonic() - self.waiting_since
+            )
+            self.waiting_since = None
+        return polled
+
     def _idle_exit(self, idle_for: float) -> bool:
         """Step 6, once nothing is pending or buffered."""
         limit = self.rules.until_idle_s
-        if limit is None or self.busy() or idle_for < limit:
+        waiting = self.waiting_since is not None  # a broker away is not "nothing more to do"
+        if limit is None or waiting or self.busy() or idle_for < limit:
             return False
         feed = self.feed
         return all(feed.position(tp) >= end for tp, end in feed.end_offsets().items())

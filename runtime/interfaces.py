@@ -22,8 +22,9 @@ class RecordFeed(Protocol):
         """The next records (up to ``timeout_ms`` of waiting; [] when there are none)."""
         ...
 
-    def end_offsets(self) -> dict[TopicPartition, int]:
-        """Each partition's end offset now ({} when the brokers do not answer)."""
+    def end_offsets(self, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Each partition's end offset now ({} when the brokers do not answer within
+        ``timeout_ms``; None: the client's own request timeout)."""
         ...
 
     def position(self, tp: TopicPartition) -> int:

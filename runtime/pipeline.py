@@ -15,7 +15,8 @@ The run, in order:
 2. Create the topics that do not exist and check those that do (partition counts; retention,
    :mod:`ingest.topic_checks`); assign their partitions and seek to the staged offsets (offsets
    retention deleted before they were consumed stop the start: :class:`RetentionGap`).
-3. Start a collector thread per bound input (they resume from their checkpoints).
+3. Start a collector thread per bound input (they resume from their checkpoints; one that loses
+   the broker waits and runs again, resuming from what the topic holds: :func:`run_collector`).
 4. Loop: poll; add records to the assembler; when the pending batch is full (``ENGINE__BATCH_SIZE``
    events), punctuated, idle or older than ``ENGINE__BATCH_TIMEOUT_MS``, take it with the next
    batch id, run it, and queue its commit (outputs, deltas, dead letters, offsets, progress).
@@ -58,7 +59,7 @@ from etl_dataflows.executors import create_executor
 from ingest.assembler import AssembledBatch, BatchAssembler
 from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, ResumePoint
-from ingest.consumer import RecordConsumer
+from ingest.consumer import MONITOR_TIMEOUT_MS, RecordConsumer
 from ingest.eventtime import EventTimeBounds
 from ingest.topic_checks import check_topics
 from migration.migrator import Migrator
@@ -70,9 +71,13 @@ from runtime.faults import CRASH_PHASES, PipelineFaults
 from runtime.interfaces import BatchExecutor, RecordFeed
 from runtime.runspec import RunSpec
 from staging.store import BatchCommit, StagingStore
+from streamdi.errors import TransientError
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
+
+#: A collector that lost the broker runs again after this long.
+COLLECTOR_RETRY_S = 1.0
 
 __all__ = [
     "CRASH_PHASES",
@@ -367,7 +372,7 @@ class Pipeline:
 
             def work(c: BatchCollector = collector) -> None:
                 try:
-                    c.run(stop)
+                    run_collector(c, stop)
                 except BaseException as exc:
                     logger.error("collector failed stream=%s: %s", c.stream, exc)
                     self._error = exc
@@ -399,6 +404,31 @@ class Pipeline:
         self.out.flush()
 
 
+def run_collector(
+    collector: BatchCollector, stop: threading.Event, retry_s: float = COLLECTOR_RETRY_S
+) -> None:
+    """Run ``collector`` until its source ends or ``stop`` is set; while the broker is away (a
+    :class:`~streamdi.errors.TransientError`), wait ``retry_s`` and run it again: it resumes
+    from what the topic holds. Terminal errors are raised."""
+    while True:
+        try:
+            collector.run(stop)
+            return
+        except TransientError as exc:
+            if stop.is_set():
+                logger.warning(
+                    "collector stops without the broker stream=%s: %s", collector.stream, exc
+                )
+                return
+            logger.warning(
+                "collector waits for the broker stream=%s: %s; retrying in %.0f s",
+                collector.stream,
+                exc,
+                retry_s,
+            )
+            stop.wait(retry_s)
+
+
 def _lag_per_stream(
     consumer: RecordFeed,
     committed: dict[tuple[str, int], int],
@@ -406,7 +436,7 @@ def _lag_per_stream(
 ) -> dict[str, int]:
     """Records the brokers hold beyond the committed offsets, per stream (streams sharing a
     topic share its lag). Empty when the brokers do not answer: monitoring never stops the run."""
-    ends = consumer.end_offsets()
+    ends = consumer.end_offsets(MONITOR_TIMEOUT_MS)
     if not ends:
         return {}
     lag: dict[str, int] = {}

@@ -3,7 +3,9 @@
 DuckDB allows one writing process per file, so the process that runs the pipeline (staging) and
 the migration (the DuckDB warehouse) also answers the queries. The run, in order:
 
-1. Start (or join) the broker: ``KAFKA__BOOTSTRAP_SERVERS`` or the embedded one.
+1. Start (or join) the broker: ``KAFKA__BOOTSTRAP_SERVERS`` or the embedded one, watched
+   (:mod:`runtime.broker_watch`: an owned embedded broker that dies is started again; its state
+   is in ``/ready``, ``/status`` and the metrics).
 2. Bind every source of the dataflow that has no input to an :class:`~ingest.push.HttpPushSource`
    (``POST /streams/{stream}/events``); sources bound to a file keep their file.
 3. Open staging and, with ``MIGRATION__TARGETS``, the migrator the pipeline pushes with; the
@@ -43,11 +45,11 @@ from api.app import create_app
 from api.protocol import head_deadline_protocol
 from api.responses import PipelineState
 from api.service import QueryService
-from ingest.broker import open_broker
 from ingest.deadletters import replay_entries
 from ingest.push import HttpPushSource
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
+from runtime.broker_watch import watched_broker
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.push_sink import PushSink
 from runtime.runspec import RunSpec, StreamBinding
@@ -130,11 +132,12 @@ def serve(
     # DuckDB calls, so a shorter switch interval keeps their latency down
     sys.setswitchinterval(settings.api.switch_interval_s)
     # 1.
-    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
+    with watched_broker(settings.kafka, settings.streamdi.state_dir) as watch:
+        broker = watch.handle
         if broker.embedded:
             print(
-                f"streamdi serve: embedded in-memory broker at {broker.bootstrap_servers} "
-                "(development only: its messages vanish when this process ends)",
+                f"streamdi serve: embedded Apache Kafka at {broker.bootstrap_servers} "
+                f"(its log: {settings.streamdi.state_dir / 'kafka'})",
                 file=sys.stderr,
             )
         # 2.
@@ -171,6 +174,7 @@ def serve(
             replayer=replay,
             pipeline_state=runner.state,
             ingest=runner.pipeline,
+            broker=watch.state,
         )
         runner.pipeline.observers.append(service.metrics.observe_batch)
         try:

@@ -94,7 +94,7 @@ def normal_event_flows(service: ServedService, key: int) -> None:
 
 def broker_of(service: ServedService) -> str:
     """The bootstrap address of the embedded broker ``streamdi serve`` started."""
-    found = re.search(r"embedded in-memory broker at (\S+)", service.log.read_text())
+    found = re.search(r"embedded Apache Kafka at (\S+)", service.log.read_text())
     assert found, service.log.read_text()
     return found.group(1)
 

@@ -133,7 +133,16 @@ def test_the_wire_keeps_its_keys(client: TestClient) -> None:
     }
     assert pushed["targets"]["duckdb"]["error"] is None
     status = client.get("/status").json()
-    assert set(status) == {"service", "pipeline", "staging", "streams", "migration", "engine"}
+    assert set(status) == {
+        "service",
+        "pipeline",
+        "staging",
+        "streams",
+        "migration",
+        "engine",
+        "broker",
+    }
+    assert status["broker"] is None  # no pipeline hosted, so no broker
     assert status["pipeline"] == {"state": "absent", "error": None, "paused": False}
     assert set(status["staging"]) == {
         "path",

@@ -12,7 +12,14 @@ import time
 import pyarrow as pa
 import pytest
 
-from ingest.exceptions import EventTooLarge, NoEvents, PushRefused, PushTimedOut, UnknownFields
+from ingest.exceptions import (
+    EventTooLarge,
+    NoEvents,
+    PushNotProduced,
+    PushRefused,
+    PushTimedOut,
+    UnknownFields,
+)
 from ingest.push import HttpPushSource
 from ingest.records import event_limit
 
@@ -186,3 +193,36 @@ def test_arrow_event_times_are_checked_row_by_row() -> None:
     }
     assert chunks[0].rejects[1].reason.endswith("got None")
     assert stamped.events == 1 and chunks[1].events.column("_ts").to_pylist() == [NOW]
+
+
+def test_an_offer_in_hand_when_the_collector_fails_is_told_it_was_not_produced() -> None:
+    source = HttpPushSource("kv.puts", COLUMNS, heartbeat_s=0.01)
+    taken = threading.Event()
+
+    def failing_collector() -> None:
+        chunks = source.read(0)
+        try:
+            for chunk in chunks:
+                if chunk.events.num_rows:
+                    taken.set()
+                    raise RuntimeError("the broker went away")
+        except RuntimeError:
+            pass
+        finally:
+            chunks.close()  # as BatchCollector.run does
+
+    reader = threading.Thread(target=failing_collector)
+    reader.start()
+    with pytest.raises(PushNotProduced, match="not acknowledged"):
+        source.offer([{"op": "put", "key": 1, "value": 1}], timeout_s=5)
+    assert taken.is_set()
+    reader.join(5)
+    # a collector run again takes the next offers from the position it is given
+    chunks: list = []
+    produced: list = []
+    again = threading.Thread(target=_collect, args=(source, 7, chunks, produced))
+    again.start()
+    receipt = source.offer([{"op": "put", "key": 2, "value": 2}], timeout_s=5)
+    assert (receipt.first_pos, receipt.first_batch) == (7, 10)
+    source.close()
+    again.join(5)

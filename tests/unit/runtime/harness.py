@@ -76,7 +76,7 @@ class MemoryFeed:
                 self.positions[(record.topic, record.partition)] = record.offset + 1
             return out
 
-    def end_offsets(self) -> dict[TopicPartition, int]:
+    def end_offsets(self, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         with self.lock:
             return dict(self.ends)
 
