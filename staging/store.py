@@ -732,7 +732,10 @@ def _delta_rows(flow: CompiledDataflow, name: str, commits: list[BatchCommit]) -
 
 def _with_op(data: pa.Table, batch_id: int, op: str, schema: pa.Schema) -> pa.Table:
     n = data.num_rows
-    arrays = [pa.array([batch_id] * n, pa.int64()), pa.array([op] * n, pa.string())]
+    arrays = [
+        pa.repeat(pa.scalar(batch_id, pa.int64()), n),
+        pa.repeat(pa.scalar(op, pa.string()), n),
+    ]
     return pa.Table.from_arrays(arrays + list(data.columns), schema=schema)
 
 
