@@ -89,3 +89,31 @@ def test_records_deleted_before_they_were_consumed_stop_the_consumer(
         records.extend(consumer.poll(1000))
     consumer.close()
     assert [r.offset for r in records] == [6, 7, 8, 9]
+
+
+def test_a_kafka_that_does_not_answer_at_start_fails_in_seconds_naming_it(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import time
+
+    from tests.integration.conftest import REPO
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    log = tmp_path / "run.log"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "STREAMDI__STATE_DIR": str(tmp_path / "state"),
+        "KAFKA__BOOTSTRAP_SERVERS": address,
+    }
+    started = time.monotonic()
+    code = run_streamdi(["run", "tests.integration.ledger_run:topic_only"], env, log, timeout=120)
+    took = time.monotonic() - started
+    text = log.read_text()
+    assert code == 1, text
+    assert f"the Kafka broker at {address} did not answer within 10 s" in text
+    assert "fix KAFKA__BOOTSTRAP_SERVERS" in text
+    assert took < 60, took  # 10 s of trying plus the interpreter's start
