@@ -352,8 +352,9 @@ def test_a_transaction_read_after_a_quiet_spell_is_not_late_on_any_partition() -
     """The collector writes every partition in each Kafka transaction; after a quiet spell the
     partitions went idle, and the consumer reads the next transaction one partition at a time.
     The first partition read wakes the others: nothing is released past them until their part
-    of the transaction is read, so no event of it is late (the flaky kill -9 test over four
-    partitions of real Kafka applied such events one batch after newer ones)."""
+    of the transaction is read, so no event of it is late (under the old rule the first
+    partition read moved the release point alone, and the others' events followed one batch
+    after newer ones)."""
     merge = _merge(idle_s=0.3)
     merge.seen(TPS[0], now=0.0)
     merge.hold(TPS[0], 0, _events([1_000, 2_000]))
