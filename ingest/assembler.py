@@ -625,6 +625,19 @@ class BatchAssembler:
                 )
                 self._dead_rows(stream, late_rows, record, [reason] * late_rows.num_rows)
                 table = table.filter(pa.array(~late))
+        floor = merge.floor
+        if floor is not None and table.num_rows:
+            behind = int(pc.sum(pc.less(table.column(TS), floor)).as_py() or 0)
+            if behind:
+                logger.warning(
+                    "stream=%s partition=%s offset=%s: %s events older than the release point %s "
+                    "(newer events were applied; these follow in the next batch)",
+                    stream,
+                    record.partition,
+                    record.offset,
+                    behind,
+                    floor,
+                )
         merge.hold((record.topic, record.partition), record.offset, table)
 
     def _release(self, stream: str, merge: PartitionMerge) -> None:

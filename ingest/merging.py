@@ -16,10 +16,21 @@ order, so a stream over several partitions goes through a :class:`PartitionMerge
 * A partition is **idle**, and leaves the minimum, once no record came from it for
   ``INGEST__PARTITION_IDLE_MS`` *and* the consumer has read everything the broker holds for it
   (its position is at the end offset, which under ``read_committed`` is the last stable offset):
-  the idle timeout alone never releases events that are in Kafka but not read yet. A record from
-  an idle partition makes it active again. Events it then brings that are older than ``W`` are
-  **late**: they are released at once, or dead-lettered by the lateness rule when older than
-  what was applied by more than the allowed lateness.
+  the idle timeout alone never releases events that are in Kafka but not read yet. Silent
+  partitions go idle *together*: a silent partition goes idle only when every partition of the
+  stream is silent (or already idle), or when another partition got a record at least the idle
+  timeout after its last one (it fell behind the others, e.g. a producer that skips it), never
+  because it fell silent a few milliseconds before the others.
+* A record from an idle partition **wakes** the stream: every idle partition counts in the
+  minimum again, as if it had just sent a record, and goes idle again only by the rule above.
+  A producer that writes all partitions in one Kafka transaction (streamdi's collector: a batch
+  or a watermark record to each) makes them visible together, but the consumer reads them one by
+  one; without the wake, the first partition read after a quiet spell would move ``W`` alone and
+  the others' events of the same transaction would be late.
+* Events that an idle partition brings that are older than ``W`` are **late**: they are
+  released at once, or dead-lettered by the lateness rule when older than what was applied by
+  more than the allowed lateness. (With a producer that writes each partition in event-time
+  order and all partitions in each transaction, as the collector does, nothing is late.)
 * The stream's high mark (``StreamProgress.max_ts``, what lateness is measured against) is the
   newest event time *released*, not merely read.
 
@@ -105,9 +116,16 @@ class PartitionMerge:
     # -- what the assembler tells it ---------------------------------------------------------------
 
     def seen(self, tp: TopicPartition, now: float | None = None) -> None:
-        """A record of this stream came from ``tp``: the partition is active."""
+        """A record of this stream came from ``tp``: the partition is active; when it was idle,
+        the stream wakes (every idle partition is active again, silent from ``now``)."""
+        at = time.monotonic() if now is None else now
         part = self._part(tp)
-        part.last_seen = time.monotonic() if now is None else now
+        if part.idle:
+            for other in self._parts.values():
+                if other.idle:
+                    other.idle = False
+                    other.last_seen = at
+        part.last_seen = at
         part.idle = False
 
     def last_batch(self, tp: TopicPartition) -> int:
@@ -137,11 +155,21 @@ class PartitionMerge:
 
     def mark_idle(self, caught_up: set[TopicPartition], now: float | None = None) -> bool:
         """Mark idle the partitions that are in ``caught_up`` (the consumer's position is at
-        their end offset) and silent for ``idle_s``; True if one became idle."""
+        their end offset) and silent for ``idle_s``, when every partition is idle or such, or
+        when another partition got a record ``idle_s`` or more after their last one (see the
+        module docstring); True if one became idle."""
         at = time.monotonic() if now is None else now
+        silent = {
+            tp
+            for tp, part in self._parts.items()
+            if not part.idle and tp in caught_up and at - part.last_seen >= self.idle_s
+        }
+        together = all(part.idle or tp in silent for tp, part in self._parts.items())
+        newest = max(part.last_seen for part in self._parts.values())
         changed = False
-        for tp, part in self._parts.items():
-            if not part.idle and tp in caught_up and at - part.last_seen >= self.idle_s:
+        for tp in silent:
+            part = self._parts[tp]
+            if together or newest - part.last_seen >= self.idle_s:
                 part.idle = changed = True
         return changed
 

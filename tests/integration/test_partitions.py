@@ -102,6 +102,34 @@ def _oracle(ledger: Path) -> tuple[Any, pa.Table, pa.Table]:
         executor.close()
 
 
+def _diagnosis(store: StagingStore, state: Any, balances: pa.Table, kills: list[str]) -> str:
+    """Which events staging applied differently from the oracle: the keys whose rows differ,
+    the events applied twice or never (by ``_pos``), the engine batches that went back in event
+    time (an event applied after a newer one), the kills, and the staged merge state."""
+    staged = store.load_state()
+    lines = [f"kills: {kills}"]
+    for name, table in state.tables.items():
+        want = {r["id"]: r for r in table.to_pylist()}
+        got = {r["id"]: r for r in staged.tables[name].to_pylist()}
+        keys = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        lines.append(f"{name}: {len(keys)} keys differ, first {keys[:10]}")
+    applied = store.query("SELECT _pos, count(*) AS n FROM outputs.balances GROUP BY 1").to_pylist()
+    counts = {r["_pos"]: r["n"] for r in applied}
+    wanted = set(balances.column("_pos").to_pylist())
+    twice = sorted(p for p, n in counts.items() if n > 1)
+    never = sorted(wanted - set(counts))
+    lines.append(f"applied twice: {len(twice)} {twice[:10]}; never: {len(never)} {never[:10]}")
+    spans = store.query(
+        "SELECT batch_id, min(_ts) AS lo, max(_ts) AS hi, count(*) AS n FROM outputs.balances "
+        "GROUP BY batch_id ORDER BY batch_id"
+    ).to_pylist()
+    back = [(a, b) for a, b in itertools.pairwise(spans) if a["hi"] >= b["lo"]]
+    lines.append(f"batches back in event time: {back[:5]}")
+    merge = {k: (m.last_batch, m.max_ts, m.held is not None) for k, m in store.partitions().items()}
+    lines.append(f"merge state: {merge}; offsets: {store.offsets()}")
+    return "\n".join(lines)
+
+
 def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
     broker: EmbeddedKafka, tmp_path: Path
 ) -> None:
@@ -159,7 +187,10 @@ def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
     try:
         staged = store.load_state()
         for name, table in state.tables.items():
-            assert staged.tables[name].equals(table), f"state table {name} differs from the oracle"
+            assert staged.tables[name].equals(table), (
+                f"state table {name} differs from the oracle; see {tmp_path}\n"
+                + _diagnosis(store, state, balances, kills)
+            )
         assert staged.sequences == state.sequences
         outputs = store.query("SELECT * EXCLUDE (batch_id) FROM outputs.balances ORDER BY _pos")
         want = balances.sort_by("_pos")

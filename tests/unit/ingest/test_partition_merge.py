@@ -27,6 +27,7 @@ from etl_dataflows.testing import WorkloadSpec, ledger_workload
 from etl_dataflows.testing.harness import TestingSink
 from etl_dataflows.types import POS, TS
 from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord
+from ingest.merging import PartitionMerge, sort_released
 from ingest.records import encode_batch, watermark_record
 from staging.store import PartitionProgress, StreamProgress
 
@@ -326,3 +327,74 @@ def test_a_producer_watermark_moves_a_silent_partition_without_idleness() -> Non
     assert batch.batch.inputs["txns"].column(TS).to_pylist() == [10_000]
     assert batch.offsets == {TPS[0]: 1, TPS[1]: 1} and batch.dead_letters.num_rows == 0
     assert batch.partitions[("txns", TOPIC, 1)].max_ts == 15_000
+
+
+def _merge(idle_s: float) -> PartitionMerge:
+    spec = WorkloadSpec(keys=4, batch_size=1, batches=1)
+    schema = ledger_workload(spec).batches[0].inputs["txns"].schema
+    return PartitionMerge("txns", TPS[:2], schema=schema, idle_s=idle_s, now=0.0)
+
+
+def _events(times: list[int]) -> pa.Table:
+    spec = WorkloadSpec(keys=4, batch_size=len(times), batches=1)
+    events = ledger_workload(spec).batches[0].inputs["txns"]
+    ts = pa.array(times, pa.int64())
+    events = events.set_column(events.schema.get_field_index(TS), TS, ts)
+    return events.set_column(events.schema.get_field_index(POS), POS, ts)
+
+
+def _released(merge: PartitionMerge) -> list[int]:
+    table = sort_released(merge.release())
+    return [] if table is None else table.column(TS).to_pylist()
+
+
+def test_a_transaction_read_after_a_quiet_spell_is_not_late_on_any_partition() -> None:
+    """The collector writes every partition in each Kafka transaction; after a quiet spell the
+    partitions went idle, and the consumer reads the next transaction one partition at a time.
+    The first partition read wakes the others: nothing is released past them until their part
+    of the transaction is read, so no event of it is late (under the old rule the first
+    partition read moved the release point alone, and the others' events followed one batch
+    after newer ones)."""
+    merge = _merge(idle_s=0.3)
+    merge.seen(TPS[0], now=0.0)
+    merge.hold(TPS[0], 0, _events([1_000, 2_000]))
+    merge.seen(TPS[1], now=0.0)
+    merge.advance(TPS[1], 2_000)  # its watermark record in the same transaction
+    assert _released(merge) == [1_000]
+    assert merge.mark_idle(set(TPS[:2]), now=0.5) and merge.releases_all()
+    assert _released(merge) == [2_000]
+    # the next transaction: a batch to partition 1, a batch to partition 0; 1 is read first
+    merge.seen(TPS[1], now=0.6)
+    merge.hold(TPS[1], 1, _events([4_000, 5_000]))
+    assert not merge.mark_idle(set(TPS[:2]), now=0.7)  # partition 0 woke up with it
+    assert _released(merge) == []  # 0's watermark (2,000) holds 1's events back
+    merge.seen(TPS[0], now=0.7)
+    merge.hold(TPS[0], 1, _events([3_000]))
+    merge.advance(TPS[0], 5_000)  # its part of the transaction ends with a watermark record
+    assert _released(merge) == [3_000, 4_000]
+
+
+def test_partitions_that_fall_silent_together_go_idle_together() -> None:
+    """A partition silent for the idle timeout while the others fell silent only a moment later
+    does not go idle alone (the next transaction would bring it events older than what the
+    others then release); they go idle together once all are silent that long."""
+    merge = _merge(idle_s=0.3)
+    merge.seen(TPS[0], now=0.0)
+    merge.seen(TPS[1], now=0.05)
+    assert not merge.mark_idle(set(TPS[:2]), now=0.32)
+    assert merge.mark_idle(set(TPS[:2]), now=0.36) and merge.releases_all()
+
+
+def test_a_partition_the_producer_skips_goes_idle_while_the_others_move() -> None:
+    """A partition that gets nothing while another keeps getting records goes idle once the
+    other got a record the idle timeout after its last one, so it cannot hold the stream back
+    for good."""
+    merge = _merge(idle_s=0.3)
+    merge.seen(TPS[0], now=0.1)
+    merge.hold(TPS[0], 0, _events([1_000, 2_000]))
+    merge.seen(TPS[0], now=0.2)
+    assert not merge.mark_idle({TPS[1]}, now=0.25)
+    assert _released(merge) == []  # partition 1 has no watermark yet
+    merge.seen(TPS[0], now=0.3)
+    assert merge.mark_idle({TPS[1]}, now=0.35) and not merge.releases_all()
+    assert _released(merge) == [1_000]
