@@ -34,6 +34,7 @@ __all__ = [
     "free_port",
     "open_broker",
     "pid_alive",
+    "start_broker",
     "stop_left_running",
     "wait_until_answering",
 ]
@@ -60,16 +61,24 @@ def external_handle(
     return BrokerHandle(servers, f"external:{servers}", False)
 
 
+def start_broker(
+    kafka: KafkaSettings, state_dir: Path
+) -> tuple[BrokerHandle, EmbeddedKafka | None]:
+    """The configured external Kafka once it answers (and None), or the embedded broker of
+    ``state_dir`` started, shared or adopted (and the broker, which the caller stops: only one
+    this process started or adopted really stops)."""
+    if kafka.bootstrap_servers:
+        return external_handle(kafka), None
+    embedded = EmbeddedKafka(state_dir, kafka)
+    return embedded.start(), embedded
+
+
 @contextmanager
 def open_broker(kafka: KafkaSettings, state_dir: Path) -> Iterator[BrokerHandle]:
-    """The configured external Kafka, or the embedded broker of ``state_dir`` for the block (it
-    is stopped at the end if this process started or adopted it)."""
-    if kafka.bootstrap_servers:
-        yield external_handle(kafka)
-        return
-    broker = EmbeddedKafka(state_dir, kafka)
-    handle = broker.start()
+    """:func:`start_broker` for the block; the embedded broker is stopped at the end."""
+    handle, embedded = start_broker(kafka, state_dir)
     try:
         yield handle
     finally:
-        broker.stop()
+        if embedded is not None:
+            embedded.stop()

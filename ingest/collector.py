@@ -57,7 +57,7 @@ from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import BrokerUnavailable, CollectorBusy
 from ingest.records import BATCH, LAST_POS, PART, STREAM, encode_batch, header_map
 from ingest.sources import BaseSource, Reject, SourceChunk, json_payload
-from ingest.spreading import BatchSender, transactional_id
+from ingest.spreading import BatchSender, open_sender
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -130,6 +130,8 @@ class BatchCollector:
         source.event_time_bounds = self.event_times
         source.max_record_bytes = self.cap
         self.report = CollectorReport(stream)
+        #: The topic's partitions, as the last resume scan found them.
+        self.partitions = 1
 
     # -- 1. and 2. ---------------------------------------------------------------------------------
 
@@ -203,6 +205,7 @@ class BatchCollector:
         try:
             partitions = consumer.partitions_for_topic(self.topic) or {0}
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            self.partitions = len(tps)
             consumer.assign(tps)
             ends = consumer.end_offsets(tps)
             left: dict[Any, int] = {}
@@ -254,10 +257,8 @@ class BatchCollector:
     # -- 3. and 4. ---------------------------------------------------------------------------------
 
     def _sender(self) -> BatchSender:
-        """A producer for the topic: transactional when the topic has several partitions."""
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
-
+        """A sender for the topic (:func:`~ingest.spreading.open_sender`: transactional when the
+        topic has several partitions, as the resume scan found it)."""
         config = dict(
             **client_config(self.kafka, self.bootstrap),
             acks="all",
@@ -268,24 +269,7 @@ class BatchCollector:
             delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
             reconnect_backoff_max_ms=1000,
         )
-        try:
-            probe = KafkaProducer(**config)
-            try:
-                partitions = len(probe.partitions_for(self.topic) or {0})
-            finally:
-                probe.close(timeout=5)
-            if partitions == 1:
-                return BatchSender(
-                    KafkaProducer(**config), self.topic, 1, transactional=False, stream=self.stream
-                )
-            producer = KafkaProducer(
-                **config,
-                transactional_id=transactional_id(self.topic, self.stream),
-                retry_backoff_ms=20,
-            )
-        except KafkaError as exc:
-            raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {exc}") from exc
-        return BatchSender(producer, self.topic, partitions, transactional=True, stream=self.stream)
+        return open_sender(config, self.topic, self.partitions, self.stream)
 
     def _backpressure(self, in_flight: deque[tuple[Any, int]], held: int) -> int:
         """Wait for the oldest sends until at most ``buffer_bytes`` are unacknowledged (the
@@ -318,8 +302,6 @@ class BatchCollector:
             lock.close()
 
     def _run(self, stop: threading.Event | None) -> CollectorReport:
-        from kafka.errors import KafkaError
-
         started = time.monotonic()
         point = self.resume_point()
         report = self.report
@@ -361,10 +343,7 @@ class BatchCollector:
                 punctuation=punctuation,
             )
             for record in records:
-                try:
-                    last_future = sender.send(batch_id, record.value, record.headers)
-                except KafkaError as exc:
-                    raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
+                last_future = sender.send(batch_id, record.value, record.headers)
                 in_flight.append((last_future, len(record.value)))
                 held += len(record.value)
                 held = self._backpressure(in_flight, held)

@@ -234,6 +234,11 @@ class EmbeddedKafka:
             return None
         return data
 
+    def _running_pid(self, record: dict[str, Any]) -> int | None:
+        """The pid ``record`` names when that process lives and is this folder's Kafka."""
+        pid = int(record.get("pid", 0))
+        return pid if pid > 0 and pid_alive(pid) and self._is_our_broker(pid) else None
+
     def _is_our_broker(self, pid: int) -> bool:
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -243,10 +248,8 @@ class EmbeddedKafka:
 
     def _reuse(self, timeout_s: float) -> bool:
         record = self._read_record()
-        if record is None:
-            return False
-        pid = int(record.get("pid", 0))
-        if pid <= 0 or not pid_alive(pid) or not self._is_our_broker(pid):
+        pid = self._running_pid(record) if record is not None else None
+        if record is None or pid is None:
             return False
         self._pid = pid
         self.port = int(record["port"])
@@ -267,7 +270,7 @@ class EmbeddedKafka:
             self._write_record()
         return True
 
-    def _format(self, classpath: str) -> None:
+    def _format(self, java: str, classpath: str) -> None:
         """Format ``log/`` with a new cluster id, once. What formatting writes besides
         ``meta.properties`` (``bootstrap.checkpoint``: the metadata version's feature records) is
         the same for every log of this Kafka version, so after the first format it is copied from
@@ -290,7 +293,7 @@ class EmbeddedKafka:
             tmp.replace(self.log_dir / "meta.properties")
             return
         done = subprocess.run(
-            ["java", "-cp", classpath, STORAGE_TOOL, "format", "-t", _new_cluster_id(), "-c",
+            [java, "-cp", classpath, STORAGE_TOOL, "format", "-t", _new_cluster_id(), "-c",
              str(self.properties)],
             capture_output=True,
             text=True,
@@ -341,7 +344,7 @@ class EmbeddedKafka:
             )
             log4j = self.folder / "log4j2.properties"
             log4j.write_text(_log4j_properties(self.log_file))
-            self._format(classpath)
+            self._format(java, classpath)
             self.cluster_id = self._read_cluster_id()
             heap = self.kafka.embedded_heap_mb
             command = [
@@ -440,11 +443,10 @@ class EmbeddedKafka:
                 self._kill(pid)
         if self._process is not None:
             self._process.wait()
+        self._pid = None
         record = self._read_record()
         if record is not None and int(record.get("pid", 0)) == pid:
-            self._pid = None
             self._write_record()  # no pid: nothing runs; the ports are kept for the next start
-        self._pid = None
         logger.info("embedded Kafka stopped pid=%s", pid)
 
     def _wait_gone(self, pid: int, grace_s: float) -> bool:
@@ -469,11 +471,10 @@ class EmbeddedKafka:
     def stop_orphan(self) -> bool:
         """Stop this folder's broker if it runs and its owner is gone; True when one was."""
         record = self._read_record()
-        if record is None:
+        pid = self._running_pid(record) if record is not None else None
+        if record is None or pid is None:
             return False
-        pid, owner = int(record.get("pid", 0)), int(record.get("owner", 0))
-        if pid <= 0 or not pid_alive(pid) or not self._is_our_broker(pid):
-            return False
+        owner = int(record.get("owner", 0))
         if owner > 0 and pid_alive(owner):
             return False
         self._pid, self.owned = pid, True

@@ -42,20 +42,31 @@ def transactional_id(topic: str, stream: str) -> str:
     return f"streamdi.collector.{topic}.{stream}"
 
 
+def open_sender(config: dict[str, Any], topic: str, partitions: int, stream: str) -> BatchSender:
+    """A :class:`BatchSender` for ``stream`` on ``topic`` of ``partitions``, its producer made
+    from ``config`` (kafka-python settings): transactional, with :func:`transactional_id`, when
+    the topic has several partitions."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    try:
+        if partitions > 1:
+            producer = KafkaProducer(
+                **config, transactional_id=transactional_id(topic, stream), retry_backoff_ms=20
+            )
+        else:
+            producer = KafkaProducer(**config)
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"cannot produce to {topic!r}: {exc}") from exc
+    return BatchSender(producer, topic, partitions, stream=stream)
+
+
 class BatchSender:
     """Sends the records of logical batches to their partitions (see the module docstring).
-    ``producer`` is a kafka-python ``KafkaProducer``, made with a ``transactional_id`` when
-    ``transactional``."""
+    ``producer`` is a kafka-python ``KafkaProducer``, made with a ``transactional_id`` when the
+    topic has several partitions (:func:`open_sender` makes both)."""
 
-    def __init__(
-        self,
-        producer: Any,
-        topic: str,
-        partitions: int,
-        *,
-        transactional: bool,
-        stream: str = "",
-    ) -> None:
+    def __init__(self, producer: Any, topic: str, partitions: int, *, stream: str = "") -> None:
         from kafka.errors import KafkaError
 
         self.producer = producer
@@ -65,11 +76,11 @@ class BatchSender:
         self._written: set[int] = set()
         self.topic = topic
         self.partitions = max(1, partitions)
-        self.transactional = transactional
+        self.transactional = self.partitions > 1
         self._open = False
         #: The newest send per partition.
         self.last: dict[int, Any] = {}
-        if transactional:
+        if self.transactional:
             try:
                 producer.init_transactions()
             except KafkaError as exc:
@@ -83,9 +94,7 @@ class BatchSender:
 
         partition = partition_of(batch_id, self.partitions)
         try:
-            if self.transactional and not self._open:
-                self.producer.begin_transaction()
-                self._open = True
+            self._begin()
             future = self.producer.send(
                 self.topic, value=value, headers=headers, partition=partition
             )
@@ -94,6 +103,12 @@ class BatchSender:
         self.last[partition] = future
         self._written.add(partition)
         return future
+
+    def _begin(self) -> None:
+        """Open a transaction for what is sent next, unless one is open (transactional only)."""
+        if self.transactional and not self._open:
+            self.producer.begin_transaction()
+            self._open = True
 
     def sent_events_up_to(self, micros: int) -> None:
         """The batch just sent held events up to ``micros`` (its newest ``_ts``)."""
@@ -110,9 +125,7 @@ class BatchSender:
 
         record = watermark_record(self.stream, micros)
         try:
-            if self.transactional and not self._open:
-                self.producer.begin_transaction()
-                self._open = True
+            self._begin()
             for partition in partitions:
                 self.producer.send(
                     self.topic, value=record.value, headers=record.headers, partition=partition

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.broker import BrokerHandle, EmbeddedKafka, external_handle
+from ingest.broker import BrokerHandle, EmbeddedKafka, start_broker
 from ingest.exceptions import BrokerStartFailed
 from streamdi.settings import KafkaSettings
 
@@ -196,12 +196,7 @@ def watched_broker(kafka: KafkaSettings, state_dir: Path) -> Iterator[BrokerWatc
     """The configured external Kafka, or the embedded broker of ``state_dir``, with a running
     :class:`BrokerWatch` for the block (as :func:`ingest.broker.open_broker`: an embedded broker
     this process started or adopted is stopped at the end, after the watch)."""
-    embedded: EmbeddedKafka | None = None
-    if kafka.bootstrap_servers:
-        handle = external_handle(kafka)
-    else:
-        embedded = EmbeddedKafka(state_dir, kafka)
-        handle = embedded.start()
+    handle, embedded = start_broker(kafka, state_dir)
     watch = BrokerWatch(handle, embedded)
     watch.start()
     try:

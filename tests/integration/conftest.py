@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ingest.broker import EmbeddedKafka
@@ -65,3 +66,16 @@ def run_streamdi(args: list[str], env: dict[str, str], log: Path, timeout: float
         process.kill()
         process.wait()
         raise AssertionError(f"streamdi {args} did not finish in {timeout} s; see {log}") from None
+
+
+def staged_watermark(path: Path) -> int:
+    """The last batch id committed to the staging file at ``path`` (0: no file, no batch)."""
+    if not path.exists():
+        return 0
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return int(
+            con.execute("SELECT coalesce(max(batch_id), 0) FROM streamdi.batches").fetchall()[0][0]
+        )
+    finally:
+        con.close()

@@ -24,7 +24,7 @@ from ingest.broker import EmbeddedKafka, client_config
 from ingest.ledger import ledger_events, write_ledger_file
 from ingest.records import BATCH, LAST_POS, STREAM, from_ipc, header_map
 from streamdi.settings import load_settings
-from tests.integration.conftest import run_streamdi, start_streamdi, streamdi_env
+from tests.integration.conftest import run_streamdi, staged_watermark, start_streamdi, streamdi_env
 
 pytestmark = pytest.mark.kafka
 
@@ -87,18 +87,6 @@ def _staged(path: Path) -> dict[str, object]:
         con.close()
 
 
-def _watermark(path: Path) -> int:
-    if not path.exists():
-        return 0
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return int(
-            con.execute("SELECT coalesce(max(batch_id), 0) FROM streamdi.batches").fetchall()[0][0]
-        )
-    finally:
-        con.close()
-
-
 def test_exactly_once_across_kill_9(broker: EmbeddedKafka, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     ledger = tmp_path / "txns.txt"
@@ -156,7 +144,7 @@ def test_exactly_once_across_kill_9(broker: EmbeddedKafka, tmp_path: Path) -> No
     kills = 0
     watermarks = []
     for phase in plan:
-        watermark = _watermark(crashed)
+        watermark = staged_watermark(crashed)
         watermarks.append(watermark)
         args = ["run", SPEC, "--no-collect", "--until-idle", "1.5"]
         if phase != "random":

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -29,7 +28,7 @@ from ingest.ledger import ledger_events, ledger_file_source, write_ledger_file
 from ingest.records import BATCH, KIND, PART, STREAM, WATERMARK, header_map
 from staging.store import StagingStore
 from streamdi.settings import load_settings
-from tests.integration.conftest import run_streamdi, start_streamdi, streamdi_env
+from tests.integration.conftest import run_streamdi, staged_watermark, start_streamdi, streamdi_env
 
 pytestmark = pytest.mark.kafka
 
@@ -74,18 +73,6 @@ def _topic_batches(broker: EmbeddedKafka) -> tuple[list[tuple[int, int]], dict[i
                     out.append((tp.partition, int(headers[BATCH])))
     consumer.close()
     return out, watermarks
-
-
-def _watermark(path: Path) -> int:
-    if not path.exists():
-        return 0
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return int(
-            con.execute("SELECT coalesce(max(batch_id), 0) FROM streamdi.batches").fetchall()[0][0]
-        )
-    finally:
-        con.close()
 
 
 def _oracle(ledger: Path) -> tuple[Any, pa.Table, pa.Table]:
@@ -155,7 +142,7 @@ def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
     plan = ["commit", "execute", "committed", "poll", "random", "random"]
     kills: list[str] = []
     for phase in plan:
-        watermark = _watermark(staging)
+        watermark = staged_watermark(staging)
         at = watermark + rng.randint(2, 5)
         crash = [] if phase == "random" else ["--crash-at", f"{phase}:{at}"]
         process = start_streamdi(args + crash, env, log)

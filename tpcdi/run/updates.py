@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 
 from etl_dataflows.dataflow import CompiledDataflow
-from ingest.broker import BrokerHandle, EmbeddedKafka, external_handle, stop_left_running
+from ingest.broker import BrokerHandle, EmbeddedKafka, start_broker, stop_left_running
 from ingest.collector import BatchCollector, CollectorReport
 from ingest.sources import BaseSource
 from runtime.pipeline import Pipeline, PipelineOptions
@@ -92,11 +92,7 @@ class UpdateStream:
 
     def start(self) -> None:
         kafka = self.settings.kafka
-        if kafka.bootstrap_servers:
-            self.broker = external_handle(kafka)
-        else:
-            self._embedded = EmbeddedKafka(self.settings.streamdi.state_dir, kafka)
-            self.broker = self._embedded.start()
+        self.broker, self._embedded = start_broker(kafka, self.settings.streamdi.state_dir)
         options = PipelineOptions(executor=self.executor, collect=False)
         self.pipeline = Pipeline(self.spec, self.settings, self.broker, options)
 

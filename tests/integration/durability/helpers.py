@@ -21,6 +21,10 @@ from typing import Any
 import duckdb
 import httpx
 
+#: The ``streamdi serve`` settings of the kill tests: partial batches close after 50 ms, and no
+#: lateness limit (every acknowledged event must be applied, none dead-lettered as late).
+SERVE_ENV = {"ENGINE__BATCH_TIMEOUT_MS": "50", "INGEST__ALLOWED_LATENESS_MS": ""}
+
 
 @dataclass(frozen=True)
 class Receipt:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.api.conftest import ServedService
 from tests.integration.durability.helpers import (
+    SERVE_ENV,
     Pusher,
     broker_pid,
     check_exactly_once,
@@ -25,8 +26,6 @@ from tests.integration.durability.helpers import (
 )
 
 pytestmark = pytest.mark.kafka
-
-SERVE_ENV = {"ENGINE__BATCH_TIMEOUT_MS": "50", "INGEST__ALLOWED_LATENESS_MS": ""}
 
 
 def metric(text: str, name: str) -> float:
