@@ -75,7 +75,10 @@ def _open(args: argparse.Namespace, settings: StreamdiSettings) -> Any:
     flow = load_run_spec(args.spec).flow
     try:
         store = StagingStore(
-            settings.staging_path, flow, memory_limit=settings.staging.memory_limit
+            settings.staging_path,
+            flow,
+            memory_limit=settings.staging.memory_limit,
+            threads=settings.staging.threads,
         )
     except StagingInUse as exc:
         raise StagingBusy(str(settings.staging_path)) from exc

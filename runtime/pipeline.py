@@ -166,6 +166,7 @@ class Pipeline:
             settings.staging_path,
             self.spec.flow,
             memory_limit=settings.staging.memory_limit,
+            threads=settings.staging.threads,
             recent_cache_bytes=settings.staging.recent_cache_mb * 2**20,
         )
         try:

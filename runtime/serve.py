@@ -147,6 +147,7 @@ def serve(
             settings.staging_path,
             spec.flow,
             memory_limit=settings.staging.memory_limit,
+            threads=settings.staging.threads,
             recent_cache_bytes=settings.staging.recent_cache_mb * 2**20,
         )
         migrator = None

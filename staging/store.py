@@ -125,13 +125,16 @@ CHECKPOINT_THRESHOLD = "256MB"
 
 
 def connection_config(
-    memory_limit: str | None, *, read_only: bool = False
+    memory_limit: str | None, *, threads: int | None = None, read_only: bool = False
 ) -> dict[str, str | bool | int | float | list[str]]:
-    """The DuckDB configuration of a connection to a staging file. Every connection a process
-    opens to the same file must use the same one (DuckDB refuses a second configuration)."""
+    """The DuckDB configuration of a connection to a staging file (``threads``: DuckDB's worker
+    threads, None for its default). Every connection a process opens to the same file must use
+    the same one (DuckDB refuses a second configuration)."""
     config: dict[str, str | bool | int | float | list[str]] = (
         {"memory_limit": memory_limit} if memory_limit else {}
     )
+    if threads is not None:
+        config["threads"] = threads
     if not read_only:
         config["checkpoint_threshold"] = CHECKPOINT_THRESHOLD
     return config
@@ -142,7 +145,8 @@ class StagingStore:
 
     Opening creates the layout if the file is new, and checks that an existing file was made for
     the same dataflow shape (:class:`~staging.exceptions.StagingMismatch` otherwise). A file held by
-    another process raises :class:`~staging.exceptions.StagingInUse`.
+    another process raises :class:`~staging.exceptions.StagingInUse`. ``threads`` are DuckDB's
+    worker threads (``STAGING__THREADS``; None: DuckDB's default, one per core).
     """
 
     def __init__(
@@ -153,6 +157,7 @@ class StagingStore:
         memory_limit: str | None = None,
         read_only: bool = False,
         recent_cache_bytes: int = 256 * 2**20,
+        threads: int | None = 1,
     ) -> None:
         self.path = Path(path)
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
@@ -162,7 +167,7 @@ class StagingStore:
         self.write_lock = threading.RLock()
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        config = connection_config(memory_limit, read_only=read_only)
+        config = connection_config(memory_limit, threads=threads, read_only=read_only)
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.IOException as exc:

@@ -326,7 +326,10 @@ def _historical(
     counts = load_warehouse(result, warehouse)
     phase.step("load")
     with StagingStore(
-        settings.staging_path, flow, memory_limit=settings.staging.memory_limit
+        settings.staging_path,
+        flow,
+        memory_limit=settings.staging.memory_limit,
+        threads=settings.staging.threads,
     ) as store:
         store.seed(result.seed)
     phase.step("seed_staging")

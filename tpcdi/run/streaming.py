@@ -352,7 +352,10 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
         result = transform_dimensions(data / "Batch1", flow, layout)
         load_warehouse(result, warehouse)
         with StagingStore(
-            settings.staging_path, flow, memory_limit=settings.staging.memory_limit
+            settings.staging_path,
+            flow,
+            memory_limit=settings.staging.memory_limit,
+            threads=settings.staging.threads,
         ) as store:
             store.seed(result.seed)
         assert result.inputs is not None

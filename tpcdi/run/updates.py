@@ -202,7 +202,9 @@ class UpdateStream:
     def _staged_watermark(self) -> int:
         """The last batch committed to staging (a cursor of the pipeline's own DuckDB instance,
         opened with the same configuration)."""
-        config = connection_config(self.settings.staging.memory_limit)
+        config = connection_config(
+            self.settings.staging.memory_limit, threads=self.settings.staging.threads
+        )
         con = duckdb.connect(str(self.settings.staging_path), config=config)
         try:
             row = con.execute('SELECT coalesce(max(batch_id), 0) FROM "streamdi"."batches"')
