@@ -99,7 +99,9 @@ class _StateCollector(Collector):
             "streamdi_ingest_paused", "1 while ingest is paused.", state["paused"]
         )
         yield GaugeMetricFamily(
-            "streamdi_staging_bytes", "Size of the staging DuckDB file.", state["staging_bytes"]
+            "streamdi_staging_bytes",
+            "Size of the staging DuckDB file, its WAL and its segment files.",
+            state["staging_bytes"],
         )
         yield GaugeMetricFamily(
             "streamdi_staging_pending_batches",

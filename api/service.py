@@ -71,6 +71,7 @@ from api.union import UnionPlanner, UnionRequest, UnionResult, mapped_errors
 from migration.migrator import Migrator
 from migration.reader import ReaderOptions, WarehouseReader
 from staging.dead_letters import dead_letter_view, replay_as_stored
+from staging.segments import staging_disk_bytes
 from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi import __version__
@@ -595,9 +596,7 @@ class QueryService:
             age = now - info["committed_at"].replace(tzinfo=UTC).timestamp()
         state, _ = self.pipeline()
         path = self.settings.staging_path
-        staging_bytes = sum(
-            p.stat().st_size for p in (path, path.with_name(path.name + ".wal")) if p.exists()
-        )
+        staging_bytes = staging_disk_bytes(path)
         return {
             "staged": self.store.watermark,
             "released": released,

@@ -45,6 +45,7 @@ from ingest.records import encode_batch
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.runspec import StreamBinding, bind
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.segments import staging_disk_bytes
 from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 
@@ -232,7 +233,7 @@ def _run_one(
         "batch_events": report.events / max(report.batches, 1),
         "batches": report.batches,
         "commits": report.commits,
-        "staging_bytes_per_event": staging.stat().st_size / max(report.events, 1),
+        "staging_bytes_per_event": staging_disk_bytes(staging) / max(report.events, 1),
     }
 
 

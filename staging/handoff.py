@@ -224,7 +224,6 @@ class StagedDeltas:
         # 2.
         if through <= released:
             return released
-        flow = self.store.flow
         deleted = 0
         with self.store.write_lock:
             cursor = self.store.cursor()
@@ -233,13 +232,8 @@ class StagedDeltas:
                 cursor.execute("BEGIN TRANSACTION")
                 try:
                     # 4.
-                    for name in [qualified(DELTA, n) for n in flow.tables] + [
-                        qualified(OUTPUTS, s) for s in flow.sinks
-                    ]:
-                        rows = cursor.execute(
-                            f"DELETE FROM {name} WHERE batch_id <= ?", [through]
-                        ).fetchall()
-                        deleted += int(rows[0][0]) if rows else 0
+                    changes, gone = self.store.release_segments(cursor, through)
+                    deleted = sum(s.rows for s in gone)
                     # 5.
                     cursor.execute(
                         f"INSERT OR REPLACE INTO {qualified(SYSTEM, 'meta')} VALUES (?, ?)",
@@ -250,6 +244,7 @@ class StagedDeltas:
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
+                self.store.segments_released(changes, gone, through)
                 self.store.released_through = through
                 self.store.recent.forget_through(through)
                 self._released_rows += deleted

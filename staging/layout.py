@@ -3,7 +3,10 @@
 =========================  ========================================================================
 ``state.<table>``          a state table in its image form (all versions of a history table)
 ``delta_log.<table>``      per-batch net changes: ``batch_id``, ``op`` (upsert/delete), the image
-``outputs.<sink>``         output rows of a sink, with ``batch_id``
+                           (a view over Parquet segment files, :mod:`staging.segments`)
+``outputs.<sink>``         output rows of a sink, with ``batch_id`` (a view over segment files)
+``streamdi.segments``      the segment files the views read: relation, name, file, batch range,
+                           rows and merge level
 ``streamdi.batches``       the batch ledger: one row per committed batch (counts and times)
 ``streamdi.offsets``       next Kafka offset to consume per (topic, partition)
 ``streamdi.streams``       per stream: last collector batch id applied, event-time high mark
@@ -29,6 +32,9 @@ columns it lacks read as null).
   ``payload_bytes`` (the original's size in bytes).
 * 3: ``streamdi.partitions``, the merge state of streams read from several partitions (a new
   table: a file of layout 2 gains it empty).
+* 4: the delta logs and outputs are views over Parquet segment files registered in
+  ``streamdi.segments`` (a file of an earlier layout has each such table's rows moved into one
+  segment, and the table replaced by its view).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import pyarrow as pa
 from etl_dataflows.batch import ABORT_SCHEMA
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.state import image_schema
-from etl_dataflows.types import META_COLUMNS, ColumnType
+from etl_dataflows.types import META_COLUMNS, ColumnType, arrow_type
 
 STATE, DELTA, OUTPUTS, SYSTEM = "state", "delta_log", "outputs", "streamdi"
 
@@ -79,7 +85,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -143,22 +149,38 @@ def _columns_sql(columns: Mapping[str, ColumnType | None]) -> str:
     return ", ".join(f"{q(n)} {duck_type(t)}" for n, t in columns.items())
 
 
+def delta_schema(flow: CompiledDataflow, name: str) -> pa.Schema:
+    """The Arrow schema of state table ``name``'s delta log: ``batch_id``, ``op``, the image."""
+    return pa.schema(
+        [("batch_id", pa.int64()), ("op", pa.string()), *image_schema(flow.tables[name])]
+    )
+
+
+def outputs_schema(flow: CompiledDataflow, sink: str) -> pa.Schema:
+    """The Arrow schema of a sink's staged outputs: ``batch_id`` and the output columns (a
+    column of unknown type is text)."""
+    columns = output_columns(flow, sink)
+    return pa.schema(
+        [("batch_id", pa.int64())]
+        + [(n, arrow_type(t) if t is not None else pa.string()) for n, t in columns.items()]
+    )
+
+
+def segment_schemas(flow: CompiledDataflow) -> dict[tuple[str, str], pa.Schema]:
+    """Every relation kept as segment files, ``(DELTA or OUTPUTS, name)``, with its schema."""
+    schemas = {(DELTA, name): delta_schema(flow, name) for name in flow.tables}
+    schemas.update({(OUTPUTS, sink): outputs_schema(flow, sink) for sink in flow.sinks})
+    return schemas
+
+
 def create_statements(flow: CompiledDataflow) -> list[str]:
-    """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow``."""
+    """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow`` but the views
+    over segment files (:class:`~staging.store.StagingStore` defines those)."""
     statements = [f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, DELTA, OUTPUTS, SYSTEM)]
     for name, table in flow.tables.items():
         image = table.image_columns()
         statements.append(
             f"CREATE TABLE IF NOT EXISTS {qualified(STATE, name)} ({_columns_sql(image)})"
-        )
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {qualified(DELTA, name)} "
-            f"(batch_id BIGINT NOT NULL, op VARCHAR NOT NULL, {_columns_sql(image)})"
-        )
-    for sink in flow.sinks:
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {qualified(OUTPUTS, sink)} "
-            f"(batch_id BIGINT NOT NULL, {_columns_sql(output_columns(flow, sink))})"
         )
     system = {
         "batches": "batch_id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, events BIGINT, "
@@ -183,6 +205,9 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "meta": "key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL",
         "migration_acks": "target VARCHAR PRIMARY KEY, batch_id BIGINT NOT NULL, "
         "acked_at TIMESTAMP NOT NULL",
+        "segments": "relation VARCHAR NOT NULL, name VARCHAR NOT NULL, file VARCHAR NOT NULL, "
+        "first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL, rows BIGINT NOT NULL, "
+        "level INTEGER NOT NULL",
     }
     for name, columns in system.items():
         statements.append(f"CREATE TABLE IF NOT EXISTS {qualified(SYSTEM, name)} ({columns})")

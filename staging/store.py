@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl_dataflows.batch import BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
@@ -48,9 +49,18 @@ from staging.layout import (
     output_columns,
     q,
     qualified,
+    segment_schemas,
     upgrade_statements,
 )
 from staging.recent import RecentCommit, RecentCommits
+from staging.segments import (
+    Segment,
+    SegmentCatalog,
+    SegmentFolder,
+    SegmentMerger,
+    conform,
+    merge_candidates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,13 +150,43 @@ def connection_config(
     return config
 
 
+class PinnedCursor:
+    """A DuckDB cursor holding a segment pin (:class:`~staging.segments.SegmentFolder`) until
+    it is closed; everything else is the cursor's."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, folder: SegmentFolder) -> None:
+        folder.pin()
+        self._pinned = True
+        self._folder = folder
+        self._cursor = cursor
+
+    def close(self) -> None:
+        try:
+            self._cursor.close()
+        finally:
+            self._unpin()
+
+    def _unpin(self) -> None:
+        if self._pinned:
+            self._pinned = False
+            self._folder.unpin()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def __del__(self) -> None:
+        self._unpin()
+
+
 class StagingStore:
     """The staging DuckDB file of one dataflow; see the module docstring.
 
     Opening creates the layout if the file is new, and checks that an existing file was made for
     the same dataflow shape (:class:`~staging.exceptions.StagingMismatch` otherwise). A file held by
     another process raises :class:`~staging.exceptions.StagingInUse`. ``threads`` are DuckDB's
-    worker threads (``STAGING__THREADS``; None: DuckDB's default, one per core).
+    worker threads (``STAGING__THREADS``; None: DuckDB's default, one per core);
+    ``background_merge``: a writer merges segment files in a thread of its own
+    (:meth:`merge_segments`), off the commit path.
     """
 
     def __init__(
@@ -158,6 +198,7 @@ class StagingStore:
         read_only: bool = False,
         recent_cache_bytes: int = 256 * 2**20,
         threads: int | None = 1,
+        background_merge: bool = True,
     ) -> None:
         self.path = Path(path)
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
@@ -173,8 +214,16 @@ class StagingStore:
         except duckdb.IOException as exc:
             raise StagingInUse(self.path, str(exc).splitlines()[0]) from exc
         self._fingerprint = fingerprint(self.flow)
+        #: The Parquet files of the delta logs and outputs (:mod:`staging.segments`).
+        self.segment_folder = SegmentFolder(Path(f"{self.path}.segments"))
+        self.catalog = SegmentCatalog(
+            self.segment_folder, segment_schemas(self.flow), _sys("segments"), _sys("meta")
+        )
+        self._merger: SegmentMerger | None = None
         if not read_only:
             self._create()
+            if background_merge:
+                self._merger = SegmentMerger(self.merge_segments)
         self._check_meta()
         self._watermark = int(
             self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
@@ -183,6 +232,9 @@ class StagingStore:
             int(self._scalar(f"SELECT coalesce(max(id), 0) FROM {_sys('dead_letters')}")) + 1
         )
         self._read_schemas: dict[tuple[str, str], pa.Schema] = {}
+        #: The sequences as this process last committed them (None: not known; step 6 of
+        #: :meth:`commit` rewrites them only when they changed).
+        self._sequences: dict[str, int] | None = None
         #: The last batch released to the warehouses (staging.handoff), as this process last read
         #: or wrote it; None until first asked.
         self.released_through: int | None = None
@@ -216,7 +268,48 @@ class StagingStore:
             f"INSERT OR REPLACE INTO {_sys('meta')} VALUES ('layout_version', ?)",
             [str(LAYOUT_VERSION)],
         )
+        self.catalog.load(self._con)
+        moved = self._tables_to_segments()
+        self.catalog.define_views(self._con)
         self._con.execute("COMMIT")
+        self.catalog.install(moved)
+        self.segment_folder.remove_orphans(self.catalog.all())
+        missing = self.catalog.missing()
+        if missing:
+            raise StagingMismatch(
+                self.path,
+                f"{len(missing)} of its segment files are missing from {self.segment_folder.folder}"
+                f" (first: {missing[0]}); restore the folder beside the file",
+            )
+
+    def _tables_to_segments(self) -> dict[tuple[str, str], tuple[Segment, ...]]:
+        """In :meth:`_create`'s transaction: a file of layout 3 or earlier keeps its delta logs
+        and outputs in tables; move each one's rows into one segment file and drop the table
+        (its view replaces it)."""
+        tables = {
+            (str(schema), str(name))
+            for schema, name in self._con.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables "
+                "WHERE table_type = 'BASE TABLE' AND table_schema IN (?, ?)",
+                [DELTA, OUTPUTS],
+            ).fetchall()
+        }
+        added: list[Segment] = []
+        for key, schema in self.catalog.schemas.items():
+            if key not in tables:
+                continue
+            relation = qualified(*key)
+            rows = arrow_of(self._con.sql(f"SELECT * FROM {relation} ORDER BY batch_id"))
+            if rows.num_rows:
+                ids = rows.column("batch_id")
+                bounds = pc.min_max(ids)
+                first, last = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+                added.append(self.segment_folder.write(*key, conform(rows, schema), first, last))
+            self._con.execute(f"DROP TABLE {relation}")
+        if added:
+            self.segment_folder.sync(self.segment_folder.path(s).parent for s in added)
+            logger.info("moved %s staged tables into segment files", len(added))
+        return self.catalog.stage_add(self._con, added)
 
     def _check_meta(self) -> None:
         try:
@@ -235,6 +328,9 @@ class StagingStore:
             )
 
     def close(self) -> None:
+        if self._merger is not None:
+            self._merger.stop()
+            self._merger = None
         self._con.close()
 
     def __enter__(self) -> StagingStore:
@@ -316,7 +412,7 @@ class StagingStore:
 
     def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
         """Run a read-only SQL query on a fresh cursor and return Arrow (for tools and tests)."""
-        cursor = self._con.cursor()
+        cursor = self.cursor()
         try:
             return arrow_of(cursor.sql(sql, params=params) if params else cursor.sql(sql))
         finally:
@@ -338,8 +434,9 @@ class StagingStore:
         return schema
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A new connection to the same database (its own transactions), for snapshot readers."""
-        return self._con.cursor()
+        """A new connection to the same database (its own transactions), for snapshot readers.
+        It pins the segment files (:meth:`SegmentFolder.pin`) until it is closed: close it."""
+        return PinnedCursor(self._con.cursor(), self.segment_folder)  # type: ignore[return-value]
 
     # -- seeding -----------------------------------------------------------------------------------
 
@@ -419,22 +516,27 @@ class StagingStore:
         1. Refuse any batch id at or below the watermark (it would apply twice) or out of order.
         2. Build every row set as Arrow before the transaction opens: per state table the delta
            rows of all the batches, the outputs, the dead letters (assigning their ids), the
-           aborts and the ledger rows.
+           aborts and the ledger rows. Write the delta rows and the outputs as segment files
+           (:mod:`staging.segments`: one per delta log and sink with rows, fsynced with their
+           folder); until step 8 they are orphans nothing reads.
         3. BEGIN.
-        4. Per state table: append the delta log; delete every row whose row id changed or was
-           deleted; insert the newest upsert of each row id.
-        5. Append the outputs per sink, the dead letters and the aborts; mark re-offered dead
+        4. Per state table: delete every row whose row id changed or was deleted; insert the
+           newest upsert of each row id.
+        5. Register the segment files and redefine their views (``delta_log.<table>``,
+           ``outputs.<sink>``); append the dead letters and the aborts; mark re-offered dead
            letters as replayed.
         6. Replace the sequences, the consumed offsets, the stream progress and the partitions'
            merge state (the events they hold back included) with the last batch's values.
         7. Insert one ledger row per batch.
         8. COMMIT: all of it becomes durable and visible at once.
-        9. Advance the in-memory watermark and hand the committed delta-log and output rows to
-           :attr:`recent` (:mod:`staging.recent`), so migration need not read them back.
+        9. Advance the in-memory watermark (the segment catalog advanced under the lock), and
+           hand the committed delta-log and output rows to :attr:`recent`
+           (:mod:`staging.recent`), so migration need not read them back.
 
-        Any error before step 8 rolls the transaction back and raises
-        :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is visible and
-        the caller may run them again. ``hook(step)`` is called before steps 4 to 8 (fault
+        Any error before step 8 rolls the transaction back, deletes the segment files of step 2
+        and raises :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is
+        visible and the caller may run them again (a process killed before step 8 leaves files
+        the next opening deletes). ``hook(step)`` is called before steps 4 to 8 (fault
         injection in the crash tests). Steps 3 to 8 hold :attr:`write_lock`, which the migration's
         acknowledgements and releases (:mod:`staging.handoff`) also take, so their small
         transactions never interleave with a commit.
@@ -452,7 +554,11 @@ class StagingStore:
         ids = [c.batch_id for c in commits]
         # 2. everything as Arrow, outside the transaction
         deltas = {name: _delta_rows(self.flow, name, commits) for name in self.flow.tables}
-        outputs = {sink: self._output_rows(sink, commits) for sink in self.flow.sinks}
+        outputs = {
+            sink: conform(self._output_rows(sink, commits), self.catalog.schemas[(OUTPUTS, sink)])
+            for sink in self.flow.sinks
+        }
+        written = self._write_segments(ids, deltas, outputs)
         dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
         aborts = _abort_rows(commits)
         ledger = _ledger_rows(commits)
@@ -480,14 +586,9 @@ class StagingStore:
                     continue
                 view = register(f"_delta_{name}", rows)
                 self._apply_delta(name, view, single=len(commits) == 1)
-            # 5. outputs, dead letters, aborts
+            # 5. the segment files, dead letters, aborts
             step("outputs")
-            for sink, rows in outputs.items():
-                if rows.num_rows:
-                    view = register(f"_out_{sink}", rows)
-                    con.execute(
-                        f"INSERT INTO {qualified(OUTPUTS, sink)} BY NAME SELECT * FROM {view}"
-                    )
+            changes = self.catalog.stage_add(con, written)
             if dead.num_rows:
                 register("_dead", dead)
                 con.execute(f"INSERT INTO {_sys('dead_letters')} BY NAME SELECT * FROM _dead")
@@ -511,21 +612,114 @@ class StagingStore:
             # 8.
             step("commit")
             con.execute("COMMIT")
+            self.catalog.install(changes)
         except Exception as exc:
             try:
                 con.execute("ROLLBACK")
             except duckdb.Error:
                 logger.warning("rollback failed after commit error batch_ids=%s", ids)
+            self.segment_folder.discard(written)
             raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
         finally:
             for name in registered:
                 con.unregister(name)
             self.write_lock.release()
         # 9.
+        if self._merger is not None and written:
+            self._merger.wake()
         self._watermark = last.batch_id
         self._next_dead_letter = next_id
+        if last.result.sequences:
+            self._sequences = dict(last.result.sequences)
         self.recent.add(RecentCommit(ids[0], ids[-1], deltas, outputs))
         logger.debug("committed batch_ids=%s..%s", ids[0], ids[-1])
+
+    # -- segments ----------------------------------------------------------------------------------
+
+    def release_segments(
+        self, cursor: duckdb.DuckDBPyConnection, through: int
+    ) -> tuple[dict[tuple[str, str], tuple[Segment, ...]], list[Segment]]:
+        """In the caller's transaction (under :attr:`write_lock`): unregister the segments of
+        batches all at or below ``through`` and hide the released batches in every view.
+        Returns what :meth:`segments_released` takes once that transaction committed."""
+        return self.catalog.stage_release(cursor, through)
+
+    def segments_released(
+        self,
+        changes: dict[tuple[str, str], tuple[Segment, ...]],
+        gone: list[Segment],
+        through: int,
+    ) -> None:
+        """After a release committed: update the catalog and retire the files that left it."""
+        self.catalog.install(changes)
+        self.segment_folder.retire(gone)
+
+    def merge_segments(self) -> bool:
+        """Merge the segments one relation has due (:func:`~staging.segments.merge_candidates`),
+        if any: the merged file is written outside the write lock, then swapped in for its
+        inputs in one transaction (dropped when a release took an input meanwhile) and the
+        inputs retired. True when a merge was due."""
+        folder = self.segment_folder
+        with folder.pinned():
+            with self.write_lock:
+                picked = next(
+                    (
+                        group
+                        for segments in self.catalog.segments.values()
+                        if (group := merge_candidates(list(segments))) is not None
+                    ),
+                    None,
+                )
+            if picked is None:
+                return False
+            merged = folder.merge(picked)
+        cursor = self._con.cursor()
+        try:
+            with self.write_lock:
+                cursor.execute("BEGIN TRANSACTION")
+                try:
+                    changes = self.catalog.stage_swap(cursor, picked, merged)
+                    cursor.execute("COMMIT" if changes is not None else "ROLLBACK")
+                except BaseException:
+                    with suppress(duckdb.Error):
+                        cursor.execute("ROLLBACK")
+                    folder.discard([merged])
+                    raise
+                if changes is None:
+                    folder.discard([merged])
+                    return True
+                self.catalog.install(changes)
+        finally:
+            cursor.close()
+        folder.retire(picked)
+        logger.debug(
+            "merged %s segments of %s.%s into %s",
+            len(picked),
+            merged.relation,
+            merged.name,
+            merged.file,
+        )
+        return True
+
+    def _write_segments(
+        self, ids: list[int], deltas: Mapping[str, pa.Table], outputs: Mapping[str, pa.Table]
+    ) -> list[Segment]:
+        """Step 2 of :meth:`commit`: the segment files of the batches ``ids`` (one per delta log
+        and sink with rows), written and fsynced with their folder; not registered yet."""
+        written: list[Segment] = []
+        folder = self.segment_folder
+        try:
+            for name, rows in deltas.items():
+                if rows.num_rows:
+                    written.append(folder.write(DELTA, name, rows, ids[0], ids[-1]))
+            for sink, rows in outputs.items():
+                if rows.num_rows:
+                    written.append(folder.write(OUTPUTS, sink, rows, ids[0], ids[-1]))
+            folder.sync(folder.path(s).parent for s in written)
+        except Exception as exc:
+            folder.discard(written)
+            raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
+        return written
 
     def _apply_delta(self, name: str, view: str, *, single: bool) -> None:
         table = self.flow.tables[name]
@@ -534,7 +728,6 @@ class StagingStore:
         ids = [q(c) for c in table.row_id()]
         match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
         con = self._con
-        con.execute(f"INSERT INTO {qualified(DELTA, name)} SELECT * FROM {view}")
         con.execute(
             f"DELETE FROM {target} USING (SELECT DISTINCT {', '.join(ids)} FROM {view}) x "
             f"WHERE {match}"
@@ -549,21 +742,14 @@ class StagingStore:
             )
 
     def _replace_progress(self, commits: list[BatchCommit], last: BatchCommit) -> None:
+        """Step 6 of :meth:`commit`. These are a handful of rows (one per sequence, partition and
+        stream), so they go as statement parameters: registering an Arrow table per statement
+        cost more than the statement."""
         con = self._con
-        if last.result.sequences:
-            names = list(last.result.sequences)
-            seq = pa.table(
-                {
-                    "name": pa.array(names, pa.string()),
-                    "value": pa.array([last.result.sequences[n] for n in names], pa.int64()),
-                }
-            )
-            con.register("_seq", seq)
-            try:
-                con.execute(f"DELETE FROM {_sys('sequences')}")
-                con.execute(f"INSERT INTO {_sys('sequences')} SELECT * FROM _seq")
-            finally:
-                con.unregister("_seq")
+        sequences = dict(last.result.sequences)
+        if sequences and sequences != self._sequences:
+            con.execute(f"DELETE FROM {_sys('sequences')}")
+            _insert_values(con, _sys("sequences"), [(n, int(v)) for n, v in sequences.items()])
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
         streams: dict[str, tuple[StreamProgress, int]] = {}
         partitions: dict[StreamPartition, tuple[PartitionProgress, int]] = {}
@@ -578,43 +764,37 @@ class StagingStore:
             self._replace_partitions(partitions)
         if offsets:
             keys = list(offsets)
-            table = pa.table(
-                {
-                    "topic": pa.array([k[0] for k in keys], pa.string()),
-                    "partition": pa.array([k[1] for k in keys], pa.int32()),
-                    "next_offset": pa.array([offsets[k][0] for k in keys], pa.int64()),
-                    "batch_id": pa.array([offsets[k][1] for k in keys], pa.int64()),
-                }
+            con.execute(
+                f"DELETE FROM {_sys('offsets')} WHERE (topic, partition) IN "
+                f"({', '.join(['(?, ?)'] * len(keys))})",
+                [v for k in keys for v in (k[0], int(k[1]))],
             )
-            con.register("_offsets", table)
-            try:
-                con.execute(
-                    f"DELETE FROM {_sys('offsets')} o USING _offsets x "
-                    "WHERE o.topic = x.topic AND o.partition = x.partition"
-                )
-                con.execute(f"INSERT INTO {_sys('offsets')} BY NAME SELECT * FROM _offsets")
-            finally:
-                con.unregister("_offsets")
+            _insert_values(
+                con,
+                _sys("offsets") + " (topic, partition, next_offset, batch_id)",
+                [(k[0], int(k[1]), int(offsets[k][0]), int(offsets[k][1])) for k in keys],
+            )
         if streams:
             names = list(streams)
-            table = pa.table(
-                {
-                    "stream": pa.array(names, pa.string()),
-                    "last_batch": pa.array([streams[n][0].last_batch for n in names], pa.int64()),
-                    "max_ts": pa.array([streams[n][0].max_ts for n in names], pa.int64()),
-                    "events": pa.array([streams[n][0].events for n in names], pa.int64()),
-                    "last_pos": pa.array([streams[n][0].last_pos for n in names], pa.int64()),
-                    "batch_id": pa.array([streams[n][1] for n in names], pa.int64()),
-                }
+            con.execute(
+                f"DELETE FROM {_sys('streams')} WHERE stream IN ({', '.join(['?'] * len(names))})",
+                names,
             )
-            con.register("_streams", table)
-            try:
-                con.execute(
-                    f"DELETE FROM {_sys('streams')} s USING _streams x WHERE s.stream = x.stream"
-                )
-                con.execute(f"INSERT INTO {_sys('streams')} BY NAME SELECT * FROM _streams")
-            finally:
-                con.unregister("_streams")
+            _insert_values(
+                con,
+                _sys("streams") + " (stream, last_batch, max_ts, events, last_pos, batch_id)",
+                [
+                    (
+                        n,
+                        streams[n][0].last_batch,
+                        streams[n][0].max_ts,
+                        streams[n][0].events,
+                        streams[n][0].last_pos,
+                        streams[n][1],
+                    )
+                    for n in names
+                ],
+            )
 
     def _replace_partitions(
         self, partitions: Mapping[StreamPartition, tuple[PartitionProgress, int]]
@@ -702,6 +882,19 @@ class StagingStore:
 
 def _sys(name: str) -> str:
     return qualified(SYSTEM, name)
+
+
+def _insert_values(
+    con: duckdb.DuckDBPyConnection, target: str, rows: list[tuple[Any, ...]]
+) -> None:
+    """``INSERT INTO target VALUES`` of a few rows, as one statement with parameters."""
+    if not rows:
+        return
+    one = "(" + ", ".join(["?"] * len(rows[0])) + ")"
+    con.execute(
+        f"INSERT INTO {target} VALUES {', '.join([one] * len(rows))}",
+        [v for row in rows for v in row],
+    )
 
 
 def _delta_rows(flow: CompiledDataflow, name: str, commits: list[BatchCommit]) -> pa.Table:

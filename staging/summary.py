@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from staging.exceptions import StagingUnavailable
+from staging.segments import staging_disk_bytes
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -56,7 +57,7 @@ def staging_summary(path: Path) -> dict[str, Any] | None:
         raise StagingUnavailable(f"{path} is not a streamdi staging file: {exc}") from exc
     finally:
         con.close()
-    size = sum(p.stat().st_size for p in (path, Path(f"{path}.wal")) if p.exists())
+    size = staging_disk_bytes(Path(path))
     return {
         "path": str(path),
         "dataflow": meta.get("dataflow"),

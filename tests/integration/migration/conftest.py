@@ -117,8 +117,13 @@ def run_migrate(
 
 
 def copy_staging(source: Path, target: Path) -> Path:
+    """A copy of a staging file: the file, its WAL and its segment folder (the copy's views read
+    its own folder once it opens for writing)."""
     shutil.copy(source, target)
     wal = source.with_name(source.name + ".wal")
     if wal.exists():
         shutil.copy(wal, target.with_name(target.name + ".wal"))
+    segments = source.with_name(source.name + ".segments")
+    if segments.exists():
+        shutil.copytree(segments, target.with_name(target.name + ".segments"))
     return target

@@ -15,7 +15,7 @@ from etl_dataflows.batch import BatchResult
 from etl_dataflows.testing import WorkloadSpec, ledger_workload
 from staging import BatchCommit, PartitionProgress, StagingStore, StreamProgress
 from staging.exceptions import StagingCommitFailed
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA, LAYOUT_VERSION
 
 
 def _commit(
@@ -89,5 +89,5 @@ def test_a_layout_2_file_gains_the_table(tmp_path: Path) -> None:
     with StagingStore(path, work.flow, read_only=True) as store:
         assert store.partitions() == {}  # a read-only opening reads the old layout as it is
     with StagingStore(path, work.flow) as store:
-        assert store.meta("layout_version") == "3"
+        assert store.meta("layout_version") == str(LAYOUT_VERSION)
         assert store.partitions() == {}

@@ -1,0 +1,446 @@
+"""The staged delta logs and outputs as Parquet segment files beside the staging file.
+
+A batch commit appends every state change to a delta log and every output row to its sink; these
+rows are written once and only read (by migration and the query service) until they are released.
+Kept in DuckDB tables, each row was written three times on the commit path: the insert, DuckDB's
+WAL at COMMIT, and the checkpoint that folds the WAL into the file (which blocks commits while it
+runs). As segment files each row is written once, compressed, before the commit's transaction:
+
+* A commit writes, per delta log and per sink it has rows for, one Parquet file (LZ4, no
+  dictionary, statistics on ``batch_id``) holding those rows, fsyncs it and then the folder.
+* The commit's DuckDB transaction registers the files in ``streamdi.segments`` and redefines the
+  relation's view (``delta_log.<table>``, ``outputs.<sink>``) over exactly the registered files
+  and an empty *anchor* file that fixes the schema. A reader's transaction therefore sees the
+  files of the batches it sees, no more: a file nothing registered is never read.
+* A file that no registration names is an orphan (a commit that failed or was killed before its
+  COMMIT, a merge that lost its race): the writer deletes it when it opens the store.
+* Release (:mod:`staging.handoff`) unregisters the segments whose every batch is released and
+  redefines the views to hide the released batches of a segment that straddles the release point.
+* Merging keeps the file count low: once a relation has :data:`FANOUT` segments of one level, the
+  oldest of them are merged into one of the next level (never beyond :data:`MAX_MERGED_ROWS`
+  rows), off the commit path, then swapped in one transaction.
+* A file taken out of the views is deleted only when no reader that could still see it holds a
+  pin (:meth:`SegmentFolder.pin`): readers pin before they open their transaction, and a file is
+  retired after the transaction that removed it committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+logger = logging.getLogger(__name__)
+
+#: A relation with this many segments of one level has the oldest of them merged into one.
+FANOUT = 32
+#: A merge never makes a segment of more rows than this (bigger segments simply stay).
+MAX_MERGED_ROWS = 8_000_000
+SUFFIX = ".parquet"
+ANCHOR = "anchor"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One registered segment file: the rows of ``relation.name`` (``delta_log`` or ``outputs``)
+    of batches ``first_batch..last_batch``; ``level`` 0 for a commit's own file, one more than its
+    inputs' for a merged one."""
+
+    relation: str
+    name: str
+    file: str
+    first_batch: int
+    last_batch: int
+    rows: int
+    level: int
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns, in order and type (missing ones as nulls)."""
+    n = table.num_rows
+    arrays = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class SegmentFolder:
+    """The segment files of one staging file (``<staging file>.segments``, a folder per
+    relation): writing, merging, pinning, retiring and the clean-up of orphans. Thread-safe."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._lock = threading.Lock()
+        self._pins = 0
+        self._retired: list[Path] = []
+
+    def relation_folder(self, relation: str, name: str) -> Path:
+        """Where ``relation.name``'s files live (the name quoted: no separator or glob
+        character of a sink's name reaches the file system)."""
+        return self.folder / f"{relation}.{quote(name, safe='')}"
+
+    def path(self, segment: Segment) -> Path:
+        return self.relation_folder(segment.relation, segment.name) / segment.file
+
+    def pattern(self, relation: str, name: str) -> str:
+        """The glob a view reads: every Parquet file of the relation (only registered ones
+        count; :class:`SegmentCatalog` filters by name)."""
+        return str(self.relation_folder(relation, name) / f"*{SUFFIX}")
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def ensure_anchor(self, relation: str, name: str, schema: pa.Schema) -> None:
+        """Write the empty file that fixes ``relation.name``'s schema (and keeps its glob from
+        ever matching nothing), unless it is there with that schema."""
+        path = self.relation_folder(relation, name) / f"{ANCHOR}{SUFFIX}"
+        if path.is_file():
+            try:
+                if pq.read_schema(path).remove_metadata().equals(schema.remove_metadata()):
+                    return
+            except (OSError, pa.ArrowException):
+                logger.warning("rewriting the unreadable anchor %s", path)
+        self._write(schema.empty_table(), path)
+        self.sync([path.parent])
+
+    def write(
+        self, relation: str, name: str, rows: pa.Table, first: int, last: int, level: int = 0
+    ) -> Segment:
+        """Write ``rows`` (batches ``first..last``) as a new segment file: written under a
+        temporary name, fsynced, then renamed (a glob never sees half a file). The folder is
+        fsynced by :meth:`sync`, once per commit. Until a transaction registers it, the file is
+        an orphan every view ignores."""
+        segment = Segment(relation, name, _file_name(first, last, level), first, last, 0, level)
+        self._write(rows, self.path(segment))
+        return Segment(relation, name, segment.file, first, last, rows.num_rows, level)
+
+    def _write(self, rows: pa.Table, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(
+            rows, tmp, compression="lz4", use_dictionary=False, write_statistics=["batch_id"]
+        )
+        _fsync(tmp)
+        tmp.replace(path)
+
+    def merge(self, segments: list[Segment]) -> Segment:
+        """Write one new segment file holding the rows of ``segments`` (consecutive, oldest
+        first), a row group at a time, fsynced with its folder; not registered yet."""
+        first, last = segments[0], segments[-1]
+        level = max(s.level for s in segments) + 1
+        file = _file_name(first.first_batch, last.last_batch, level)
+        path = self.relation_folder(first.relation, first.name) / file
+        tmp = path.with_name(file + ".tmp")
+        schema = pq.read_schema(self.path(first))
+        rows = 0
+        with pq.ParquetWriter(
+            tmp, schema, compression="lz4", use_dictionary=False, write_statistics=["batch_id"]
+        ) as writer:
+            for segment in segments:
+                source = pq.ParquetFile(self.path(segment))
+                for group in range(source.num_row_groups):
+                    table = source.read_row_group(group)
+                    rows += table.num_rows
+                    writer.write_table(table)
+        _fsync(tmp)
+        tmp.replace(path)
+        self.sync([path.parent])
+        return Segment(
+            first.relation, first.name, file, first.first_batch, last.last_batch, rows, level
+        )
+
+    def sync(self, folders: Iterable[Path]) -> None:
+        """fsync ``folders``, so the names of the files written in them are durable."""
+        for folder in set(folders):
+            _fsync(folder)
+
+    def discard(self, segments: Iterable[Segment]) -> None:
+        """Delete files no transaction registered (a failed commit's, a lost merge's)."""
+        for segment in segments:
+            with contextlib.suppress(FileNotFoundError):
+                self.path(segment).unlink()
+
+    def remove_orphans(self, registered: Iterable[Segment]) -> int:
+        """Delete every file of the folder that is neither registered nor an anchor: a commit
+        or merge that did not commit, a retired file a crash kept, a temporary file. Done by the
+        writer when it opens the store, before anything reads. Returns how many."""
+        if not self.folder.is_dir():
+            return 0
+        keep = {self.path(s) for s in registered}
+        removed = 0
+        for relation in self.folder.iterdir():
+            if not relation.is_dir():
+                continue
+            for path in relation.iterdir():
+                if path in keep or path.name == f"{ANCHOR}{SUFFIX}":
+                    continue
+                path.unlink()
+                removed += 1
+        if removed:
+            logger.info("removed %s unregistered segment files from %s", removed, self.folder)
+        return removed
+
+    # -- pins and retirement -----------------------------------------------------------------------
+
+    def pin(self) -> None:
+        """Keep every file on disk until :meth:`unpin`: a view's glob lists the relation's files
+        when a query binds, and a file deleted between that and its read fails the query.
+        Take it before the query (or transaction) begins."""
+        with self._lock:
+            self._pins += 1
+
+    def unpin(self) -> None:
+        with self._lock:
+            self._pins -= 1
+            self._sweep()
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        self.pin()
+        try:
+            yield
+        finally:
+            self.unpin()
+
+    def retire(self, segments: Iterable[Segment]) -> None:
+        """``segments`` left the registry in a committed transaction: delete their files as
+        soon as no reader holds a pin."""
+        with self._lock:
+            self._retired.extend(self.path(s) for s in segments)
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Under the lock (so no pin can start meanwhile): delete the retired files when no
+        reader holds a pin."""
+        if self._pins > 0 or not self._retired:
+            return
+        for path in self._retired:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self._retired = []
+
+    @property
+    def waiting(self) -> int:
+        """Retired files still kept for a pinned reader."""
+        with self._lock:
+            return len(self._retired)
+
+
+def staging_disk_bytes(path: Path) -> int:
+    """Bytes the staging file at ``path`` takes on disk: the file, its WAL and its segment
+    folder."""
+    size = sum(p.stat().st_size for p in (path, Path(f"{path}.wal")) if p.is_file())
+    folder = Path(f"{path}.segments")
+    if folder.is_dir():
+        size += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return size
+
+
+def _file_name(first: int, last: int, level: int) -> str:
+    return f"{first:012d}-{last:012d}.L{level}.{secrets.token_hex(4)}{SUFFIX}"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def merge_candidates(segments: list[Segment]) -> list[Segment] | None:
+    """The segments of one relation to merge next (oldest first), or None: the oldest
+    :data:`FANOUT` of the lowest level that has that many, when together they stay within
+    :data:`MAX_MERGED_ROWS`."""
+    by_level: dict[int, list[Segment]] = {}
+    for s in sorted(segments, key=lambda s: s.first_batch):
+        by_level.setdefault(s.level, []).append(s)
+    for level in sorted(by_level):
+        group = by_level[level][:FANOUT]
+        if len(group) == FANOUT and sum(s.rows for s in group) <= MAX_MERGED_ROWS:
+            return group
+    return None
+
+
+Key = tuple[str, str]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class SegmentCatalog:
+    """The registered segments (``streamdi.segments``) of one staging file, mirrored in memory,
+    and the views over them.
+
+    A view reads its relation's folder by glob and keeps the rows of registered files only, of
+    batches above ``released_through`` (both looked up in the reader's own transaction), so a
+    commit, a release or a merge changes what the views show by changing rows of the registry
+    and of ``streamdi.meta``, not the views. A change runs in two halves: the ``stage_*`` half
+    inside the caller's transaction (under the store's write lock) returns the new mirror
+    entries; :meth:`install` applies them once that transaction committed."""
+
+    def __init__(
+        self, folder: SegmentFolder, schemas: dict[Key, pa.Schema], registry: str, meta: str
+    ) -> None:
+        self.folder = folder
+        self.schemas = schemas
+        self.registry = registry
+        self.meta = meta
+        self.segments: dict[Key, tuple[Segment, ...]] = {key: () for key in schemas}
+
+    def load(self, con: duckdb.DuckDBPyConnection) -> None:
+        rows = con.execute(
+            f"SELECT relation, name, file, first_batch, last_batch, rows, level "
+            f"FROM {self.registry} ORDER BY first_batch"
+        ).fetchall()
+        found: dict[Key, list[Segment]] = {key: [] for key in self.schemas}
+        for relation, name, file, first, last, count, level in rows:
+            segment = Segment(relation, name, file, int(first), int(last), int(count), int(level))
+            found.setdefault((relation, name), []).append(segment)
+        self.segments = {key: tuple(found[key]) for key in found}
+
+    def all(self) -> list[Segment]:
+        return [s for segments in self.segments.values() for s in segments]
+
+    def missing(self) -> list[str]:
+        """Registered files that are not in the folder (a damaged staging folder)."""
+        return sorted(str(p) for s in self.all() if not (p := self.folder.path(s)).is_file())
+
+    def view_sql(self, key: Key) -> str:
+        relation, name = key
+        quoted = '"' + relation.replace('"', '""') + '"."' + name.replace('"', '""') + '"'
+        return (
+            f"CREATE OR REPLACE VIEW {quoted} AS SELECT * EXCLUDE (filename) FROM "
+            f"read_parquet({_literal(self.folder.pattern(relation, name))}, filename = true) "
+            f"WHERE parse_filename(filename) IN (SELECT file FROM {self.registry} "
+            f"WHERE relation = {_literal(relation)} AND name = {_literal(name)}) "
+            f"AND batch_id > (SELECT coalesce(max(CAST(value AS BIGINT)), 0) FROM {self.meta} "
+            "WHERE key = 'released_through')"
+        )
+
+    def define_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        """(Re)define every view (at open: the folder may have moved), writing anchors."""
+        for key, schema in self.schemas.items():
+            self.folder.ensure_anchor(key[0], key[1], schema)
+            con.execute(self.view_sql(key))
+
+    def stage_add(
+        self, con: duckdb.DuckDBPyConnection, added: list[Segment]
+    ) -> dict[Key, tuple[Segment, ...]]:
+        """Register ``added`` in the caller's transaction."""
+        if not added:
+            return {}
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(added))
+        params: list[object] = []
+        for s in added:
+            params += [s.relation, s.name, s.file, s.first_batch, s.last_batch, s.rows, s.level]
+        con.execute(f"INSERT INTO {self.registry} VALUES {values}", params)
+        changes: dict[Key, tuple[Segment, ...]] = {}
+        for s in added:
+            key = (s.relation, s.name)
+            changes[key] = (*changes.get(key, self.segments[key]), s)
+        return changes
+
+    def stage_release(
+        self, con: duckdb.DuckDBPyConnection, through: int
+    ) -> tuple[dict[Key, tuple[Segment, ...]], list[Segment]]:
+        """Unregister the segments whose every batch is at or below ``through``, in the caller's
+        transaction (which also moves ``released_through``: the views hide the released
+        batches of a segment that straddles it). Returns the new mirror and the segments that
+        left it."""
+        gone = [s for s in self.all() if s.last_batch <= through]
+        con.execute(f"DELETE FROM {self.registry} WHERE last_batch <= ?", [int(through)])
+        changes = {
+            key: tuple(s for s in segments if s.last_batch > through)
+            for key, segments in self.segments.items()
+        }
+        return changes, gone
+
+    def stage_swap(
+        self, con: duckdb.DuckDBPyConnection, inputs: list[Segment], merged: Segment
+    ) -> dict[Key, tuple[Segment, ...]] | None:
+        """Replace ``inputs`` by ``merged`` in the registry, in the caller's transaction; None
+        (nothing done) when an input is no longer registered (released meanwhile)."""
+        key = (merged.relation, merged.name)
+        current = self.segments[key]
+        names = {s.file for s in inputs}
+        if not names <= {s.file for s in current}:
+            return None
+        params: list[object] = [merged.relation, merged.name, *names]
+        con.execute(
+            f"DELETE FROM {self.registry} WHERE relation = ? AND name = ? "
+            f"AND file IN ({', '.join(['?'] * len(names))})",
+            params,
+        )
+        con.execute(
+            f"INSERT INTO {self.registry} VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                merged.relation,
+                merged.name,
+                merged.file,
+                merged.first_batch,
+                merged.last_batch,
+                merged.rows,
+                merged.level,
+            ],
+        )
+        kept = [s for s in current if s.file not in names]
+        return {key: tuple(sorted([*kept, merged], key=lambda s: s.first_batch))}
+
+    def install(self, changes: dict[Key, tuple[Segment, ...]]) -> None:
+        """Apply staged changes after their transaction committed."""
+        self.segments.update(changes)
+
+
+class SegmentMerger:
+    """A thread that calls ``merge_once`` (one merge; True when it merged something) until it
+    has nothing to merge, then waits for :meth:`wake` or ``interval_s``. It holds
+    ``merge_once``'s owner weakly (a store nobody closed still goes away, and the thread with
+    it). An error is logged and the thread goes on: merging only keeps the file count down."""
+
+    def __init__(self, merge_once: Callable[[], bool], *, interval_s: float = 1.0) -> None:
+        self._merge_once = weakref.WeakMethod(merge_once)
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="segment-merger", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        # below the committer and the engine: merging may wait, a commit should not
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        while not self._stop.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            try:
+                while not self._stop.is_set():
+                    merge_once = self._merge_once()
+                    if merge_once is None or not merge_once():
+                        break
+                    del merge_once
+            except Exception as exc:  # merging is housekeeping: never fatal
+                logger.warning("segment merge failed: %s", exc)
+            if self._merge_once() is None:
+                return
