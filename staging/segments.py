@@ -77,8 +77,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 class SegmentFolder:
-    """The segment files of one staging file (``<staging file>.segments``, a folder per
-    relation): writing, merging, pinning, retiring and the clean-up of orphans. Thread-safe."""
+    """The segment files of one staging file (``<staging file>.segments``, one flat folder:
+    see :meth:`prefix`): writing, merging, pinning, retiring and the clean-up of orphans.
+    Thread-safe."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -86,25 +87,27 @@ class SegmentFolder:
         self._pins = 0
         self._retired: list[Path] = []
 
-    def relation_folder(self, relation: str, name: str) -> Path:
-        """Where ``relation.name``'s files live (the name quoted: no separator or glob
-        character of a sink's name reaches the file system)."""
-        return self.folder / f"{relation}.{quote(name, safe='')}"
+    @staticmethod
+    def prefix(relation: str, name: str) -> str:
+        """How every file of ``relation.name`` starts: ``<relation>+<name>+``, the name quoted
+        (so neither a ``+`` nor a glob character of a sink's name reaches the file system). One
+        flat folder: a commit fsyncs one directory, whatever the relations it wrote."""
+        return f"{relation}+{quote(name, safe='')}+"
 
     def path(self, segment: Segment) -> Path:
-        return self.relation_folder(segment.relation, segment.name) / segment.file
+        return self.folder / segment.file
 
     def pattern(self, relation: str, name: str) -> str:
         """The glob a view reads: every Parquet file of the relation (only registered ones
         count; :class:`SegmentCatalog` filters by name)."""
-        return str(self.relation_folder(relation, name) / f"*{SUFFIX}")
+        return str(self.folder / f"{self.prefix(relation, name)}*{SUFFIX}")
 
     # -- writing -----------------------------------------------------------------------------------
 
     def ensure_anchor(self, relation: str, name: str, schema: pa.Schema) -> None:
         """Write the empty file that fixes ``relation.name``'s schema (and keeps its glob from
         ever matching nothing), unless it is there with that schema."""
-        path = self.relation_folder(relation, name) / f"{ANCHOR}{SUFFIX}"
+        path = self.folder / f"{self.prefix(relation, name)}{ANCHOR}{SUFFIX}"
         if path.is_file():
             try:
                 if pq.read_schema(path).remove_metadata().equals(schema.remove_metadata()):
@@ -121,9 +124,9 @@ class SegmentFolder:
         temporary name, fsynced, then renamed (a glob never sees half a file). The folder is
         fsynced by :meth:`sync`, once per commit. Until a transaction registers it, the file is
         an orphan every view ignores."""
-        segment = Segment(relation, name, _file_name(first, last, level), first, last, 0, level)
-        self._write(rows, self.path(segment))
-        return Segment(relation, name, segment.file, first, last, rows.num_rows, level)
+        file = self.prefix(relation, name) + _file_name(first, last, level)
+        self._write(rows, self.folder / file)
+        return Segment(relation, name, file, first, last, rows.num_rows, level)
 
     def _write(self, rows: pa.Table, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +142,10 @@ class SegmentFolder:
         first), a row group at a time, fsynced with its folder; not registered yet."""
         first, last = segments[0], segments[-1]
         level = max(s.level for s in segments) + 1
-        file = _file_name(first.first_batch, last.last_batch, level)
-        path = self.relation_folder(first.relation, first.name) / file
+        file = self.prefix(first.relation, first.name) + _file_name(
+            first.first_batch, last.last_batch, level
+        )
+        path = self.folder / file
         tmp = path.with_name(file + ".tmp")
         schema = pq.read_schema(self.path(first))
         rows = 0
@@ -179,14 +184,11 @@ class SegmentFolder:
             return 0
         keep = {self.path(s) for s in registered}
         removed = 0
-        for relation in self.folder.iterdir():
-            if not relation.is_dir():
+        for path in self.folder.iterdir():
+            if path in keep or path.name.endswith(f"+{ANCHOR}{SUFFIX}") or not path.is_file():
                 continue
-            for path in relation.iterdir():
-                if path in keep or path.name == f"{ANCHOR}{SUFFIX}":
-                    continue
-                path.unlink()
-                removed += 1
+            path.unlink()
+            removed += 1
         if removed:
             logger.info("removed %s unregistered segment files from %s", removed, self.folder)
         return removed

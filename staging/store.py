@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -220,6 +221,7 @@ class StagingStore:
             self.segment_folder, segment_schemas(self.flow), _sys("segments"), _sys("meta")
         )
         self._merger: SegmentMerger | None = None
+        self._segment_writer = ThreadPoolExecutor(1, thread_name_prefix="segment-writer")
         if not read_only:
             self._create()
             if background_merge:
@@ -331,6 +333,7 @@ class StagingStore:
         if self._merger is not None:
             self._merger.stop()
             self._merger = None
+        self._segment_writer.shutdown()
         self._con.close()
 
     def __enter__(self) -> StagingStore:
@@ -558,7 +561,10 @@ class StagingStore:
             sink: conform(self._output_rows(sink, commits), self.catalog.schemas[(OUTPUTS, sink)])
             for sink in self.flow.sinks
         }
-        written = self._write_segments(ids, deltas, outputs)
+        # the files are written while the transaction applies the state (both mostly outside
+        # the GIL); step 5 waits for them
+        writing = self._segment_writer.submit(self._write_segments, ids, deltas, outputs)
+        written: list[Segment] = []
         dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
         aborts = _abort_rows(commits)
         ledger = _ledger_rows(commits)
@@ -588,6 +594,7 @@ class StagingStore:
                 self._apply_delta(name, view, single=len(commits) == 1)
             # 5. the segment files, dead letters, aborts
             step("outputs")
+            written = writing.result()
             changes = self.catalog.stage_add(con, written)
             if dead.num_rows:
                 register("_dead", dead)
@@ -618,6 +625,8 @@ class StagingStore:
                 con.execute("ROLLBACK")
             except duckdb.Error:
                 logger.warning("rollback failed after commit error batch_ids=%s", ids)
+            with suppress(Exception):
+                written = writing.result()  # a file written meanwhile is an orphan now
             self.segment_folder.discard(written)
             raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
         finally:
@@ -728,10 +737,9 @@ class StagingStore:
         ids = [q(c) for c in table.row_id()]
         match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
         con = self._con
-        con.execute(
-            f"DELETE FROM {target} USING (SELECT DISTINCT {', '.join(ids)} FROM {view}) x "
-            f"WHERE {match}"
-        )
+        # one batch's net delta names each row id once; a group's may name it in each batch
+        source = view if single else f"(SELECT DISTINCT {', '.join(ids)} FROM {view})"
+        con.execute(f"DELETE FROM {target} USING {source} x WHERE {match}")
         if single:
             con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
         else:

@@ -47,7 +47,9 @@ def _results(batches: int) -> tuple[object, list[BatchResult]]:
 
 def _files(store: StagingStore) -> set[Path]:
     return {
-        p for p in store.segment_folder.folder.rglob("*.parquet") if not p.name.startswith("anc")
+        p
+        for p in store.segment_folder.folder.glob("*.parquet")
+        if not p.name.endswith("anchor.parquet")
     }
 
 
@@ -81,16 +83,17 @@ def test_a_commit_writes_its_rows_as_registered_segment_files(tmp_path: Path) ->
 def test_orphans_and_temporary_files_go_when_the_store_opens(tmp_path: Path) -> None:
     store, _ = _stage(tmp_path / "s.duckdb", batches=2)
     before = store.query(OUT)
-    folder = store.segment_folder.relation_folder(OUTPUTS, "balances")
+    folder = store.segment_folder.folder
+    prefix = store.segment_folder.prefix(OUTPUTS, "balances")
     kept = _files(store)
     store.close()
     # a commit killed before its COMMIT leaves a file with rows of batches nothing committed
-    stray = folder / "000000000003-000000000003.L0.deadbeef.parquet"
-    stray.write_bytes(next(iter(f for f in kept if f.parent == folder)).read_bytes())
-    (folder / "x.parquet.tmp").write_bytes(b"half a file")
+    stray = folder / f"{prefix}000000000003-000000000003.L0.deadbeef.parquet"
+    stray.write_bytes(next(iter(f for f in kept if f.name.startswith(prefix))).read_bytes())
+    (folder / f"{prefix}x.parquet.tmp").write_bytes(b"half a file")
     with StagingStore(tmp_path / "s.duckdb", _results(1)[0]) as store:  # type: ignore[arg-type]
         assert not stray.exists()
-        assert not (folder / "x.parquet.tmp").exists()
+        assert not (folder / f"{prefix}x.parquet.tmp").exists()
         assert _files(store) == kept
         assert store.query(OUT).equals(before)
 
