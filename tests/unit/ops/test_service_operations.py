@@ -37,10 +37,20 @@ def test_status_and_metrics_report_staging_and_migration_lag(tmp_path: Path) -> 
             status = client.get("/status").json()
             assert status["pipeline"] == {"state": "absent", "error": None, "paused": False}
             assert status["staging"]["watermark"] == 6
-            assert status["staging"]["bytes"] == (tmp_path / "staging.duckdb").stat().st_size + (
-                (tmp_path / "staging.duckdb.wal").stat().st_size
-                if (tmp_path / "staging.duckdb.wal").exists()
-                else 0
+            # the file, its WAL and its segment files (the delta logs and outputs)
+            segments = sum(
+                p.stat().st_size for p in (tmp_path / "staging.duckdb.segments").iterdir()
+            )
+            assert segments > 0
+            assert (
+                status["staging"]["bytes"]
+                == (tmp_path / "staging.duckdb").stat().st_size
+                + (
+                    (tmp_path / "staging.duckdb.wal").stat().st_size
+                    if (tmp_path / "staging.duckdb.wal").exists()
+                    else 0
+                )
+                + segments
             )
             lag = status["migration"]["duckdb"]
             assert lag["acknowledged"] == 4 and lag["lag_batches"] == 2
