@@ -24,6 +24,7 @@ import argparse
 import json
 import multiprocessing
 import multiprocessing.process
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -309,37 +310,73 @@ def describe_broker(broker: BrokerHandle) -> dict[str, Any]:
     return {"kind": "external", "bootstrap_servers": broker.bootstrap_servers, "log": broker.log_id}
 
 
-def run_bench(settings: StreamdiSettings, *, quick: bool, executor: str) -> dict[str, Any]:
+#: What a repeated row reports as its median and its spread (min, max).
+_SPREAD = ("events_per_s", "p50_commit_ms", "p99_commit_ms")
+
+
+def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for ``runs`` of the same mode: the median of every figure, ``runs`` and the
+    ``spread`` (min, max) of the throughput and the latencies."""
+    row = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row[key] = float(np.median([r[key] for r in runs]))
+    row["runs"] = len(runs)
+    row["spread"] = {k: [min(r[k] for r in runs), max(r[k] for r in runs)] for k in _SPREAD}
+    return row
+
+
+def run_bench(
+    settings: StreamdiSettings, *, quick: bool, executor: str, repeat: int = 1
+) -> dict[str, Any]:
     sizes = (
         {"ledger": (100_000, 5_000), "passthrough": (200_000, 20_000)}
         if quick
         else {"ledger": (4_000_000, 30_000), "passthrough": (1_000_000, 100_000)}
     )
+    load_before = os.getloadavg()
     with (
         tempfile.TemporaryDirectory(prefix="streamdi-bench-") as tmp,
         open_broker(settings.kafka, Path(tmp)) as broker,
     ):
         work = Path(tmp)
         described = describe_broker(broker)
-        results, ceiling = [], []
-        for mode in ("batched", "steady", "single", "txn", "4-part"):
-            n = sizes["ledger"][1 if mode == "single" else 0]
-            results.append(_run_one(settings, broker, work, ledger_dataflow(), mode, n, executor))
-        for mode in ("batched", "single"):
-            n = sizes["passthrough"][0 if mode == "batched" else 1]
-            ceiling.append(
-                _run_one(settings, broker, work, passthrough_dataflow(), mode, n, executor)
-            )
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # rounds, not one mode repeated in a row: a noisy minute spreads over every mode
+        for round_ in range(repeat):
+            for mode in ("batched", "steady", "single", "txn", "4-part"):
+                n = sizes["ledger"][1 if mode == "single" else 0]
+                runs.setdefault(("ledger", mode), []).append(
+                    _run_one(
+                        settings, broker, work / str(round_), ledger_dataflow(), mode, n, executor
+                    )
+                )
+            for mode in ("batched", "single"):
+                n = sizes["passthrough"][0 if mode == "batched" else 1]
+                runs.setdefault(("passthrough", mode), []).append(
+                    _run_one(
+                        settings,
+                        broker,
+                        work / str(round_),
+                        passthrough_dataflow(),
+                        mode,
+                        n,
+                        executor,
+                    )
+                )
         resume = _resume_seconds(work, 1_000_000, executor)
+    rows = {key: _median_row(found) for key, found in runs.items()}
     return {
         "benchmark": "ingest",
         "broker": described,
         "quick": quick,
+        "repeat": repeat,
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "executor": executor,
         "engine_batch_size": settings.engine.batch_size,
         "record_events": RECORD_EVENTS,
-        "results": results,
-        "ceiling": ceiling,
+        "results": [row for (flow, _), row in rows.items() if flow == "ledger"],
+        "ceiling": [row for (flow, _), row in rows.items() if flow == "passthrough"],
         "resume": resume,
     }
 
@@ -357,9 +394,25 @@ def render(report: dict[str, Any]) -> str:
     ]
     for r in [*report["results"], *report["ceiling"]]:
         lines.append(
-            f"{r['dataflow']:<12} {r['mode']:<8} {r['events']:>9,} {r['events_per_s']:>10,.0f} "
+            f"{r['dataflow']:<12} {r['mode']:<8} {r['events']:>9,.0f} {r['events_per_s']:>10,.0f} "
             f"{r['produced_per_s']:>11,.0f} {r['p50_commit_ms']:>8.0f} {r['p99_commit_ms']:>8.0f} "
             f"{r['batch_events']:>9,.0f} {r['staging_bytes_per_event']:>8.0f}"
+        )
+    if report.get("repeat", 1) > 1:
+        lines.append(f"medians of {report['repeat']} runs each; spread (min-max):")
+        for r in [*report["results"], *report["ceiling"]]:
+            spread = r["spread"]
+            lines.append(
+                f"  {r['dataflow']:<12} {r['mode']:<8} events/s "
+                f"{spread['events_per_s'][0]:,.0f}-{spread['events_per_s'][1]:,.0f}  p50 "
+                f"{spread['p50_commit_ms'][0]:.0f}-{spread['p50_commit_ms'][1]:.0f} ms  p99 "
+                f"{spread['p99_commit_ms'][0]:.0f}-{spread['p99_commit_ms'][1]:.0f} ms"
+            )
+    load = report.get("load_average")
+    if load:
+        lines.append(
+            "load average before/after: "
+            + " / ".join(", ".join(f"{x:.2f}" for x in load[k]) for k in ("before", "after"))
         )
     resume = report["resume"]
     lines.append(
@@ -374,13 +427,23 @@ def _bench(args: argparse.Namespace, settings: StreamdiSettings) -> int:
 
     logging.getLogger("kafka").setLevel(logging.WARNING)
     report = run_bench(
-        settings, quick=args.quick, executor=args.executor or settings.engine.executor
+        settings,
+        quick=args.quick,
+        executor=args.executor or settings.engine.executor,
+        repeat=args.repeat,
     )
     if args.json:
         write_json(report, args.json)
     if args.json != "-":
         print(render(report))
     return EXIT_OK
+
+
+def _rounds(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--repeat takes 1 or more rounds, not {value}")
+    return value
 
 
 def register(benches: Commands) -> None:
@@ -392,6 +455,12 @@ def register(benches: Commands) -> None:
     )
     bench.add_argument("--quick", action="store_true", help="smaller workloads (a minute or so)")
     bench.add_argument("--executor", help="executor (default: ENGINE__EXECUTOR)")
+    bench.add_argument(
+        "--repeat",
+        type=_rounds,
+        default=1,
+        help="rounds of every mode; each row reports the median and the spread (default 1)",
+    )
     bench.add_argument(
         "--json", metavar="PATH", help="also write the results as JSON ('-': stdout)"
     )
