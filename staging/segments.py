@@ -437,12 +437,15 @@ class SegmentMerger:
             self._wake.wait(self._interval_s)
             self._wake.clear()
             try:
-                while not self._stop.is_set():
-                    merge_once = self._merge_once()
-                    if merge_once is None or not merge_once():
-                        break
-                    del merge_once
+                while not self._stop.is_set() and self._merge_step():
+                    pass
             except Exception as exc:  # merging is housekeeping: never fatal
                 logger.warning("segment merge failed: %s", exc)
             if self._merge_once() is None:
                 return
+
+    def _merge_step(self) -> bool:
+        """One merge, holding the store only for its length (a local kept across the loop would
+        keep a store nobody closed alive, and this thread with it)."""
+        merge_once = self._merge_once()
+        return merge_once is not None and merge_once()
