@@ -1,5 +1,6 @@
-"""The local staging store: a DuckDB file with the dataflow's state tables, the per-batch delta log,
-outputs, dead letters, Kafka offsets and the batch ledger, written one transaction per commit."""
+"""The local staging store: a DuckDB file with the dataflow's state tables, dead letters, Kafka
+offsets and the batch ledger, and beside it the per-batch delta logs and outputs as Parquet segment
+files it registers, written one transaction per commit."""
 
 from staging.snapshot import StagingSnapshot, open_snapshot
 from staging.store import BatchCommit, PartitionProgress, StagingStore, StreamProgress

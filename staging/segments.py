@@ -6,22 +6,33 @@ Kept in DuckDB tables, each row was written three times on the commit path: the 
 WAL at COMMIT, and the checkpoint that folds the WAL into the file (which blocks commits while it
 runs). As segment files each row is written once, compressed, before the commit's transaction:
 
-* A commit writes, per delta log and per sink it has rows for, one Parquet file (LZ4, no
-  dictionary, statistics on ``batch_id``) holding those rows, fsyncs it and then the folder.
-* The commit's DuckDB transaction registers the files in ``streamdi.segments`` and redefines the
-  relation's view (``delta_log.<table>``, ``outputs.<sink>``) over exactly the registered files
-  and an empty *anchor* file that fixes the schema. A reader's transaction therefore sees the
-  files of the batches it sees, no more: a file nothing registered is never read.
+The protocol, per commit (:meth:`staging.store.StagingStore.commit` runs it):
+
+1. Write, per delta log and per sink the commit has rows for, one Parquet file (LZ4, no
+   dictionary, statistics on ``batch_id``) under a temporary name; fsync it; rename it to
+   ``<relation>+<quoted name>+<first>-<last>.L<level>.<token>.parquet`` in the one flat folder
+   ``<staging file>.segments``; fsync the folder.
+2. In the commit's transaction, register the files in ``streamdi.segments``.
+3. COMMIT: the rows become visible with the rest of the batch.
+
+The views ``delta_log.<table>`` and ``outputs.<sink>`` are defined when the writer opens the
+store and never change: each reads its relation's files by glob and keeps the rows of registered
+files above ``released_through``, both looked up in the reader's own transaction. So a reader
+sees the segments of the batches it sees, no more, and a commit, a release or a merge changes
+rows of the registry and of ``streamdi.meta``, not the views. An empty *anchor* file per
+relation fixes its schema and keeps the glob from ever matching nothing.
+
 * A file that no registration names is an orphan (a commit that failed or was killed before its
-  COMMIT, a merge that lost its race): the writer deletes it when it opens the store.
-* Release (:mod:`staging.handoff`) unregisters the segments whose every batch is released and
-  redefines the views to hide the released batches of a segment that straddles the release point.
+  COMMIT, a merge that lost its race, a temporary file): the writer deletes it at open.
+* Release (:mod:`staging.handoff`) unregisters the segments whose every batch is released; the
+  views hide the released batches of a segment that straddles the release point.
 * Merging keeps the file count low: once a relation has :data:`FANOUT` segments of one level, the
   oldest of them are merged into one of the next level (never beyond :data:`MAX_MERGED_ROWS`
-  rows), off the commit path, then swapped in one transaction.
-* A file taken out of the views is deleted only when no reader that could still see it holds a
-  pin (:meth:`SegmentFolder.pin`): readers pin before they open their transaction, and a file is
-  retired after the transaction that removed it committed.
+  rows) by a background thread, off the commit path, then swapped in one transaction.
+* A file that left the registry is deleted only when no reader holds a pin
+  (:meth:`SegmentFolder.pin`): a view lists its relation's files when a query binds, so a file
+  unlinked between that list and its read would fail the query. Readers pin before their query
+  or transaction begins.
 """
 
 from __future__ import annotations

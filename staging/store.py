@@ -2,7 +2,8 @@
 
 A :class:`StagingStore` is opened by the one process that runs the dataflow (DuckDB allows one
 writing process). :meth:`StagingStore.commit` applies one or more batch results in **one**
-transaction: the state changes, the delta log, the outputs, the dead letters, the aborts, the
+transaction: the state changes, the delta log and the outputs (Parquet segment files written just
+before and registered by it, :mod:`staging.segments`), the dead letters, the aborts, the
 sequences, the consumed Kafka offsets and the batch ledger rows. After a restart
 :meth:`StagingStore.load_state` rebuilds the engine's state and :meth:`StagingStore.offsets` tells
 the consumer where to resume, so a batch is applied exactly once across crashes.
