@@ -27,6 +27,7 @@ import multiprocessing.process
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from etl_dataflows.testing import ledger_dataflow
 from ingest.broker import BrokerHandle, client_config, ensure_topics, open_broker
 from ingest.kafka_dist import KAFKA_VERSION
 from ingest.ledger import ledger_events
-from ingest.records import encode_batch
+from ingest.records import OutgoingRecord, encode_batch
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.runspec import StreamBinding, bind
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
@@ -85,6 +86,15 @@ def _events(n: int, seed: int) -> pa.Table:
 _LAYOUT = {"txn": (1, True), "4-part": (4, True)}
 
 
+def _batched_records(events: pa.Table, cap: int) -> Iterator[tuple[int, list[OutgoingRecord]]]:
+    """``events`` as the collector would send them: logical batches of :data:`RECORD_EVENTS`
+    (ids from 1), each with the position of its first event, encoded as it is taken."""
+    for i, start in enumerate(range(0, events.num_rows, RECORD_EVENTS)):
+        piece = events.slice(start, RECORD_EVENTS)
+        last = int(piece.column("_pos")[-1].as_py())
+        yield start, encode_batch("txns", i + 1, piece, [], cap=cap, last_pos=last)
+
+
 def _produce(
     settings: StreamdiSettings, broker: BrokerHandle, topic: str, events: pa.Table, mode: str
 ) -> float:
@@ -106,14 +116,10 @@ def _produce(
         producer.init_transactions()
     started = time.perf_counter()
     if mode != "single":
-        for i, start in enumerate(range(0, events.num_rows, RECORD_EVENTS)):
-            piece = events.slice(start, RECORD_EVENTS)
-            last = int(piece.column("_pos")[-1].as_py())
+        for i, (_, batch) in enumerate(_batched_records(events, settings.kafka.max_record_bytes)):
             if transactional:
                 producer.begin_transaction()
-            for record in encode_batch(
-                "txns", i + 1, piece, [], cap=settings.kafka.max_record_bytes, last_pos=last
-            ):
+            for record in batch:
                 producer.send(
                     topic, value=record.value, headers=record.headers, partition=i % partitions
                 )
@@ -147,12 +153,7 @@ def _paced_producer(
         linger_ms=0,
         max_request_size=settings.max_record_bytes + 256 * 1024,
     )
-    records = []
-    for i, start in enumerate(range(0, n, RECORD_EVENTS)):
-        piece = events.slice(start, RECORD_EVENTS)
-        last = int(piece.column("_pos")[-1].as_py())
-        batch = encode_batch("txns", i + 1, piece, [], cap=settings.max_record_bytes, last_pos=last)
-        records.append((start, batch))
+    records = list(_batched_records(events, settings.max_record_bytes))
     ready.set()
     started = time.perf_counter()
     for start, batch in records:

@@ -244,7 +244,7 @@ class StagedDeltas:
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
-                self.store.segments_released(changes, gone, through)
+                self.store.segments_released(changes, gone)
                 self.store.released_through = through
                 self.store.recent.forget_through(through)
                 self._released_rows += deleted

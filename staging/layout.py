@@ -42,7 +42,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from etl_dataflows.batch import ABORT_SCHEMA
@@ -100,6 +102,24 @@ def q(name: str) -> str:
 
 def qualified(schema: str, name: str) -> str:
     return f"{q(schema)}.{q(name)}"
+
+
+def literal(text: str) -> str:
+    """A quoted SQL string literal (for DDL, which takes no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def insert_values(con: duckdb.DuckDBPyConnection, target: str, rows: list[tuple[Any, ...]]) -> None:
+    """``INSERT INTO target VALUES`` of a few rows (progress rows, segment registrations), as one
+    statement with parameters: registering an Arrow table for them cost more than the
+    statement. Bulk rows go as Arrow, never through here."""
+    if not rows:
+        return
+    one = "(" + ", ".join(["?"] * len(rows[0])) + ")"
+    con.execute(
+        f"INSERT INTO {target} VALUES {', '.join([one] * len(rows))}",
+        [v for row in rows for v in row],
+    )
 
 
 def duck_type(kind: ColumnType | None) -> str:

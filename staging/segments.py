@@ -52,6 +52,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from staging.layout import insert_values, literal, qualified
+
 logger = logging.getLogger(__name__)
 
 #: A relation with this many segments of one level has the oldest of them merged into one.
@@ -126,7 +128,7 @@ class SegmentFolder:
             except (OSError, pa.ArrowException):
                 logger.warning("rewriting the unreadable anchor %s", path)
         self._write(schema.empty_table(), path)
-        self.sync([path.parent])
+        self.sync()
 
     def write(
         self, relation: str, name: str, rows: pa.Table, first: int, last: int, level: int = 0
@@ -171,15 +173,14 @@ class SegmentFolder:
                     writer.write_table(table)
         _fsync(tmp)
         tmp.replace(path)
-        self.sync([path.parent])
+        self.sync()
         return Segment(
             first.relation, first.name, file, first.first_batch, last.last_batch, rows, level
         )
 
-    def sync(self, folders: Iterable[Path]) -> None:
-        """fsync ``folders``, so the names of the files written in them are durable."""
-        for folder in set(folders):
-            _fsync(folder)
+    def sync(self) -> None:
+        """fsync the folder, so the names of the files written in it are durable."""
+        _fsync(self.folder)
 
     def discard(self, segments: Iterable[Segment]) -> None:
         """Delete files no transaction registered (a failed commit's, a lost merge's)."""
@@ -260,6 +261,11 @@ def staging_disk_bytes(path: Path) -> int:
     return size
 
 
+def _row(s: Segment) -> tuple[object, ...]:
+    """``s`` as a row of ``streamdi.segments``."""
+    return (s.relation, s.name, s.file, s.first_batch, s.last_batch, s.rows, s.level)
+
+
 def _file_name(first: int, last: int, level: int) -> str:
     return f"{first:012d}-{last:012d}.L{level}.{secrets.token_hex(4)}{SUFFIX}"
 
@@ -287,10 +293,6 @@ def merge_candidates(segments: list[Segment]) -> list[Segment] | None:
 
 
 Key = tuple[str, str]
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 class SegmentCatalog:
@@ -333,12 +335,12 @@ class SegmentCatalog:
 
     def view_sql(self, key: Key) -> str:
         relation, name = key
-        quoted = '"' + relation.replace('"', '""') + '"."' + name.replace('"', '""') + '"'
+        files = literal(self.folder.pattern(relation, name))
         return (
-            f"CREATE OR REPLACE VIEW {quoted} AS SELECT * EXCLUDE (filename) FROM "
-            f"read_parquet({_literal(self.folder.pattern(relation, name))}, filename = true) "
+            f"CREATE OR REPLACE VIEW {qualified(relation, name)} AS "
+            f"SELECT * EXCLUDE (filename) FROM read_parquet({files}, filename = true) "
             f"WHERE parse_filename(filename) IN (SELECT file FROM {self.registry} "
-            f"WHERE relation = {_literal(relation)} AND name = {_literal(name)}) "
+            f"WHERE relation = {literal(relation)} AND name = {literal(name)}) "
             f"AND batch_id > (SELECT coalesce(max(CAST(value AS BIGINT)), 0) FROM {self.meta} "
             "WHERE key = 'released_through')"
         )
@@ -353,13 +355,7 @@ class SegmentCatalog:
         self, con: duckdb.DuckDBPyConnection, added: list[Segment]
     ) -> dict[Key, tuple[Segment, ...]]:
         """Register ``added`` in the caller's transaction."""
-        if not added:
-            return {}
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(added))
-        params: list[object] = []
-        for s in added:
-            params += [s.relation, s.name, s.file, s.first_batch, s.last_batch, s.rows, s.level]
-        con.execute(f"INSERT INTO {self.registry} VALUES {values}", params)
+        insert_values(con, self.registry, [_row(s) for s in added])
         changes: dict[Key, tuple[Segment, ...]] = {}
         for s in added:
             key = (s.relation, s.name)
@@ -397,18 +393,7 @@ class SegmentCatalog:
             f"AND file IN ({', '.join(['?'] * len(names))})",
             params,
         )
-        con.execute(
-            f"INSERT INTO {self.registry} VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                merged.relation,
-                merged.name,
-                merged.file,
-                merged.first_batch,
-                merged.last_batch,
-                merged.rows,
-                merged.level,
-            ],
-        )
+        insert_values(con, self.registry, [_row(merged)])
         kept = [s for s in current if s.file not in names]
         return {key: tuple(sorted([*kept, merged], key=lambda s: s.first_batch))}
 

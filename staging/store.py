@@ -27,7 +27,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from etl_dataflows.batch import BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
@@ -48,6 +47,7 @@ from staging.layout import (
     SYSTEM,
     create_statements,
     fingerprint,
+    insert_values,
     output_columns,
     q,
     qualified,
@@ -305,12 +305,11 @@ class StagingStore:
             rows = arrow_of(self._con.sql(f"SELECT * FROM {relation} ORDER BY batch_id"))
             if rows.num_rows:
                 ids = rows.column("batch_id")
-                bounds = pc.min_max(ids)
-                first, last = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+                first, last = int(ids[0].as_py()), int(ids[-1].as_py())
                 added.append(self.segment_folder.write(*key, conform(rows, schema), first, last))
             self._con.execute(f"DROP TABLE {relation}")
         if added:
-            self.segment_folder.sync(self.segment_folder.path(s).parent for s in added)
+            self.segment_folder.sync()
             logger.info("moved %s staged tables into segment files", len(added))
         return self.catalog.stage_add(self._con, added)
 
@@ -655,10 +654,7 @@ class StagingStore:
         return self.catalog.stage_release(cursor, through)
 
     def segments_released(
-        self,
-        changes: dict[tuple[str, str], tuple[Segment, ...]],
-        gone: list[Segment],
-        through: int,
+        self, changes: dict[tuple[str, str], tuple[Segment, ...]], gone: list[Segment]
     ) -> None:
         """After a release committed: update the catalog and retire the files that left it."""
         self.catalog.install(changes)
@@ -725,7 +721,8 @@ class StagingStore:
             for sink, rows in outputs.items():
                 if rows.num_rows:
                     written.append(folder.write(OUTPUTS, sink, rows, ids[0], ids[-1]))
-            folder.sync(folder.path(s).parent for s in written)
+            if written:
+                folder.sync()
         except Exception as exc:
             folder.discard(written)
             raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
@@ -758,7 +755,7 @@ class StagingStore:
         sequences = dict(last.result.sequences)
         if sequences and sequences != self._sequences:
             con.execute(f"DELETE FROM {_sys('sequences')}")
-            _insert_values(con, _sys("sequences"), [(n, int(v)) for n, v in sequences.items()])
+            insert_values(con, _sys("sequences"), [(n, int(v)) for n, v in sequences.items()])
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
         streams: dict[str, tuple[StreamProgress, int]] = {}
         partitions: dict[StreamPartition, tuple[PartitionProgress, int]] = {}
@@ -778,7 +775,7 @@ class StagingStore:
                 f"({', '.join(['(?, ?)'] * len(keys))})",
                 [v for k in keys for v in (k[0], int(k[1]))],
             )
-            _insert_values(
+            insert_values(
                 con,
                 _sys("offsets") + " (topic, partition, next_offset, batch_id)",
                 [(k[0], int(k[1]), int(offsets[k][0]), int(offsets[k][1])) for k in keys],
@@ -789,7 +786,7 @@ class StagingStore:
                 f"DELETE FROM {_sys('streams')} WHERE stream IN ({', '.join(['?'] * len(names))})",
                 names,
             )
-            _insert_values(
+            insert_values(
                 con,
                 _sys("streams") + " (stream, last_batch, max_ts, events, last_pos, batch_id)",
                 [
@@ -891,19 +888,6 @@ class StagingStore:
 
 def _sys(name: str) -> str:
     return qualified(SYSTEM, name)
-
-
-def _insert_values(
-    con: duckdb.DuckDBPyConnection, target: str, rows: list[tuple[Any, ...]]
-) -> None:
-    """``INSERT INTO target VALUES`` of a few rows, as one statement with parameters."""
-    if not rows:
-        return
-    one = "(" + ", ".join(["?"] * len(rows[0])) + ")"
-    con.execute(
-        f"INSERT INTO {target} VALUES {', '.join([one] * len(rows))}",
-        [v for row in rows for v in row],
-    )
 
 
 def _delta_rows(flow: CompiledDataflow, name: str, commits: list[BatchCommit]) -> pa.Table:

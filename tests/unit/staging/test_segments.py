@@ -80,6 +80,20 @@ def test_a_commit_writes_its_rows_as_registered_segment_files(tmp_path: Path) ->
     store.close()
 
 
+def test_a_file_nothing_registered_is_never_read(tmp_path: Path) -> None:
+    # a commit between writing its files and its COMMIT: the glob lists the file, the view
+    # must not show its rows (they belong to a batch no reader may see yet)
+    store, _ = _stage(tmp_path / "s.duckdb", batches=2)
+    before, delta = store.query(OUT), store.query(DELTA_SQL)
+    prefix = store.segment_folder.prefix(OUTPUTS, "balances")
+    copied = next(iter(f for f in _files(store) if f.name.startswith(prefix)))
+    stray = store.segment_folder.folder / f"{prefix}000000000003-000000000003.L0.cafe.parquet"
+    stray.write_bytes(copied.read_bytes())
+    assert store.query(OUT).equals(before)
+    assert store.query(DELTA_SQL).equals(delta)
+    store.close()
+
+
 def test_orphans_and_temporary_files_go_when_the_store_opens(tmp_path: Path) -> None:
     store, _ = _stage(tmp_path / "s.duckdb", batches=2)
     before = store.query(OUT)
