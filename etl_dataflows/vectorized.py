@@ -77,19 +77,49 @@ class EventColumns(Mapping[str, Column]):
     """The columns of an Arrow table as :data:`Column` pairs, converted on first use.
 
     Keeps the Arrow columns at hand so string comparisons with literals run in Arrow's compute
-    kernels instead of over Python objects."""
+    kernels instead of over Python objects. :meth:`subset` gives the same columns on some rows,
+    sharing the conversions already made."""
 
-    def __init__(self, table: pa.Table, types: Mapping[str, ColumnType | None]) -> None:
-        self.table = table
+    def __init__(
+        self,
+        table: pa.Table,
+        types: Mapping[str, ColumnType | None],
+        *,
+        parent: EventColumns | None = None,
+        rows: np.ndarray | None = None,
+    ) -> None:
+        self._table: pa.Table | None = None if parent is not None else table
         present = set(table.column_names)
         self._types = {n: t for n, t in types.items() if t is not None and n in present}
-
         self._cache: dict[str, Column] = {}
+        self._parent = parent
+        self._rows = rows
+
+    def subset(self, rows: np.ndarray) -> EventColumns:
+        """These columns on ``rows`` (positions, in order): each column is converted once, on
+        the whole table, and then indexed; the Arrow rows are taken only if something asks."""
+        return EventColumns(self.table, self._types, parent=self, rows=rows)
+
+    @property
+    def table(self) -> pa.Table:
+        """The Arrow table these columns are of (for a subset, its rows taken on first use)."""
+        if self._table is None:
+            assert self._parent is not None and self._rows is not None
+            self._table = self._parent.table.take(pa.array(self._rows, type=pa.int64()))
+        return self._table
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._rows) if self._rows is not None else self.table.num_rows
 
     def __getitem__(self, name: str) -> Column:
         column = self._cache.get(name)
         if column is None:
-            column = column_from_arrow(self.table.column(name), self._types[name])
+            if self._parent is not None and self._rows is not None:
+                values, valid = self._parent[name]
+                column = values[self._rows], valid[self._rows]
+            else:
+                column = column_from_arrow(self.table.column(name), self._types[name])
             self._cache[name] = column
         return column
 
@@ -136,6 +166,8 @@ def _arrow_compare(expr: BinOp, columns: Mapping[str, Column]) -> Column | None:
 def column_to_list(column: Column) -> list[Any]:
     """The column as Python scalars with ``None`` for nulls."""
     values, valid = column
+    if valid.all():
+        return values.tolist()  # type: ignore[no-any-return]
     return [v if ok else None for v, ok in zip(values.tolist(), valid.tolist(), strict=True)]
 
 
@@ -151,6 +183,12 @@ def _literal(value: Any, n: int) -> Column:
 
 
 def _from_python(results: list[Any], returns: ColumnType | None) -> Column:
+    if returns == "int64":
+        # the common case without a null in one conversion (a None makes it raise: then below)
+        try:
+            return np.array(results, dtype=np.int64), np.ones(len(results), dtype=bool)
+        except (TypeError, ValueError, OverflowError):
+            pass
     valid = np.array([r is not None for r in results], dtype=bool)
     kind = returns
     if kind is None:
@@ -301,10 +339,10 @@ def evaluate(expr: Expr, columns: Mapping[str, Column], n: int) -> Column:
         return _cast(evaluate(expr.operand, columns, n), expr.to)
     if isinstance(expr, Call):
         args = [column_to_list(evaluate(a, columns, n)) for a in expr.args]
-        rows = zip(*args, strict=True) if args else ((),) * n
         name = getattr(expr.fn, "__name__", "function")
         try:
-            results = [expr.fn(*row) for row in rows]
+            # every argument column has n values: map runs the calls without a Python loop
+            results = list(map(expr.fn, *args)) if args else [expr.fn() for _ in range(n)]
         except Exception as exc:
             raise UserFunctionError(name, exc) from exc
         return _from_python(results, expr.returns)

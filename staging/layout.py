@@ -35,6 +35,9 @@ columns it lacks read as null).
 * 4: the delta logs and outputs are views over Parquet segment files registered in
   ``streamdi.segments`` (a file of an earlier layout has each such table's rows moved into one
   segment, and the table replaced by its view).
+* 5: the state tables are views (:mod:`staging.folding`): the rows folded every few batches live
+  in ``state_base``, the deltas since are read from the delta log (a file of an earlier layout has
+  each state table's rows moved into ``state_base``, folded through its last batch).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from etl_dataflows.state import image_schema
 from etl_dataflows.types import META_COLUMNS, ColumnType, arrow_type
 
 STATE, DELTA, OUTPUTS, SYSTEM = "state", "delta_log", "outputs", "streamdi"
+#: The folded state tables behind the ``state`` views (:mod:`staging.folding`).
+STATE_BASE = "state_base"
 
 _DUCK: dict[ColumnType, str] = {
     "int64": "BIGINT",
@@ -87,7 +92,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -195,12 +200,15 @@ def segment_schemas(flow: CompiledDataflow) -> dict[tuple[str, str], pa.Schema]:
 
 def create_statements(flow: CompiledDataflow) -> list[str]:
     """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow`` but the views
-    over segment files (:class:`~staging.store.StagingStore` defines those)."""
-    statements = [f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, DELTA, OUTPUTS, SYSTEM)]
+    (over segment files, and the state views: :class:`~staging.store.StagingStore` defines
+    those)."""
+    statements = [
+        f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, STATE_BASE, DELTA, OUTPUTS, SYSTEM)
+    ]
     for name, table in flow.tables.items():
         image = table.image_columns()
         statements.append(
-            f"CREATE TABLE IF NOT EXISTS {qualified(STATE, name)} ({_columns_sql(image)})"
+            f"CREATE TABLE IF NOT EXISTS {qualified(STATE_BASE, name)} ({_columns_sql(image)})"
         )
     system = {
         "batches": "batch_id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, events BIGINT, "

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +37,7 @@ from staging.exceptions import (
     StagingInUse,
     StagingMismatch,
 )
+from staging.folding import FOLDED_THROUGH, StateFolder
 from staging.layout import (
     DEAD_LETTER_INPUT_SCHEMA,
     DEAD_LETTER_TABLE_SCHEMA,
@@ -44,6 +45,7 @@ from staging.layout import (
     LAYOUT_VERSION,
     OUTPUTS,
     STATE,
+    STATE_BASE,
     SYSTEM,
     create_statements,
     fingerprint,
@@ -152,6 +154,41 @@ def connection_config(
     return config
 
 
+#: Threads writing segment files (a commit of the ledger dataflow writes three at once).
+SEGMENT_WRITERS = 4
+
+
+class SegmentWrites:
+    """The segment files one commit is writing (:meth:`StagingStore._write_segments`)."""
+
+    def __init__(
+        self, ids: list[int], folder: SegmentFolder, futures: list[Future[Segment]]
+    ) -> None:
+        self.ids = ids
+        self.folder = folder
+        self.futures = futures
+
+    def result(self) -> list[Segment]:
+        """Wait for every file, then fsync the folder once. On any error the files written are
+        deleted and :class:`~staging.exceptions.StagingCommitFailed` is raised."""
+        written: list[Segment] = []
+        error: BaseException | None = None
+        for future in self.futures:
+            try:
+                written.append(future.result())
+            except Exception as exc:
+                error = error or exc
+        try:
+            if error is None and written:
+                self.folder.sync()
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            self.folder.discard(written)
+            raise StagingCommitFailed(self.ids, f"{type(error).__name__}: {error}") from error
+        return written
+
+
 class PinnedCursor:
     """A DuckDB cursor holding a segment pin (:class:`~staging.segments.SegmentFolder`) until
     it is closed; everything else is the cursor's."""
@@ -221,8 +258,13 @@ class StagingStore:
         self.catalog = SegmentCatalog(
             self.segment_folder, segment_schemas(self.flow), _sys("segments"), _sys("meta")
         )
+        #: The deltas not folded into ``state_base`` yet, and the fold (:mod:`staging.folding`).
+        self.state_folder = StateFolder(self.flow, _sys("meta"))
         self._merger: SegmentMerger | None = None
-        self._segment_writer = ThreadPoolExecutor(1, thread_name_prefix="segment-writer")
+        # one thread per file a commit writes at once (Parquet encoding and fsync leave the GIL)
+        self._segment_writer = ThreadPoolExecutor(
+            SEGMENT_WRITERS, thread_name_prefix="segment-writer"
+        )
         if not read_only:
             self._create()
             if background_merge:
@@ -231,6 +273,8 @@ class StagingStore:
         self._watermark = int(
             self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
         )
+        if not read_only:
+            self.state_folder.load(self._con, self._watermark)
         self._next_dead_letter = (
             int(self._scalar(f"SELECT coalesce(max(id), 0) FROM {_sys('dead_letters')}")) + 1
         )
@@ -274,6 +318,8 @@ class StagingStore:
         self.catalog.load(self._con)
         moved = self._tables_to_segments()
         self.catalog.define_views(self._con)
+        self._state_tables_to_base()
+        self.state_folder.define_views(self._con)
         self._con.execute("COMMIT")
         self.catalog.install(moved)
         self.segment_folder.remove_orphans(self.catalog.all())
@@ -312,6 +358,32 @@ class StagingStore:
             self.segment_folder.sync()
             logger.info("moved %s staged tables into segment files", len(added))
         return self.catalog.stage_add(self._con, added)
+
+    def _state_tables_to_base(self) -> None:
+        """In :meth:`_create`'s transaction: a file of layout 4 or earlier keeps each state table
+        whole in ``state``; move its rows into ``state_base`` and drop the table (its view
+        replaces it). Such a file holds every batch applied; a new file holds none: either way
+        the folded tables hold every committed batch."""
+        tables = {
+            str(name)
+            for (name,) in self._con.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_type = 'BASE TABLE' AND table_schema = ?",
+                [STATE],
+            ).fetchall()
+        }
+        for name in self.flow.tables:
+            if name in tables:
+                self._con.execute(
+                    f"INSERT INTO {qualified(STATE_BASE, name)} "
+                    f"SELECT * FROM {qualified(STATE, name)}"
+                )
+                self._con.execute(f"DROP TABLE {qualified(STATE, name)}")
+        self._con.execute(
+            f"INSERT INTO {_sys('meta')} SELECT ?, CAST(coalesce(max(batch_id), 0) AS VARCHAR) "
+            f"FROM {_sys('batches')} ON CONFLICT DO NOTHING",
+            [FOLDED_THROUGH],
+        )
 
     def _check_meta(self) -> None:
         try:
@@ -490,7 +562,9 @@ class StagingStore:
                     view = f"_seed_{name}"
                     con.register(view, data)
                     try:
-                        con.execute(f"INSERT INTO {qualified(STATE, name)} SELECT * FROM {view}")
+                        con.execute(
+                            f"INSERT INTO {qualified(STATE_BASE, name)} SELECT * FROM {view}"
+                        )
                     finally:
                         con.unregister(view)
                 # 5.
@@ -563,7 +637,7 @@ class StagingStore:
         }
         # the files are written while the transaction applies the state (both mostly outside
         # the GIL); step 5 waits for them
-        writing = self._segment_writer.submit(self._write_segments, ids, deltas, outputs)
+        writing = self._write_segments(ids, deltas, outputs)
         written: list[Segment] = []
         dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
         aborts = _abort_rows(commits)
@@ -571,6 +645,7 @@ class StagingStore:
         last = commits[-1]
         con = self._con
         registered: list[str] = []
+        fold = self.state_folder.due(last.batch_id, deltas)
 
         def register(name: str, table: pa.Table) -> str:
             con.register(name, table)
@@ -582,16 +657,15 @@ class StagingStore:
                 hook(name)
 
         self.write_lock.acquire()
+        if fold:
+            self.state_folder.lock.acquire()
         try:
             # 3.
             con.execute("BEGIN TRANSACTION")
-            # 4. state tables and the delta log
+            # 4. the state tables, every few batches
             step("state")
-            for name, rows in deltas.items():
-                if rows.num_rows == 0:
-                    continue
-                view = register(f"_delta_{name}", rows)
-                self._apply_delta(name, view, single=len(commits) == 1)
+            if fold:
+                self.state_folder.stage_fold(con, last.batch_id, deltas)
             # 5. the segment files, dead letters, aborts
             step("outputs")
             written = writing.result()
@@ -620,6 +694,10 @@ class StagingStore:
             step("commit")
             con.execute("COMMIT")
             self.catalog.install(changes)
+            if fold:
+                self.state_folder.folded(last.batch_id)
+            else:
+                self.state_folder.committed(last.batch_id, deltas)
         except Exception as exc:
             try:
                 con.execute("ROLLBACK")
@@ -632,6 +710,8 @@ class StagingStore:
         finally:
             for name in registered:
                 con.unregister(name)
+            if fold:
+                self.state_folder.lock.release()
             self.write_lock.release()
         # 9.
         if self._merger is not None and written:
@@ -648,9 +728,13 @@ class StagingStore:
     def release_segments(
         self, cursor: duckdb.DuckDBPyConnection, through: int
     ) -> tuple[dict[tuple[str, str], tuple[Segment, ...]], list[Segment]]:
-        """In the caller's transaction (under :attr:`write_lock`): unregister the segments of
-        batches all at or below ``through`` and hide the released batches in every view.
-        Returns what :meth:`segments_released` takes once that transaction committed."""
+        """In the caller's transaction (under :attr:`write_lock`): fold the state deltas first
+        when the release would hide one not folded yet (the state views read them from the delta
+        log), then unregister the segments of batches all at or below ``through`` and hide the
+        released batches in every view. Returns what :meth:`segments_released` takes once that
+        transaction committed."""
+        if self.state_folder.folded_through < through:
+            self.fold_state()  # commits first, on its own: the write lock keeps commits out
         return self.catalog.stage_release(cursor, through)
 
     def segments_released(
@@ -659,6 +743,16 @@ class StagingStore:
         """After a release committed: update the catalog and retire the files that left it."""
         self.catalog.install(changes)
         self.segment_folder.retire(gone)
+
+    def fold_state(self, least: int = 1) -> bool:
+        """Fold the state deltas that wait into ``state_base`` (:mod:`staging.folding`) in a
+        transaction of its own, when at least ``least`` batches wait. True when it folded."""
+        cursor = self._con.cursor()
+        try:
+            done = self.state_folder.fold(cursor, least=least)
+        finally:
+            cursor.close()
+        return done
 
     def merge_segments(self) -> bool:
         """Merge the segments one relation has due (:func:`~staging.segments.merge_candidates`),
@@ -709,43 +803,19 @@ class StagingStore:
 
     def _write_segments(
         self, ids: list[int], deltas: Mapping[str, pa.Table], outputs: Mapping[str, pa.Table]
-    ) -> list[Segment]:
-        """Step 2 of :meth:`commit`: the segment files of the batches ``ids`` (one per delta log
-        and sink with rows), written and fsynced with their folder; not registered yet."""
-        written: list[Segment] = []
+    ) -> SegmentWrites:
+        """Step 2 of :meth:`commit`: start writing the segment files of the batches ``ids`` (one
+        per delta log and sink with rows), each in a writer thread; :meth:`SegmentWrites.result`
+        waits for them and fsyncs the folder. Not registered yet."""
         folder = self.segment_folder
-        try:
-            for name, rows in deltas.items():
-                if rows.num_rows:
-                    written.append(folder.write(DELTA, name, rows, ids[0], ids[-1]))
-            for sink, rows in outputs.items():
-                if rows.num_rows:
-                    written.append(folder.write(OUTPUTS, sink, rows, ids[0], ids[-1]))
-            if written:
-                folder.sync()
-        except Exception as exc:
-            folder.discard(written)
-            raise StagingCommitFailed(ids, f"{type(exc).__name__}: {exc}") from exc
-        return written
-
-    def _apply_delta(self, name: str, view: str, *, single: bool) -> None:
-        table = self.flow.tables[name]
-        target = qualified(STATE, name)
-        columns = ", ".join(q(c) for c in table.image_columns())
-        ids = [q(c) for c in table.row_id()]
-        match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
-        con = self._con
-        # one batch's net delta names each row id once; a group's may name it in each batch
-        source = view if single else f"(SELECT DISTINCT {', '.join(ids)} FROM {view})"
-        con.execute(f"DELETE FROM {target} USING {source} x WHERE {match}")
-        if single:
-            con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
-        else:
-            con.execute(
-                f"INSERT INTO {target} SELECT {columns} FROM (SELECT *, row_number() OVER "
-                f"(PARTITION BY {', '.join(ids)} ORDER BY batch_id DESC) AS _rn FROM {view}) "
-                "WHERE _rn = 1 AND op = 'upsert'"
-            )
+        relations = [(DELTA, name, rows) for name, rows in deltas.items()]
+        relations += [(OUTPUTS, sink, rows) for sink, rows in outputs.items()]
+        futures = [
+            self._segment_writer.submit(folder.write, relation, name, rows, ids[0], ids[-1])
+            for relation, name, rows in relations
+            if rows.num_rows
+        ]
+        return SegmentWrites(ids, folder, futures)
 
     def _replace_progress(self, commits: list[BatchCommit], last: BatchCommit) -> None:
         """Step 6 of :meth:`commit`. These are a handful of rows (one per sequence, partition and

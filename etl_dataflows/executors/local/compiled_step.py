@@ -56,15 +56,29 @@ from etl_dataflows.stateless import DeadLetters, describe_error, event_rows
 from etl_dataflows.tables import Table
 from etl_dataflows.transaction import TransactionStep
 from etl_dataflows.types import META_COLUMNS, META_TYPES, POS, SRC, TS, arrow_array, arrow_type
-from etl_dataflows.vectorized import EventColumns, evaluate
+from etl_dataflows.vectorized import EventColumns, column_from_arrow, evaluate
 
 
 @dataclass
 class HoistedValues:
-    values: Any
+    """One hoisted expression's values over a batch: ``values`` (a filler where not ``valid``),
+    ``errors`` (rows whose evaluation failed) and their ``messages``.
+
+    A string column used as it is (``col("name")``) keeps its Arrow ``column`` and converts it to
+    Python strings only when :attr:`values` is first read: an expression that is only emitted is
+    taken from Arrow and never pays for the conversion."""
+
+    _values: Any
     valid: np.ndarray
     errors: np.ndarray
     messages: dict[int, str] = field(default_factory=dict)
+    column: pa.ChunkedArray | None = None
+
+    @property
+    def values(self) -> Any:
+        if self._values is None and self.column is not None:
+            self._values = column_from_arrow(self.column, "string")[0]
+        return self._values
 
 
 @dataclass
@@ -122,6 +136,7 @@ class CompiledStep:
         if pre_reads and reader is None:
             raise ValueError(f"step {step.id!r} has pre-reads but no reader")
         self.kernel, self.args = generate_kernel(flow, step, pool, pre_reads)
+        self._arg_names = frozenset(self.args)
         self.module = load_module(kernel_module(self.kernel, self.args))
         self.in_schema = flow.schemas[step.input or ""]
         self.out_schema = flow.schemas[step.id]
@@ -167,12 +182,12 @@ class CompiledStep:
         n = events.table.num_rows
         hoisted = self.kernel.hoisted[index]
         kind = hoisted.type
-        if rows is None:
-            subset, columns = events.table, events
-        else:
-            subset = events.table.take(pa.array(rows, type=pa.int64()))
-            columns = EventColumns(subset, self.event_types)
-        m = subset.num_rows
+        if rows is None and kind == "string" and isinstance(hoisted.expr, Col):
+            column = events.table.column(hoisted.expr.name)
+            valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+            return HoistedValues(None, valid, np.zeros(n, dtype=np.bool_), column=column)
+        columns = events if rows is None else events.subset(rows)
+        m = columns.num_rows
         errors = np.zeros(m, dtype=np.bool_)
         messages: dict[int, str] = {}
         try:
@@ -180,7 +195,7 @@ class CompiledStep:
         except ExpressionError:
             fn = self._scalar.setdefault(index, compile_scalar(hoisted.expr))
             out: list[Any] = []
-            for i, row in enumerate(event_rows(subset, self.in_schema)):
+            for i, row in enumerate(event_rows(columns.table, self.in_schema)):
                 try:
                     out.append(fn(Scope(row, None, [])))
                 except ExpressionError as exc:
@@ -384,7 +399,10 @@ class CompiledStep:
     def _arguments(self, prepared: Prepared, outputs: dict[str, np.ndarray]) -> list[Any]:
         values: dict[str, Any] = {}
         for h, hv in zip(self.kernel.hoisted, prepared.hoisted, strict=True):
-            values[f"h{h.index}"] = prepared.codes.get(h.index, hv.values)
+            if h.index in prepared.codes:
+                values[f"h{h.index}"] = prepared.codes[h.index]
+            elif f"h{h.index}" in self._arg_names:  # (a string only emitted is not an argument)
+                values[f"h{h.index}"] = hv.values
             values[f"hv{h.index}"] = hv.valid
             values[f"he{h.index}"] = hv.errors
             if h.index in self._whens:

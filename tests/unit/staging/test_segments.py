@@ -1,7 +1,7 @@
 """The delta logs and outputs as segment files: a commit's rows reach the views through its
 registered files only, orphans go at open, a failed commit leaves no file, release and merge keep
 the views exact and delete files only once no pinned reader can see them, and a file of the table
-layout (3) is moved into segments when it opens."""
+layout (3) is moved into segments (and its state into the folded tables) when it opens."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from staging import BatchCommit, StagingStore, StreamProgress
 from staging import segments as segments_module
 from staging.exceptions import StagingCommitFailed, StagingMismatch
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA, DELTA, OUTPUTS
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA, DELTA, LAYOUT_VERSION, OUTPUTS
 
 OUT = 'SELECT * FROM outputs."balances" ORDER BY batch_id, _pos'
 DELTA_SQL = 'SELECT * FROM delta_log."accounts" ORDER BY batch_id, id'
+STATE_SQL = 'SELECT * FROM state."accounts" ORDER BY id'
 
 
 def _commit(batch_id: int, result: BatchResult) -> BatchCommit:
@@ -213,10 +214,17 @@ def test_a_merge_whose_inputs_were_released_meanwhile_is_dropped(
 def test_a_file_of_the_table_layout_moves_into_segments(tmp_path: Path) -> None:
     store, _ = _stage(tmp_path / "s.duckdb", batches=3)
     out, delta = store.query(OUT), store.query(DELTA_SQL)
+    state = store.query(STATE_SQL)
     flow = store.flow
     store.close()
-    # rebuild layout 3: the delta logs and outputs as tables, no segment files
+    # rebuild layout 3: the state, delta logs and outputs as tables, no segment files
     con = duckdb.connect(str(tmp_path / "s.duckdb"))
+    for name in flow.tables:
+        con.execute(f'CREATE TABLE state."_{name}" AS SELECT * FROM state."{name}"')
+        con.execute(f'DROP VIEW state."{name}"')
+        con.execute(f'ALTER TABLE state."_{name}" RENAME TO "{name}"')
+    con.execute("DROP SCHEMA state_base CASCADE")
+    con.execute("DELETE FROM streamdi.meta WHERE key = 'state_folded_through'")
     for relation, names in ((DELTA, flow.tables), (OUTPUTS, flow.sinks)):
         for name in names:
             con.execute(
@@ -228,12 +236,14 @@ def test_a_file_of_the_table_layout_moves_into_segments(tmp_path: Path) -> None:
     con.execute("UPDATE streamdi.meta SET value = '3' WHERE key = 'layout_version'")
     con.close()
     with StagingStore(tmp_path / "s.duckdb", flow) as upgraded:
-        assert upgraded.meta("layout_version") == "4"
+        assert upgraded.meta("layout_version") == str(LAYOUT_VERSION)
         assert upgraded.query(OUT).equals(out)
         assert upgraded.query(DELTA_SQL).equals(delta)
+        assert upgraded.query(STATE_SQL).equals(state)
+        assert upgraded.meta("state_folded_through") == "3"  # a table held every batch
         kinds = upgraded.query(
             "SELECT DISTINCT table_type FROM information_schema.tables "
-            "WHERE table_schema IN ('delta_log', 'outputs')"
+            "WHERE table_schema IN ('delta_log', 'outputs', 'state')"
         )
         assert kinds["table_type"].to_pylist() == ["VIEW"]
 

@@ -1,0 +1,212 @@
+"""State tables folded every few batches: ``state.<table>`` is a view of the folded rows plus the
+delta log since.
+
+A batch's commit used to rewrite every state row it changed (a DELETE and an INSERT per table);
+for a dataflow whose batches touch the same rows again and again that was most of the commit's
+cost. Now a commit only writes the batch's delta log (segment files, :mod:`staging.segments`,
+which the commit writes anyway) and every :data:`FOLD_BATCHES` batches (or once
+:data:`FOLD_ROWS` delta rows wait) applies the deltas since the last fold to the folded tables
+``state_base.<table>`` in the same transaction, so a row changed in many batches is written once.
+
+What a reader sees does not change: ``state.<table>`` is a view that takes the folded rows, drops
+those whose row id a later delta names, and adds the newest upsert of each such row id (the
+deltas of batches above ``state_folded_through`` in ``streamdi.meta``, read from the delta-log
+view). The fold and ``state_folded_through`` move in one transaction, so the view is exact at
+every commit. A release (:mod:`staging.handoff`) never hides a delta the view still needs: it
+folds first, in its own transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextlib import suppress
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from etl_dataflows.dataflow import CompiledDataflow
+from staging.layout import DELTA, STATE, STATE_BASE, delta_schema, q, qualified
+
+#: A commit folds once this many batches wait (their rows are written once, not once per batch)
+FOLD_BATCHES = 8
+#: ... or once this many delta rows wait (they are held in memory until the fold).
+FOLD_ROWS = 2_000_000
+#: The ``streamdi.meta`` key of the last batch whose deltas the folded tables hold.
+FOLDED_THROUGH = "state_folded_through"
+
+
+def view_sql(flow: CompiledDataflow, name: str, meta: str) -> str:
+    """``CREATE OR REPLACE VIEW state.<name>``: the folded rows without those a later delta
+    names, plus the newest upsert of each row id a later delta names."""
+    table = flow.tables[name]
+    columns = ", ".join(q(c) for c in table.image_columns())
+    ids = [q(c) for c in table.row_id()]
+    match = " AND ".join(f"b.{c} = n.{c}" for c in ids)
+    since = (
+        f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
+        f"(SELECT CAST(value AS BIGINT) FROM {meta} WHERE key = '{FOLDED_THROUGH}')"
+    )
+    newest = (
+        f"SELECT * FROM ({since}) QUALIFY row_number() OVER "
+        f"(PARTITION BY {', '.join(ids)} ORDER BY batch_id DESC) = 1"
+    )
+    return (
+        f"CREATE OR REPLACE VIEW {qualified(STATE, name)} AS "
+        f"WITH n AS ({newest}) "
+        f"SELECT {', '.join('b.' + q(c) for c in table.image_columns())} "
+        f"FROM {qualified(STATE_BASE, name)} b ANTI JOIN n ON {match} "
+        f"UNION ALL SELECT {columns} FROM n WHERE op = 'upsert'"
+    )
+
+
+def apply_deltas(
+    con: duckdb.DuckDBPyConnection, flow: CompiledDataflow, name: str, view: str, *, single: bool
+) -> None:
+    """In the caller's transaction: apply the delta rows registered as ``view`` (``batch_id``,
+    ``op``, image columns; ``single``: of one batch, so each row id once) to the folded table:
+    delete every row whose row id they name, insert the newest upsert of each."""
+    table = flow.tables[name]
+    target = qualified(STATE_BASE, name)
+    columns = ", ".join(q(c) for c in table.image_columns())
+    ids = [q(c) for c in table.row_id()]
+    match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
+    source = view if single else f"(SELECT DISTINCT {', '.join(ids)} FROM {view})"
+    con.execute(f"DELETE FROM {target} USING {source} x WHERE {match}")
+    if single:
+        con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
+    else:
+        con.execute(
+            f"INSERT INTO {target} SELECT {columns} FROM (SELECT *, row_number() OVER "
+            f"(PARTITION BY {', '.join(ids)} ORDER BY batch_id DESC) AS _rn FROM {view}) "
+            "WHERE _rn = 1 AND op = 'upsert'"
+        )
+
+
+def newest_per_row(deltas: pa.Table, row_id: tuple[str, ...]) -> pa.Table:
+    """The last row of each row id in ``deltas`` (oldest batch first): what a run of batches
+    leaves of each row, ready to apply as one batch's delta."""
+    if deltas.num_rows == 0:
+        return deltas
+    position = "__position"
+    last = (
+        deltas.select(list(row_id))
+        .append_column(position, pa.array(np.arange(deltas.num_rows, dtype=np.int64)))
+        .group_by(list(row_id), use_threads=False)
+        .aggregate([(position, "max")])
+        .column(f"{position}_max")
+    )
+    return deltas.take(last)
+
+
+class StateFolder:
+    """The deltas committed since the last fold (in memory, oldest first) and the fold itself;
+    see the module docstring. :attr:`lock` is held by whoever folds (one fold at a time); the
+    list of waiting deltas is guarded by it too."""
+
+    def __init__(self, flow: CompiledDataflow, meta: str) -> None:
+        self.flow = flow
+        self.meta = meta
+        self.lock = threading.RLock()
+        #: The last batch the folded tables hold.
+        self.folded_through = 0
+        #: (last batch id, delta rows per table) of each commit not folded yet, oldest first.
+        self._pending: list[tuple[int, dict[str, pa.Table]]] = []
+
+    def define_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        for name in self.flow.tables:
+            con.execute(view_sql(self.flow, name, self.meta))
+
+    def load(self, con: duckdb.DuckDBPyConnection, watermark: int) -> None:
+        """Read ``state_folded_through`` and the deltas after it, up to ``watermark`` (at open)."""
+        rows = con.execute(
+            f"SELECT value FROM {self.meta} WHERE key = ?", [FOLDED_THROUGH]
+        ).fetchall()
+        self.folded_through = int(rows[0][0]) if rows else 0
+        deltas: dict[str, pa.Table] = {}
+        for name in self.flow.tables:
+            found = con.sql(
+                f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
+                f"{self.folded_through} ORDER BY batch_id"
+            ).to_arrow_table()
+            schema = delta_schema(self.flow, name)
+            deltas[name] = found.select(schema.names).cast(schema)
+        self._pending = [(watermark, deltas)] if watermark > self.folded_through else []
+
+    @property
+    def waiting_rows(self) -> int:
+        return sum(t.num_rows for _, d in self._pending for t in d.values())
+
+    @property
+    def waiting_batches(self) -> int:
+        """Batches committed and not folded yet."""
+        return self._pending[-1][0] - self.folded_through if self._pending else 0
+
+    @property
+    def waiting(self) -> bool:
+        """Some committed batch is not folded yet."""
+        return bool(self._pending)
+
+    def due(self, watermark: int, deltas: Mapping[str, pa.Table]) -> bool:
+        """Whether the commit that ends at batch ``watermark`` with ``deltas`` folds."""
+        rows = self.waiting_rows + sum(t.num_rows for t in deltas.values())
+        return watermark - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
+
+    def stage_fold(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        through: int,
+        deltas: Mapping[str, pa.Table] | None = None,
+    ) -> None:
+        """In the caller's transaction (holding :attr:`lock`): apply the deltas waiting up to
+        ``through`` (and ``deltas``, the committing batches') to the folded tables and set
+        ``state_folded_through`` to ``through``. The caller calls :meth:`folded` once the
+        transaction committed."""
+        waiting = [d for last, d in self._pending if last <= through]
+        for name in self.flow.tables:
+            parts = [d[name] for d in waiting if name in d and d[name].num_rows]
+            extra = (deltas or {}).get(name)
+            if extra is not None and extra.num_rows:
+                parts.append(extra)
+            if not parts:
+                continue
+            view = f"_fold_{name}"
+            rows = newest_per_row(pa.concat_tables(parts), self.flow.tables[name].row_id())
+            con.register(view, rows)
+            try:
+                apply_deltas(con, self.flow, name, view, single=True)
+            finally:
+                con.unregister(view)
+        con.execute(
+            f"INSERT OR REPLACE INTO {self.meta} VALUES (?, ?)", [FOLDED_THROUGH, str(through)]
+        )
+
+    def folded(self, through: int) -> None:
+        """After the fold's transaction committed: the deltas up to ``through`` are folded."""
+        self.folded_through = through
+        self._pending = [(last, d) for last, d in self._pending if last > through]
+
+    def committed(self, through: int, deltas: Mapping[str, pa.Table]) -> None:
+        """After a commit (ending at batch ``through``) that did not fold: its deltas wait."""
+        with self.lock:
+            self._pending.append((through, dict(deltas)))
+
+    def fold(self, cursor: duckdb.DuckDBPyConnection, *, least: int = 1) -> bool:
+        """Fold what waits, in a transaction of ``cursor`` of its own (beside the commits: they
+        never write the folded tables), when at least ``least`` batches wait. True when it
+        folded."""
+        with self.lock:
+            if not self._pending or self.waiting_batches < least:
+                return False
+            through = self._pending[-1][0]
+            cursor.execute("BEGIN TRANSACTION")
+            try:
+                self.stage_fold(cursor, through)
+                cursor.execute("COMMIT")
+            except BaseException:
+                with suppress(duckdb.Error):
+                    cursor.execute("ROLLBACK")
+                raise
+            self.folded(through)
+        return True
