@@ -3,8 +3,9 @@
 A :class:`StagingStore` is opened by the one process that runs the dataflow (DuckDB allows one
 writing process). :meth:`StagingStore.commit` applies one or more batch results in **one**
 transaction: the state changes, the delta log and the outputs (Parquet segment files written just
-before and registered by it, :mod:`staging.segments`), the dead letters, the aborts, the
-sequences, the consumed Kafka offsets and the batch ledger rows. After a restart
+before and registered by it, :mod:`staging.segments`; the state tables are views that read the
+deltas not folded yet, :mod:`staging.folding`), the dead letters, the aborts, the sequences, the
+consumed Kafka offsets and the batch ledger rows. After a restart
 :meth:`StagingStore.load_state` rebuilds the engine's state and :meth:`StagingStore.offsets` tells
 the consumer where to resume, so a batch is applied exactly once across crashes.
 
@@ -597,8 +598,10 @@ class StagingStore:
            (:mod:`staging.segments`: one per delta log and sink with rows, fsynced with their
            folder); until step 8 they are orphans nothing reads.
         3. BEGIN.
-        4. Per state table: delete every row whose row id changed or was deleted; insert the
-           newest upsert of each row id.
+        4. When a fold is due (:meth:`~staging.folding.StateFolder.due`: every
+           :data:`~staging.folding.FOLD_BATCHES` batches), apply the deltas waiting and these
+           batches' to ``state_base``: per state table, delete every row whose row id changed or
+           was deleted, insert the newest upsert of each row id; set ``state_folded_through``.
         5. Register the segment files and redefine their views (``delta_log.<table>``,
            ``outputs.<sink>``); append the dead letters and the aborts; mark re-offered dead
            letters as replayed.
@@ -606,7 +609,8 @@ class StagingStore:
            merge state (the events they hold back included) with the last batch's values.
         7. Insert one ledger row per batch.
         8. COMMIT: all of it becomes durable and visible at once.
-        9. Advance the in-memory watermark (the segment catalog advanced under the lock), and
+        9. Advance the in-memory watermark (the segment catalog and the waiting deltas
+           advanced under the lock), and
            hand the committed delta-log and output rows to :attr:`recent`
            (:mod:`staging.recent`), so migration need not read them back.
 
