@@ -286,6 +286,14 @@ class BatchAssembler:
             changed = merge.mark_idle(caught_up) or changed
         return changed
 
+    def throttle(self, paused: set[TopicPartition], limit: int) -> set[TopicPartition]:
+        """The partitions to stop reading for now (:meth:`ingest.merging.PartitionMerge.throttle`
+        of every merged stream), given those stopped now."""
+        out: set[TopicPartition] = set()
+        for merge in self.merges.values():
+            out |= merge.throttle(paused, limit)
+        return out
+
     @property
     def punctuated(self) -> bool:
         """Whether a punctuation closed the pending engine batch."""

@@ -127,6 +127,20 @@ class RecordConsumer:
                 self.last_offsets[(tp.topic, tp.partition)] = records[-1].offset
         return out
 
+    def pause(self, partitions: set[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` (records already fetched for them are fetched again
+        after :meth:`resume`: the position stays)."""
+        if partitions:
+            from kafka import TopicPartition as KafkaTopicPartition
+
+            self._consumer.pause(*(KafkaTopicPartition(*tp) for tp in partitions))
+
+    def resume(self, partitions: set[TopicPartition]) -> None:
+        if partitions:
+            from kafka import TopicPartition as KafkaTopicPartition
+
+            self._consumer.resume(*(KafkaTopicPartition(*tp) for tp in partitions))
+
     def commit_for_monitoring(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Tell Kafka how far the pipeline has committed (monitoring only; never read back)."""
         if not self.group_id or not offsets:

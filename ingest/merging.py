@@ -180,6 +180,30 @@ class PartitionMerge:
         """Whether any event is held back."""
         return any(part.held for part in self._parts.values())
 
+    def throttle(self, paused: set[TopicPartition], limit: int) -> set[TopicPartition]:
+        """The partitions whose reading should stop for now (given those stopped now): a
+        partition holding more than ``limit`` events that is ahead of the release point (its
+        watermark is past it, so it is not what the others wait for) stops, and reads again once
+        it holds ``limit // 2`` or fewer, or is no longer ahead. The partition that sets the
+        release point (or one with no watermark yet) is never stopped, so the merge always
+        moves; without this, a consumer that
+        reads one partition far ahead of the others (a full topic) holds, and stages with every
+        batch, ever more events."""
+        if self.releases_all():
+            return set()
+        point = self.release_point()
+        out: set[TopicPartition] = set()
+        for tp, part in self._parts.items():
+            # with no release point yet, a partition with a watermark is ahead of one without
+            mark = part.watermark
+            ahead = not part.idle and mark is not None and (point is None or mark > point)
+            if not ahead:
+                continue
+            held = sum(c.events.num_rows for c in part.held)
+            if held > (limit // 2 if tp in paused else limit):
+                out.add(tp)
+        return out
+
     def release_point(self) -> int | None:
         """``W``: events with ``_ts < W`` are released; None: none; see :meth:`releases_all`."""
         active = [p for p in self._parts.values() if not p.idle]

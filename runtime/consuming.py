@@ -10,7 +10,10 @@ Each turn, in order:
    for (a transient error: logged, the poll tried again); the loop never ends for it.
 3. Fill the assembler (:func:`runtime.cutting.fill`) and cut by the rules of
    :func:`runtime.cutting.cut_reason`; a cut batch is handed to ``hand_off`` (run and queued for
-   its commit) with the next batch id; the batch limit stops the run once reached.
+   its commit) with the next batch id; the batch limit stops the run once reached. Then (3b)
+   stop reading a partition of a merged stream that holds more than :data:`HELD_BATCHES` engine
+   batches of events ahead of the others, and read it again once it holds half that
+   (:meth:`ingest.merging.PartitionMerge.throttle`): the held events stay bounded.
 4. Raise the error of a committer, a collector or the migration (``check``).
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
@@ -38,6 +41,10 @@ from runtime.interfaces import RecordFeed
 from streamdi.errors import TransientError
 
 logger = logging.getLogger(__name__)
+
+#: A partition of a merged stream that holds more than this many engine batches of events, ahead
+#: of the others, is not read until it holds half as many (step 3b).
+HELD_BATCHES = 2
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,8 @@ class ConsumingLoop:
         self.fetched_events = 0
         #: Since when (monotonic) polls fail because the broker does not answer, or None.
         self.waiting_since: float | None = None
+        #: The partitions step 3b stopped reading for now.
+        self.paused: set[TopicPartition] = set()
 
     def run(self, stop: threading.Event) -> None:
         """Consume until one of the ends of the module docstring; see there for the order."""
@@ -179,6 +188,8 @@ class ConsumingLoop:
                     if rules.max_batches and self.batches >= rules.max_batches:
                         limit_reached = True
                         stop.set()
+                # 3b.
+                self._throttle(assembler)
                 drained = (
                     did_poll
                     and not polled
@@ -216,6 +227,15 @@ class ConsumingLoop:
                     break
         finally:
             control.consuming = False
+
+    def _throttle(self, assembler: BatchAssembler) -> None:
+        """Step 3b: stop reading the partitions of merged streams that are far ahead of the
+        others, read them again once they caught up (:meth:`BatchAssembler.throttle`)."""
+        paused = assembler.throttle(self.paused, HELD_BATCHES * self.rules.cut.batch_size)
+        if paused != self.paused:
+            self.feed.pause(paused - self.paused)
+            self.feed.resume(self.paused - paused)
+            self.paused = paused
 
     def _mark_idle(self) -> None:
         """Step 5's idle check: the partitions whose position is at their end offset."""

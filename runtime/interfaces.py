@@ -31,6 +31,14 @@ class RecordFeed(Protocol):
         """The offset of the next record :meth:`poll` returns from ``tp``."""
         ...
 
+    def pause(self, partitions: set[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` (their position stays) until resumed."""
+        ...
+
+    def resume(self, partitions: set[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        ...
+
     def commit_for_monitoring(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Tell the brokers the offsets staged so far (monitoring only: staging holds the
         truth)."""

@@ -474,12 +474,14 @@ class StagingStore:
         """The engine's state as of the last commit: every state table sorted by row id, plus the
         sequences."""
         tables: dict[str, pa.Table] = {}
-        for name, table in self.flow.tables.items():
-            order = ", ".join(q(c) for c in table.row_id())
-            data = arrow_of(
-                self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}")
-            )
-            tables[name] = data.cast(image_schema(table))
+        # the state views read delta-log segment files: pinned, a release cannot delete them
+        with self.segment_folder.pinned():
+            for name, table in self.flow.tables.items():
+                order = ", ".join(q(c) for c in table.row_id())
+                data = arrow_of(
+                    self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}")
+                )
+                tables[name] = data.cast(image_schema(table))
         sequences = {
             str(n): int(v)
             for n, v in self._con.execute(f"SELECT name, value FROM {_sys('sequences')}").fetchall()
@@ -539,7 +541,7 @@ class StagingStore:
                 [0], f"cannot seed: batches up to {self._watermark} are already committed"
             )
         for name in self.flow.tables:
-            if self._scalar(f"SELECT count(*) FROM {qualified(STATE, name)}"):
+            if self._scalar(f"SELECT count(*) FROM {qualified(STATE_BASE, name)}"):
                 raise StagingCommitFailed([0], f"cannot seed: state table {name!r} is not empty")
         unknown = sorted(set(image.tables) - set(self.flow.tables))
         if unknown:

@@ -398,3 +398,24 @@ def test_a_partition_the_producer_skips_goes_idle_while_the_others_move() -> Non
     merge.seen(TPS[0], now=0.3)
     assert merge.mark_idle({TPS[1]}, now=0.35) and not merge.releases_all()
     assert _released(merge) == [1_000]
+
+
+def test_a_partition_far_ahead_is_throttled_until_it_holds_half_the_limit() -> None:
+    """Throttling (what the consuming loop pauses): a partition ahead of the release point that
+    holds more than the limit stops, and reads again at half the limit; the partition the
+    release point waits for (or one with no watermark yet) never stops."""
+    merge = _merge(idle_s=60.0)
+    merge.seen(TPS[0], now=0.0)
+    merge.hold(TPS[0], 0, _events([10, 20, 30, 40, 50, 60]))
+    # partition 1 has no watermark: nothing is released, partition 0 is ahead of it
+    assert merge.throttle(set(), limit=6) == set()  # 6 held: not above the limit
+    merge.hold(TPS[0], 1, _events([70]))
+    assert merge.throttle(set(), limit=6) == {TPS[0]}
+    merge.seen(TPS[1], now=0.0)
+    merge.hold(TPS[1], 0, _events([35]))
+    assert _released(merge) == [10, 20, 30]  # below partition 1's watermark, 35
+    assert merge.throttle({TPS[0]}, limit=6) == {TPS[0]}  # holds 4 of its own: above 6 // 2
+    merge.hold(TPS[1], 1, _events([45]))
+    assert _released(merge) == [35, 40]
+    assert merge.throttle({TPS[0]}, limit=6) == set()  # 3 left: reads again
+    assert merge.throttle(set(), limit=0) == {TPS[0]}  # never partition 1, which sets W

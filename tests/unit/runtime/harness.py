@@ -58,6 +58,10 @@ class MemoryFeed:
         self.polls = 0
         self.monitored: dict[TopicPartition, int] = {}
         self.closed = False
+        #: Partitions whose records poll skips now (they keep their order), and every one that
+        #: was ever paused.
+        self.paused: set[TopicPartition] = set()
+        self.ever_paused: set[TopicPartition] = set()
         self.lock = threading.Lock()
         self.add(records)
 
@@ -71,7 +75,14 @@ class MemoryFeed:
     def poll(self, timeout_ms: int) -> list[RawRecord]:
         with self.lock:
             self.polls += 1
-            out = [self.waiting.popleft() for _ in range(min(self.per_poll, len(self.waiting)))]
+            out: list[RawRecord] = []
+            kept: deque[RawRecord] = deque()
+            while self.waiting and len(out) < self.per_poll:
+                record = self.waiting.popleft()
+                paused = (record.topic, record.partition) in self.paused
+                (kept if paused else out).append(record)
+            kept.extend(self.waiting)
+            self.waiting = kept
             for record in out:
                 self.positions[(record.topic, record.partition)] = record.offset + 1
             return out
@@ -83,6 +94,15 @@ class MemoryFeed:
     def position(self, tp: TopicPartition) -> int:
         with self.lock:
             return self.positions.get(tp, 0)
+
+    def pause(self, partitions: set[TopicPartition]) -> None:
+        with self.lock:
+            self.paused |= partitions
+            self.ever_paused |= partitions
+
+    def resume(self, partitions: set[TopicPartition]) -> None:
+        with self.lock:
+            self.paused -= partitions
 
     def commit_for_monitoring(self, offsets: Mapping[TopicPartition, int]) -> None:
         self.monitored = dict(offsets)

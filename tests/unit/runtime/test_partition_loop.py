@@ -1,7 +1,8 @@
 """The consuming loop over a stream of three partitions (an in-memory feed, a real staging file,
 the serial executor): a partition that stays empty stops holding the others back once it is idle
 and read to its end; a partition whose records are in Kafka but not read yet holds the others back
-however long it is silent; the loop does not end on idle while events are held back."""
+however long it is silent; the loop does not end on idle while events are held back; a partition
+read far ahead of the others stops being read until they catch up."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.assembler import RawRecord
-from ingest.records import encode_batch
+from ingest.records import encode_batch, from_ipc
+from staging.store import BatchCommit, CommitHook, StagingStore
 from tests.unit.runtime.harness import LoopRig, MemoryFeed
 
 TOPIC = "pair.a"
@@ -105,4 +107,49 @@ def test_a_partition_with_unread_records_holds_the_others_back_however_long_it_i
     thread.join(30)
     assert not thread.is_alive() and rig.error is None
     _check_order(rig, list(range(14)))
+    rig.close()
+
+
+class _HeldRecorder:
+    """The real store; notes how many events each committed batch's merge state holds back."""
+
+    def __init__(self, store: StagingStore) -> None:
+        self.store = store
+        self.held: list[int] = []
+
+    def commit(self, commits: list[BatchCommit], *, hook: CommitHook | None = None) -> None:
+        for c in commits:
+            blobs = [p.held for p in c.partitions.values() if p.held]
+            self.held.append(sum(from_ipc(b).num_rows for b in blobs))
+        self.store.commit(commits, hook=hook)
+
+
+def test_a_partition_read_far_ahead_is_paused_until_the_others_catch_up(tmp_path: Path) -> None:
+    n = 40
+    odds = _records(1, [[6 * i + 1, 6 * i + 3, 6 * i + 5] for i in range(n)], first_batch=1)
+    evens = _records(0, [[6 * i, 6 * i + 2, 6 * i + 4] for i in range(n)], first_batch=n + 1)
+    feed = MemoryFeed(odds + evens, per_poll=1, partitions=TPS[:2])  # odds all first
+    recorders: list[_HeldRecorder] = []
+
+    def stage(store: StagingStore) -> _HeldRecorder:
+        recorders.append(_HeldRecorder(store))
+        return recorders[0]
+
+    rig = LoopRig(
+        tmp_path / "s.duckdb",
+        feed,
+        batch_size=4,
+        until_idle_s=0.3,
+        partitions=TPS[:2],
+        partition_idle_ms=100,
+        stage=stage,
+    )
+    thread = rig.start()
+    thread.join(60)
+    assert not thread.is_alive() and rig.error is None
+    _check_order(rig, list(range(6 * n)))
+    assert (TOPIC, 1) in feed.ever_paused and not feed.paused
+    # at most the limit (two batches of 4) plus what arrived with the record that crossed it,
+    # where without the pause all 120 odd events would be held at once
+    assert max(recorders[0].held) <= 2 * 4 + 3 + 3
     rig.close()
