@@ -104,6 +104,8 @@ class PartitionMerge:
         self._parts: dict[TopicPartition, _Partition] = {
             tp: _Partition(last_seen=start) for tp in partitions
         }
+        #: The partitions read to their end at the last :meth:`mark_idle` (:meth:`throttle`).
+        self._caught_up: set[TopicPartition] = set()
         #: The release point F (events below it were released); None before the first release.
         self.floor: int | None = None if high is None else high + 1
         for tp, progress in (restored or {}).items():
@@ -159,6 +161,7 @@ class PartitionMerge:
         when another partition got a record ``idle_s`` or more after their last one (see the
         module docstring); True if one became idle."""
         at = time.monotonic() if now is None else now
+        self._caught_up = set(caught_up)
         silent = {
             tp
             for tp, part in self._parts.items()
@@ -185,21 +188,27 @@ class PartitionMerge:
         partition holding more than ``limit`` events that is ahead of the release point (its
         watermark is past it, so it is not what the others wait for) stops, and reads again once
         it holds ``limit // 2`` or fewer, or is no longer ahead. The partition that sets the
-        release point (or one with no watermark yet) is never stopped, so the merge always
-        moves; without this, a consumer that
-        reads one partition far ahead of the others (a full topic) holds, and stages with every
-        batch, ever more events."""
+        release point (or one with no watermark yet) is never stopped, and none is stopped once
+        those were read to their end (as the last :meth:`mark_idle` saw it), so the merge always
+        moves. Without this, a consumer that reads one partition far ahead of the others (a full
+        topic) holds, and stages with every batch, ever more events."""
         if self.releases_all():
             return set()
         point = self.release_point()
-        out: set[TopicPartition] = set()
+        ahead: set[TopicPartition] = set()
         for tp, part in self._parts.items():
             # with no release point yet, a partition with a watermark is ahead of one without
             mark = part.watermark
-            ahead = not part.idle and mark is not None and (point is None or mark > point)
-            if not ahead:
-                continue
-            held = sum(c.events.num_rows for c in part.held)
+            if not part.idle and mark is not None and (point is None or mark > point):
+                ahead.add(tp)
+        behind = {tp for tp, part in self._parts.items() if not part.idle and tp not in ahead}
+        if behind <= self._caught_up:
+            # what the others wait for has nothing more to read: only idleness moves the
+            # merge now, and a partition kept from being read would never look idle
+            return set()
+        out: set[TopicPartition] = set()
+        for tp in ahead:
+            held = sum(c.events.num_rows for c in self._parts[tp].held)
             if held > (limit // 2 if tp in paused else limit):
                 out.add(tp)
         return out

@@ -5,21 +5,25 @@ Each turn, in order:
 1. Stop check: once ``stop`` is set, note the drain deadline (now + ``drain_s``) and what Kafka
    holds now (the end offsets, when draining); end the loop when the batch limit was reached, the
    drain consumed everything up to those offsets, ingest is paused, or the deadline passed.
-2. Poll, unless records polled earlier still wait or ingest is paused (then note that the pause
-   was seen: :meth:`PauseControl.pause` waits for it). A broker that does not answer is waited
-   for (a transient error: logged, the poll tried again); the loop never ends for it.
+2. Poll, unless records polled earlier still wait (and may be added) or ingest is paused (then
+   note that the pause was seen: :meth:`PauseControl.pause` waits for it). A broker that does
+   not answer is waited for (a transient error: logged, the poll tried again); the loop never
+   ends for it.
 3. Fill the assembler (:func:`runtime.cutting.fill`) and cut by the rules of
    :func:`runtime.cutting.cut_reason`; a cut batch is handed to ``hand_off`` (run and queued for
-   its commit) with the next batch id; the batch limit stops the run once reached. Then (3b)
-   stop reading a partition of a merged stream that holds more than :data:`HELD_BATCHES` engine
-   batches of events ahead of the others, and read it again once it holds half that
-   (:meth:`ingest.merging.PartitionMerge.throttle`): the held events stay bounded.
+   its commit) with the next batch id; the batch limit stops the run once reached. A partition
+   of a merged stream that holds more than :data:`HELD_BATCHES` engine batches of events ahead
+   of the others (:meth:`ingest.merging.PartitionMerge.throttle`) gets no more of its polled
+   records added: they wait in the buffer, in order, and when only such records wait, step 2
+   polls again (for the other partitions). Then (3b) stop fetching such partitions from Kafka,
+   and fetch them again once they hold half that: the held events stay bounded.
 4. Raise the error of a committer, a collector or the migration (``check``).
 5. Every ``monitor_every_s``, ``monitor()`` (offsets for monitoring, consumer lag); every second,
    ``progress(fetched_events)`` when given; a paused loop with nothing in hand sleeps 50 ms.
-   While a stream merged over several partitions holds events back and no polled record waits,
-   every ``idle_check_s``, tell the assembler which partitions the consumer has read to their
-   end offset (:meth:`BatchAssembler.mark_idle`, the idle rule of :mod:`ingest.merging`).
+   While a stream merged over several partitions holds events back and no polled record waits
+   that may be added, every ``idle_check_s``, tell the assembler which partitions the consumer
+   has read to their end offset (:meth:`BatchAssembler.mark_idle`, the idle rule of
+   :mod:`ingest.merging`).
 6. Idle exit (``until_idle_s``): nothing pending or held back, nothing ``busy()`` (collectors,
    the commit queue), no record or batch for that long, the broker answering (a broker away is
    not idleness), and the consumer's position at the end offsets Kafka answers now (a first
@@ -44,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: A partition of a merged stream that holds more than this many engine batches of events, ahead
 #: of the others, is not read until it holds half as many (step 3b).
-HELD_BATCHES = 2
+HELD_BATCHES = 1
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,7 @@ class ConsumingLoop:
         added: dict[TopicPartition, int] = {}
         drain_until: float | None = None
         drain_to: dict[TopicPartition, int] = {}
-        drained = limit_reached = False
+        drained = limit_reached = stuck = False
         last_activity = time.monotonic()
         last_print = last_monitor = last_idle_check = 0.0
         control.consuming = True
@@ -165,13 +169,15 @@ class ConsumingLoop:
                 paused = control.paused.is_set()
                 if paused:
                     control.seen.set()
-                did_poll = not buffered and not paused
+                did_poll = (not buffered or stuck) and not paused
                 polled = self._poll(stop) if did_poll else []
                 buffered.extend(polled)
                 if polled:
                     last_activity = time.monotonic()
                 # 3.
-                fill(assembler, buffered, added, rules.cut.batch_size)
+                stuck = fill(
+                    assembler, buffered, added, rules.cut.batch_size, blocked=self._blocked
+                )
                 reason = cut_reason(
                     PendingBatch.of(assembler),
                     rules.cut,
@@ -211,7 +217,7 @@ class ConsumingLoop:
                     last_print = now
                 if (
                     assembler.holding
-                    and not buffered
+                    and (not buffered or stuck)
                     and now - last_idle_check >= rules.idle_check_s
                 ):
                     self._mark_idle()
@@ -228,9 +234,19 @@ class ConsumingLoop:
         finally:
             control.consuming = False
 
+    def _blocked(self, tp: TopicPartition) -> bool:
+        """Step 3's question before each record: does ``tp`` hold enough ahead of the others
+        (:meth:`BatchAssembler.throttle`)? Its records then wait, unparsed, in the buffer."""
+        if not self.assembler.merges:
+            return False
+        limit = HELD_BATCHES * self.rules.cut.batch_size
+        return tp in self.assembler.throttle(self.paused, limit)
+
     def _throttle(self, assembler: BatchAssembler) -> None:
         """Step 3b: stop reading the partitions of merged streams that are far ahead of the
         others, read them again once they caught up (:meth:`BatchAssembler.throttle`)."""
+        if not assembler.merges and not self.paused:
+            return
         paused = assembler.throttle(self.paused, HELD_BATCHES * self.rules.cut.batch_size)
         if paused != self.paused:
             self.feed.pause(paused - self.paused)

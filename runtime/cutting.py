@@ -16,7 +16,7 @@ Nothing is cut while nothing is pending.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -78,13 +78,30 @@ def fill(
     buffered: deque[RawRecord],
     added: MutableMapping[tuple[str, int], int],
     batch_size: int,
-) -> None:
+    *,
+    blocked: Callable[[tuple[str, int]], bool] | None = None,
+) -> bool:
     """Move records from ``buffered`` into ``assembler`` until the pending batch is full or
     punctuated (the rest wait for the next batch); ``added`` keeps each partition's last offset
-    added, which the batch taken next carries as its offsets."""
+    added, which the batch taken next carries as its offsets.
+
+    A record of a partition ``blocked`` says holds enough already (asked before each record)
+    stays in ``buffered``, with every later record of that partition, in order; the others go
+    on. Returns True when everything left in ``buffered`` is blocked (the caller may poll for
+    other partitions' records)."""
+    skipped: deque[RawRecord] = deque()
+    stopped: set[tuple[str, int]] = set()
     while buffered and assembler.pending_events < batch_size:
         if assembler.punctuated:
             break
         record = buffered.popleft()
+        tp = (record.topic, record.partition)
+        if tp in stopped or (blocked is not None and blocked(tp)):
+            stopped.add(tp)
+            skipped.append(record)
+            continue
         assembler.add(record)
-        added[(record.topic, record.partition)] = record.offset
+        added[tp] = record.offset
+    stuck = bool(skipped) and not buffered
+    buffered.extendleft(reversed(skipped))
+    return stuck

@@ -403,7 +403,8 @@ def test_a_partition_the_producer_skips_goes_idle_while_the_others_move() -> Non
 def test_a_partition_far_ahead_is_throttled_until_it_holds_half_the_limit() -> None:
     """Throttling (what the consuming loop pauses): a partition ahead of the release point that
     holds more than the limit stops, and reads again at half the limit; the partition the
-    release point waits for (or one with no watermark yet) never stops."""
+    release point waits for (or one with no watermark yet) never stops, and none stops once
+    that one was read to its end."""
     merge = _merge(idle_s=60.0)
     merge.seen(TPS[0], now=0.0)
     merge.hold(TPS[0], 0, _events([10, 20, 30, 40, 50, 60]))
@@ -411,6 +412,10 @@ def test_a_partition_far_ahead_is_throttled_until_it_holds_half_the_limit() -> N
     assert merge.throttle(set(), limit=6) == set()  # 6 held: not above the limit
     merge.hold(TPS[0], 1, _events([70]))
     assert merge.throttle(set(), limit=6) == {TPS[0]}
+    # once partition 1 is seen read to its end, stopping 0 could only keep 1 from going idle
+    assert not merge.mark_idle({TPS[1]}, now=1.0)
+    assert merge.throttle({TPS[0]}, limit=6) == set()
+    assert not merge.mark_idle(set(), now=1.0)  # 1 has records to read again
     merge.seen(TPS[1], now=0.0)
     merge.hold(TPS[1], 0, _events([35]))
     assert _released(merge) == [10, 20, 30]  # below partition 1's watermark, 35

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ingest.assembler import RawRecord
 from ingest.records import encode_batch, from_ipc
+from runtime.consuming import HELD_BATCHES
 from staging.store import BatchCommit, CommitHook, StagingStore
 from tests.unit.runtime.harness import LoopRig, MemoryFeed
 
@@ -128,7 +129,9 @@ def test_a_partition_read_far_ahead_is_paused_until_the_others_catch_up(tmp_path
     n = 40
     odds = _records(1, [[6 * i + 1, 6 * i + 3, 6 * i + 5] for i in range(n)], first_batch=1)
     evens = _records(0, [[6 * i, 6 * i + 2, 6 * i + 4] for i in range(n)], first_batch=n + 1)
-    feed = MemoryFeed(odds + evens, per_poll=1, partitions=TPS[:2])  # odds all first
+    # odds all first, and a poll brings half a partition: the loop stops adding odd records to
+    # the merge once they are far enough ahead (they wait in its buffer), then stops fetching them
+    feed = MemoryFeed(odds + evens, per_poll=20, partitions=TPS[:2])
     recorders: list[_HeldRecorder] = []
 
     def stage(store: StagingStore) -> _HeldRecorder:
@@ -149,7 +152,7 @@ def test_a_partition_read_far_ahead_is_paused_until_the_others_catch_up(tmp_path
     assert not thread.is_alive() and rig.error is None
     _check_order(rig, list(range(6 * n)))
     assert (TOPIC, 1) in feed.ever_paused and not feed.paused
-    # at most the limit (two batches of 4) plus what arrived with the record that crossed it,
-    # where without the pause all 120 odd events would be held at once
-    assert max(recorders[0].held) <= 2 * 4 + 3 + 3
+    # at most the limit (HELD_BATCHES batches of 4) plus the record that crossed it, where
+    # without the throttle all 120 odd events would be held at once
+    assert max(recorders[0].held) <= HELD_BATCHES * 4 + 3
     rig.close()
