@@ -4,33 +4,18 @@ state, and the folded tables hold exactly the batches ``state_folded_through`` s
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from etl_dataflows import Dataflow, col, create_executor
+from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.state import StateImage
 from etl_dataflows.testing import WorkloadSpec, ledger_workload, make_batch
-from staging import BatchCommit, StagingStore, StreamProgress, folding
+from staging import StagingStore, folding
 from staging.exceptions import StagingCommitFailed
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA
-
-
-def _commit(batch_id: int, result: BatchResult) -> BatchCommit:
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={("t.txns", 0): batch_id},
-        streams={"txns": StreamProgress(batch_id, batch_id * 100, batch_id, batch_id)},
-        events=10,
-        records=1,
-        arrived_at=time.time(),
-        executed_ms=1.0,
-    )
+from tests.unit.staging.helpers import customers_flow, simple_commit
 
 
 @pytest.fixture(autouse=True)
@@ -61,12 +46,12 @@ def _folded_rows(store: StagingStore, name: str) -> int:
     return int(store.query(f'SELECT count(*) AS n FROM state_base."{name}"')["n"][0].as_py())
 
 
-def test_the_state_view_equals_the_engine_state_after_every_commit(tmp_path: Path) -> None:
+def test_the_state_view_equals_the_engine_state_after_everysimple_commit(tmp_path: Path) -> None:
     flow, results, images = _run(12)
     with _store(tmp_path, flow) as store:
         folded = []
         for i, (result, image) in enumerate(zip(results[:11], images, strict=False), start=1):
-            store.commit([_commit(i, result)])
+            store.commit([simple_commit(i, result)])
             assert store.load_state().equals(image), f"after batch {i}"
             folded.append(int(store.meta(folding.FOLDED_THROUGH) or 0))
         # folds at 3, 6, 9 (every third batch), and the folded table holds what it says
@@ -77,7 +62,7 @@ def test_the_state_view_equals_the_engine_state_after_every_commit(tmp_path: Pat
     with _store(tmp_path, flow) as store:
         assert store.load_state().equals(images[10])
         assert store.state_folder.waiting
-        store.commit([_commit(12, results[11])])  # a fold is due
+        store.commit([simple_commit(12, results[11])])  # a fold is due
         assert store.meta(folding.FOLDED_THROUGH) == "12"
         assert not store.state_folder.waiting
         assert store.load_state().equals(images[11])
@@ -86,12 +71,12 @@ def test_the_state_view_equals_the_engine_state_after_every_commit(tmp_path: Pat
 def test_a_group_commit_folds_the_batches_it_carries(tmp_path: Path) -> None:
     flow, results, images = _run(8, seed=9)
     with _store(tmp_path, flow) as store:
-        store.commit([_commit(1, results[0])])
-        store.commit([_commit(i, results[i - 1]) for i in (2, 3, 4, 5)])  # folds 1..5
+        store.commit([simple_commit(1, results[0])])
+        store.commit([simple_commit(i, results[i - 1]) for i in (2, 3, 4, 5)])  # folds 1..5
         assert store.meta(folding.FOLDED_THROUGH) == "5"
         assert store.load_state().equals(images[4])
         assert _folded_rows(store, "accounts") == images[4].tables["accounts"].num_rows
-        store.commit([_commit(6, results[5]), _commit(7, results[6])])
+        store.commit([simple_commit(6, results[5]), simple_commit(7, results[6])])
         assert store.meta(folding.FOLDED_THROUGH) == "5"
         assert store.load_state().equals(images[6])
 
@@ -100,7 +85,7 @@ def test_a_release_folds_before_it_hides_a_delta(tmp_path: Path) -> None:
     flow, results, images = _run(5, seed=2)
     with _store(tmp_path, flow) as store:
         for i in (1, 2, 3, 4, 5):
-            store.commit([_commit(i, results[i - 1])])
+            store.commit([simple_commit(i, results[i - 1])])
         assert store.meta(folding.FOLDED_THROUGH) == "3"
         staged = StagedDeltas(store)
         staged.acknowledge("duckdb", 5)
@@ -116,37 +101,32 @@ def test_a_release_folds_before_it_hides_a_delta(tmp_path: Path) -> None:
 def test_a_failed_folding_commit_leaves_the_state_as_it_was(tmp_path: Path) -> None:
     flow, results, images = _run(4, seed=4)
     with _store(tmp_path, flow) as store:
-        store.commit([_commit(1, results[0])])
-        store.commit([_commit(2, results[1])])
+        store.commit([simple_commit(1, results[0])])
+        store.commit([simple_commit(2, results[1])])
 
         def fail(step: str) -> None:
             if step == "commit":
                 raise RuntimeError("injected")
 
         with pytest.raises(StagingCommitFailed):
-            store.commit([_commit(3, results[2])], hook=fail)  # the fold was due
+            store.commit([simple_commit(3, results[2])], hook=fail)  # the fold was due
         assert store.meta(folding.FOLDED_THROUGH) == "0"
         assert store.load_state().equals(images[1])
-        store.commit([_commit(3, results[2])])
-        store.commit([_commit(4, results[3])])
+        store.commit([simple_commit(3, results[2])])
+        store.commit([simple_commit(4, results[3])])
         assert store.meta(folding.FOLDED_THROUGH) == "3"
         assert store.load_state().equals(images[3])
 
 
 def test_history_versions_survive_the_fold(tmp_path: Path) -> None:
-    flow = Dataflow("customers")
-    customers = flow.history_table("customer", key={"id": "int64"}, columns={"tier": "int64"})
-    flow.source("changes", schema={"id": "int64", "tier": "int64"})
-    t = flow.transact("apply")
-    t.write(customers, "id", {"tier": col("tier")})
-    flow.sink("out")
+    flow = customers_flow()
     executor = create_executor("serial", flow)
     day = 86_400_000_000
     with _store(tmp_path, flow) as store:
         for i in range(1, 8):
             changes = [{"id": k, "tier": i * 10 + k, "_ts": i * day} for k in (1, 2, i % 3)]
             batch = make_batch(flow, i, changes=changes)
-            store.commit([_commit(i, executor.run_batch(batch))])
+            store.commit([simple_commit(i, executor.run_batch(batch))])
             assert store.load_state().equals(executor.state_image()), f"after batch {i}"
         assert store.meta(folding.FOLDED_THROUGH) == "6"
         versions = store.query('SELECT count(*) AS n FROM state."customer"')["n"][0].as_py()
@@ -159,13 +139,13 @@ def test_fold_state_waits_for_enough_batches(
     monkeypatch.setattr(folding, "FOLD_BATCHES", 10_000)  # commits never fold here
     flow, results, images = _run(3, seed=8)
     with _store(tmp_path, flow) as store:
-        store.commit([_commit(1, results[0])])
-        store.commit([_commit(2, results[1])])
+        store.commit([simple_commit(1, results[0])])
+        store.commit([simple_commit(2, results[1])])
         assert not store.fold_state(least=3)
         assert store.meta(folding.FOLDED_THROUGH) == "0"
         assert store.fold_state(least=2)
         assert store.meta(folding.FOLDED_THROUGH) == "2"
         assert _folded_rows(store, "accounts") == images[1].tables["accounts"].num_rows
         assert not store.fold_state()  # nothing waits
-        store.commit([_commit(3, results[2])])
+        store.commit([simple_commit(3, results[2])])
         assert store.load_state().equals(images[2])

@@ -5,7 +5,6 @@ layout (3) is moved into segments (and its state into the folded tables) when it
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import duckdb
@@ -15,29 +14,16 @@ import pytest
 from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.testing import WorkloadSpec, ledger_workload
-from staging import BatchCommit, StagingStore, StreamProgress
+from staging import StagingStore
 from staging import segments as segments_module
 from staging.exceptions import StagingCommitFailed, StagingMismatch
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA, DELTA, LAYOUT_VERSION, OUTPUTS
+from staging.layout import DELTA, LAYOUT_VERSION, OUTPUTS
+from tests.unit.staging.helpers import simple_commit
 
 OUT = 'SELECT * FROM outputs."balances" ORDER BY batch_id, _pos'
 DELTA_SQL = 'SELECT * FROM delta_log."accounts" ORDER BY batch_id, id'
 STATE_SQL = 'SELECT * FROM state."accounts" ORDER BY id'
-
-
-def _commit(batch_id: int, result: BatchResult) -> BatchCommit:
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={("t.txns", 0): batch_id},
-        streams={"txns": StreamProgress(batch_id, batch_id * 100, batch_id, batch_id)},
-        events=10,
-        records=1,
-        arrived_at=time.time(),
-        executed_ms=1.0,
-    )
 
 
 def _results(batches: int) -> tuple[object, list[BatchResult]]:
@@ -59,7 +45,7 @@ def _stage(path: Path, batches: int = 6) -> tuple[StagingStore, list[BatchResult
     # merges run when a test asks (the background merger would race the assertions)
     store = StagingStore(path, flow, background_merge=False)  # type: ignore[arg-type]
     for i, result in enumerate(results, start=1):
-        store.commit([_commit(i, result)])
+        store.commit([simple_commit(i, result)])
     return store, results
 
 
@@ -116,7 +102,7 @@ def test_orphans_and_temporary_files_go_when_the_store_opens(tmp_path: Path) -> 
 def test_a_failed_commit_leaves_no_file_and_the_batch_commits_again(tmp_path: Path) -> None:
     flow, results = _results(2)
     store = StagingStore(tmp_path / "s.duckdb", flow)  # type: ignore[arg-type]
-    store.commit([_commit(1, results[0])])
+    store.commit([simple_commit(1, results[0])])
     files = _files(store)
 
     def fail(step: str) -> None:
@@ -124,10 +110,10 @@ def test_a_failed_commit_leaves_no_file_and_the_batch_commits_again(tmp_path: Pa
             raise RuntimeError("killed before COMMIT")
 
     with pytest.raises(StagingCommitFailed):
-        store.commit([_commit(2, results[1])], hook=fail)
+        store.commit([simple_commit(2, results[1])], hook=fail)
     assert _files(store) == files
     assert store.query("SELECT max(batch_id) AS b FROM outputs.balances")["b"][0].as_py() == 1
-    store.commit([_commit(2, results[1])])
+    store.commit([simple_commit(2, results[1])])
     assert store.query("SELECT max(batch_id) AS b FROM outputs.balances")["b"][0].as_py() == 2
     store.close()
 
@@ -159,7 +145,7 @@ def test_release_hides_released_batches_and_deletes_files_only_when_unpinned(
 def test_a_release_point_inside_a_group_commit_hides_the_released_part(tmp_path: Path) -> None:
     flow, results = _results(3)
     store = StagingStore(tmp_path / "s.duckdb", flow)  # type: ignore[arg-type]
-    store.commit([_commit(i, r) for i, r in enumerate(results, start=1)])  # one segment: 1..3
+    store.commit([simple_commit(i, r) for i, r in enumerate(results, start=1)])  # one segment: 1..3
     staged = StagedDeltas(store)
     staged.acknowledge("duckdb", 2)
     staged.release(["duckdb"], 0)

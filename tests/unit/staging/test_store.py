@@ -10,12 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from etl_dataflows import Dataflow, col, create_executor
+from etl_dataflows import Dataflow, create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.testing import WorkloadSpec, ledger_workload, make_batch
 from staging import BatchCommit, StagingStore, StreamProgress, open_snapshot
 from staging.exceptions import BatchAlreadyCommitted, StagingCommitFailed, StagingMismatch
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from tests.unit.staging.helpers import customers_flow
 
 
 def _commit(
@@ -87,12 +88,7 @@ def test_group_commit_equals_one_by_one(tmp_path: Path) -> None:
 
 
 def test_history_table_versions_are_staged(tmp_path: Path) -> None:
-    flow = Dataflow("customers")
-    customers = flow.history_table("customer", key={"id": "int64"}, columns={"tier": "int64"})
-    flow.source("changes", schema={"id": "int64", "tier": "int64"})
-    t = flow.transact("apply")
-    t.write(customers, "id", {"tier": col("tier")})
-    flow.sink("out")
+    flow = customers_flow()
     executor = create_executor("serial", flow)
     day = 86_400_000_000
     b1 = make_batch(

@@ -1,0 +1,39 @@
+"""What several staging tests build: a batch's commit with made-up progress, and a dataflow with
+a history table."""
+
+from __future__ import annotations
+
+import time
+
+from etl_dataflows import Dataflow, col
+from etl_dataflows.batch import BatchResult
+from staging import BatchCommit, StreamProgress
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+
+
+def simple_commit(batch_id: int, result: BatchResult) -> BatchCommit:
+    """``result`` as batch ``batch_id`` of stream ``txns`` (offset and positions = the id), no
+    dead letters."""
+    return BatchCommit(
+        batch_id=batch_id,
+        result=result,
+        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+        offsets={("t.txns", 0): batch_id},
+        streams={"txns": StreamProgress(batch_id, batch_id * 100, batch_id, batch_id)},
+        events=10,
+        records=1,
+        arrived_at=time.time(),
+        executed_ms=1.0,
+    )
+
+
+def customers_flow() -> Dataflow:
+    """One history table ``customer`` (key ``id``, column ``tier``) written by every event of
+    source ``changes``."""
+    flow = Dataflow("customers")
+    customers = flow.history_table("customer", key={"id": "int64"}, columns={"tier": "int64"})
+    flow.source("changes", schema={"id": "int64", "tier": "int64"})
+    t = flow.transact("apply")
+    t.write(customers, "id", {"tier": col("tier")})
+    flow.sink("out")
+    return flow
