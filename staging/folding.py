@@ -14,6 +14,15 @@ deltas of batches above ``state_folded_through`` in ``streamdi.meta``, read from
 view). The fold and ``state_folded_through`` move in one transaction, so the view is exact at
 every commit. A release (:mod:`staging.handoff`) never hides a delta the view still needs: it
 folds first, in its own transaction.
+
+A fold through batch ``B``, in this order (:meth:`StateFolder.stage_fold`, then the caller):
+
+1. Per state table, take the deltas waiting up to ``B`` (and the committing batches'), oldest
+   first, and keep the last row of each row id (:func:`newest_per_row`).
+2. Delete from ``state_base.<table>`` every row whose row id they name; insert their upserts.
+3. Set ``state_folded_through`` to ``B``.
+4. The caller's COMMIT makes 2 and 3 visible together; only then are the folded deltas dropped
+   from memory (:meth:`StateFolder.folded`). A failure before leaves both as they were.
 """
 
 from __future__ import annotations
