@@ -27,7 +27,6 @@ A fold through batch ``B``, in this order (:meth:`StateFolder.stage_fold`, then 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from contextlib import suppress
 
@@ -36,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.dataflow import CompiledDataflow
-from staging.layout import DELTA, STATE, STATE_BASE, delta_schema, q, qualified
+from staging.layout import DELTA, STATE, STATE_BASE, arrow_of, delta_schema, q, qualified
 
 #: A commit folds once this many batches wait (their rows are written once, not once per batch)
 FOLD_BATCHES = 8
@@ -71,26 +70,17 @@ def view_sql(flow: CompiledDataflow, name: str, meta: str) -> str:
 
 
 def apply_deltas(
-    con: duckdb.DuckDBPyConnection, flow: CompiledDataflow, name: str, view: str, *, single: bool
+    con: duckdb.DuckDBPyConnection, flow: CompiledDataflow, name: str, view: str
 ) -> None:
     """In the caller's transaction: apply the delta rows registered as ``view`` (``batch_id``,
-    ``op``, image columns; ``single``: of one batch, so each row id once) to the folded table:
-    delete every row whose row id they name, insert the newest upsert of each."""
+    ``op``, image columns; one row per row id: :func:`newest_per_row`) to the folded table:
+    delete every row whose row id they name, insert their upserts."""
     table = flow.tables[name]
     target = qualified(STATE_BASE, name)
     columns = ", ".join(q(c) for c in table.image_columns())
-    ids = [q(c) for c in table.row_id()]
-    match = " AND ".join(f"{target}.{c} = x.{c}" for c in ids)
-    source = view if single else f"(SELECT DISTINCT {', '.join(ids)} FROM {view})"
-    con.execute(f"DELETE FROM {target} USING {source} x WHERE {match}")
-    if single:
-        con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
-    else:
-        con.execute(
-            f"INSERT INTO {target} SELECT {columns} FROM (SELECT *, row_number() OVER "
-            f"(PARTITION BY {', '.join(ids)} ORDER BY batch_id DESC) AS _rn FROM {view}) "
-            "WHERE _rn = 1 AND op = 'upsert'"
-        )
+    match = " AND ".join(f"{target}.{q(c)} = x.{q(c)}" for c in table.row_id())
+    con.execute(f"DELETE FROM {target} USING {view} x WHERE {match}")
+    con.execute(f"INSERT INTO {target} SELECT {columns} FROM {view} WHERE op = 'upsert'")
 
 
 def newest_per_row(deltas: pa.Table, row_id: tuple[str, ...]) -> pa.Table:
@@ -111,13 +101,12 @@ def newest_per_row(deltas: pa.Table, row_id: tuple[str, ...]) -> pa.Table:
 
 class StateFolder:
     """The deltas committed since the last fold (in memory, oldest first) and the fold itself;
-    see the module docstring. :attr:`lock` is held by whoever folds (one fold at a time); the
-    list of waiting deltas is guarded by it too."""
+    see the module docstring. The store calls it under its write lock only (commits, releases
+    and folds never interleave)."""
 
     def __init__(self, flow: CompiledDataflow, meta: str) -> None:
         self.flow = flow
         self.meta = meta
-        self.lock = threading.RLock()
         #: The last batch the folded tables hold.
         self.folded_through = 0
         #: (last batch id, delta rows per table) of each commit not folded yet, oldest first.
@@ -135,10 +124,12 @@ class StateFolder:
         self.folded_through = int(rows[0][0]) if rows else 0
         deltas: dict[str, pa.Table] = {}
         for name in self.flow.tables:
-            found = con.sql(
-                f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
-                f"{self.folded_through} ORDER BY batch_id"
-            ).to_arrow_table()
+            found = arrow_of(
+                con.sql(
+                    f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
+                    f"{self.folded_through} ORDER BY batch_id"
+                )
+            )
             schema = delta_schema(self.flow, name)
             deltas[name] = found.select(schema.names).cast(schema)
         self._pending = [(watermark, deltas)] if watermark > self.folded_through else []
@@ -168,7 +159,7 @@ class StateFolder:
         through: int,
         deltas: Mapping[str, pa.Table] | None = None,
     ) -> None:
-        """In the caller's transaction (holding :attr:`lock`): apply the deltas waiting up to
+        """In the caller's transaction: apply the deltas waiting up to
         ``through`` (and ``deltas``, the committing batches') to the folded tables and set
         ``state_folded_through`` to ``through``. The caller calls :meth:`folded` once the
         transaction committed."""
@@ -184,7 +175,7 @@ class StateFolder:
             rows = newest_per_row(pa.concat_tables(parts), self.flow.tables[name].row_id())
             con.register(view, rows)
             try:
-                apply_deltas(con, self.flow, name, view, single=True)
+                apply_deltas(con, self.flow, name, view)
             finally:
                 con.unregister(view)
         con.execute(
@@ -198,24 +189,21 @@ class StateFolder:
 
     def committed(self, through: int, deltas: Mapping[str, pa.Table]) -> None:
         """After a commit (ending at batch ``through``) that did not fold: its deltas wait."""
-        with self.lock:
-            self._pending.append((through, dict(deltas)))
+        self._pending.append((through, dict(deltas)))
 
     def fold(self, cursor: duckdb.DuckDBPyConnection, *, least: int = 1) -> bool:
-        """Fold what waits, in a transaction of ``cursor`` of its own (beside the commits: they
-        never write the folded tables), when at least ``least`` batches wait. True when it
-        folded."""
-        with self.lock:
-            if not self._pending or self.waiting_batches < least:
-                return False
-            through = self._pending[-1][0]
-            cursor.execute("BEGIN TRANSACTION")
-            try:
-                self.stage_fold(cursor, through)
-                cursor.execute("COMMIT")
-            except BaseException:
-                with suppress(duckdb.Error):
-                    cursor.execute("ROLLBACK")
-                raise
-            self.folded(through)
+        """Fold what waits in a transaction of ``cursor`` of its own, when at least ``least``
+        batches wait. True when it folded."""
+        if not self._pending or self.waiting_batches < least:
+            return False
+        through = self._pending[-1][0]
+        cursor.execute("BEGIN TRANSACTION")
+        try:
+            self.stage_fold(cursor, through)
+            cursor.execute("COMMIT")
+        except BaseException:
+            with suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            raise
+        self.folded(through)
         return True

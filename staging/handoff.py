@@ -28,8 +28,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from staging.layout import DELTA, OUTPUTS, SYSTEM, qualified
-from staging.store import StagingStore, arrow_of
+from staging.layout import DELTA, OUTPUTS, SYSTEM, arrow_of, qualified
+from staging.store import StagingStore
 
 logger = logging.getLogger(__name__)
 

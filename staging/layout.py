@@ -100,6 +100,13 @@ DEAD_LETTER_INPUT_SCHEMA = pa.schema([f for f in DEAD_LETTER_TABLE_SCHEMA if f.n
 """What a commit hands in: the dead-letter row without its id (staging assigns ids)."""
 
 
+def arrow_of(relation: Any) -> pa.Table:
+    """The Arrow table of a DuckDB relation (duckdb 1.x ``arrow()``, 2.x ``to_arrow_table()``)."""
+    to_table = getattr(relation, "to_arrow_table", None)
+    table: pa.Table = to_table() if to_table is not None else relation.arrow()
+    return table
+
+
 def q(name: str) -> str:
     """A quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'

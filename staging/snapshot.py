@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, q, qualified
-from staging.store import StreamProgress, arrow_of
+from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, arrow_of, q, qualified
+from staging.store import StreamProgress
 
 if TYPE_CHECKING:
     import duckdb

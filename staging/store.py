@@ -48,6 +48,7 @@ from staging.layout import (
     STATE,
     STATE_BASE,
     SYSTEM,
+    arrow_of,
     create_statements,
     fingerprint,
     insert_values,
@@ -123,13 +124,6 @@ class BatchCommit:
     executed_ms: float
     replayed: list[int] = field(default_factory=list)
     partitions: Mapping[StreamPartition, PartitionProgress] = field(default_factory=dict)
-
-
-def arrow_of(relation: Any) -> pa.Table:
-    """The Arrow table of a DuckDB relation (duckdb 1.x ``arrow()``, 2.x ``to_arrow_table()``)."""
-    to_table = getattr(relation, "to_arrow_table", None)
-    table: pa.Table = to_table() if to_table is not None else relation.arrow()
-    return table
 
 
 #: DuckDB checkpoints the staging file by itself once its WAL reaches this size. DuckDB's default
@@ -336,14 +330,7 @@ class StagingStore:
         """In :meth:`_create`'s transaction: a file of layout 3 or earlier keeps its delta logs
         and outputs in tables; move each one's rows into one segment file and drop the table
         (its view replaces it)."""
-        tables = {
-            (str(schema), str(name))
-            for schema, name in self._con.execute(
-                "SELECT table_schema, table_name FROM information_schema.tables "
-                "WHERE table_type = 'BASE TABLE' AND table_schema IN (?, ?)",
-                [DELTA, OUTPUTS],
-            ).fetchall()
-        }
+        tables = self._base_tables(DELTA, OUTPUTS)
         added: list[Segment] = []
         for key, schema in self.catalog.schemas.items():
             if key not in tables:
@@ -365,16 +352,9 @@ class StagingStore:
         whole in ``state``; move its rows into ``state_base`` and drop the table (its view
         replaces it). Such a file holds every batch applied; a new file holds none: either way
         the folded tables hold every committed batch."""
-        tables = {
-            str(name)
-            for (name,) in self._con.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_type = 'BASE TABLE' AND table_schema = ?",
-                [STATE],
-            ).fetchall()
-        }
+        tables = self._base_tables(STATE)
         for name in self.flow.tables:
-            if name in tables:
+            if (STATE, name) in tables:
                 self._con.execute(
                     f"INSERT INTO {qualified(STATE_BASE, name)} "
                     f"SELECT * FROM {qualified(STATE, name)}"
@@ -385,6 +365,17 @@ class StagingStore:
             f"FROM {_sys('batches')} ON CONFLICT DO NOTHING",
             [FOLDED_THROUGH],
         )
+
+    def _base_tables(self, *schemas: str) -> set[tuple[str, str]]:
+        """``(schema, name)`` of the tables (not views) in ``schemas``: what an older layout
+        kept as tables that the current one reads through views."""
+        marks = ", ".join(["?"] * len(schemas))
+        rows = self._con.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            f"WHERE table_type = 'BASE TABLE' AND table_schema IN ({marks})",
+            list(schemas),
+        ).fetchall()
+        return {(str(schema), str(name)) for schema, name in rows}
 
     def _check_meta(self) -> None:
         try:
@@ -612,7 +603,7 @@ class StagingStore:
         7. Insert one ledger row per batch.
         8. COMMIT: all of it becomes durable and visible at once.
         9. Advance the in-memory watermark (the segment catalog and the waiting deltas
-           advanced under the lock), and
+           advanced under the write lock), and
            hand the committed delta-log and output rows to :attr:`recent`
            (:mod:`staging.recent`), so migration need not read them back.
 
@@ -641,8 +632,8 @@ class StagingStore:
             sink: conform(self._output_rows(sink, commits), self.catalog.schemas[(OUTPUTS, sink)])
             for sink in self.flow.sinks
         }
-        # the files are written while the transaction applies the state (both mostly outside
-        # the GIL); step 5 waits for them
+        # the files are written (outside the GIL) while the rest is built and the transaction
+        # opens; step 5 waits for them
         writing = self._write_segments(ids, deltas, outputs)
         written: list[Segment] = []
         dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
@@ -663,8 +654,6 @@ class StagingStore:
                 hook(name)
 
         self.write_lock.acquire()
-        if fold:
-            self.state_folder.lock.acquire()
         try:
             # 3.
             con.execute("BEGIN TRANSACTION")
@@ -716,8 +705,6 @@ class StagingStore:
         finally:
             for name in registered:
                 con.unregister(name)
-            if fold:
-                self.state_folder.lock.release()
             self.write_lock.release()
         # 9.
         if self._merger is not None and written:
@@ -753,12 +740,12 @@ class StagingStore:
     def fold_state(self, least: int = 1) -> bool:
         """Fold the state deltas that wait into ``state_base`` (:mod:`staging.folding`) in a
         transaction of its own, when at least ``least`` batches wait. True when it folded."""
-        cursor = self._con.cursor()
-        try:
-            done = self.state_folder.fold(cursor, least=least)
-        finally:
-            cursor.close()
-        return done
+        with self.write_lock:  # (a commit or a release may be folding)
+            cursor = self._con.cursor()
+            try:
+                return self.state_folder.fold(cursor, least=least)
+            finally:
+                cursor.close()
 
     def merge_segments(self) -> bool:
         """Merge the segments one relation has due (:func:`~staging.segments.merge_candidates`),

@@ -178,7 +178,7 @@ class _DuckDB:
         self.con.register(name, table)
 
     def arrow(self, query: str) -> pa.Table:
-        from staging.store import arrow_of
+        from staging.layout import arrow_of
 
         return arrow_of(self.con.sql(query))
 

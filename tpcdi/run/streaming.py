@@ -34,7 +34,8 @@ import pyarrow as pa
 
 from ingest.sources import BaseSource, SourceChunk
 from migration.schema import WarehouseLayout
-from staging.store import StagingStore, arrow_of
+from staging.layout import arrow_of
+from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
 from tpcdi.incremental import build_flow
 from tpcdi.incremental.changes import CHANGE_COLUMNS

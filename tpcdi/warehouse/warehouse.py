@@ -27,8 +27,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from migration.schema import LEDGER_SCHEMA, WarehouseLayout, create_statements
-from staging.layout import q
-from staging.store import arrow_of
+from staging.layout import arrow_of, q
 from tpcdi.warehouse.tables import STATIC_TABLES, TABLES, WarehouseType
 from warehouse.base import BaseWarehouseDriver
 from warehouse.duckdb import DuckDBDriver
