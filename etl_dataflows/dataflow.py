@@ -67,6 +67,9 @@ _T = TypeVar("_T", bound=StateTable)
 TableFn = Callable[[pa.Table], pa.Table]
 RowFn = Callable[[dict[str, Any]], Any]
 MaskFn = Callable[[pa.Table], Any]
+#: An upgrade's migration function: Arrow rows of a state table's old image in, rows of its new
+#: image out (:meth:`Dataflow.migrate`).
+MigrateFn = Callable[[pa.Table], pa.Table]
 
 
 @dataclass
@@ -163,6 +166,12 @@ class CompiledDataflow:
     schemas: Mapping[str, OutputSchema]
     sinks: tuple[str, ...]
     consumers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    renames: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per state table, ``{old column: new column}`` an upgrade renames
+    (:meth:`Dataflow.rename_column`)."""
+    migrations: Mapping[str, MigrateFn] = field(default_factory=dict)
+    """Per state table, the user function an upgrade rewrites its stored rows with
+    (:meth:`Dataflow.migrate`)."""
 
     def step(self, step_id: str) -> Step:
         for step in self.steps:
@@ -187,6 +196,8 @@ class Dataflow:
         self._steps: dict[str, Step] = {}
         self._tables: dict[str, StateTable] = {}
         self._last: str | None = None
+        self._renames: dict[str, dict[str, str]] = {}
+        self._migrations: dict[str, MigrateFn] = {}
 
     # -- state tables ---------------------------------------------------------------------------
 
@@ -200,8 +211,14 @@ class Dataflow:
         surrogate_start: int = 1,
         indexes: Iterable[str] = (),
         defaults: Mapping[str, Any] | None = None,
+        fills: Mapping[str, Expr] | None = None,
     ) -> Table:
-        """Declare a keyed state table (one current row per key)."""
+        """Declare a keyed state table (one current row per key).
+
+        ``defaults`` fill value columns a new row does not set; ``fills`` are expressions over a
+        row's other columns (``{"total": col("price") * col("qty")}``) that fill a column an
+        upgrade adds in the rows already stored (without one, such rows take the default, or
+        null)."""
         return self._declare(
             name,
             lambda: Table(
@@ -210,6 +227,7 @@ class Dataflow:
                 columns=make_columns("table", columns),
                 indexes=tuple(indexes),
                 defaults=dict(defaults or {}),
+                fills=dict(fills or {}),
                 surrogate=surrogate,
                 surrogate_start=surrogate_start,
             ),
@@ -229,8 +247,10 @@ class Dataflow:
         period: Period = "date",
         indexes: Iterable[str] = (),
         defaults: Mapping[str, Any] | None = None,
+        fills: Mapping[str, Expr] | None = None,
     ) -> HistoryTable:
-        """Declare a history-tracked (SCD type 2) table."""
+        """Declare a history-tracked (SCD type 2) table (``defaults`` and ``fills`` as for
+        :meth:`table`)."""
         return self._declare(
             name,
             lambda: HistoryTable(
@@ -239,6 +259,7 @@ class Dataflow:
                 columns=make_columns("history", columns),
                 indexes=tuple(indexes),
                 defaults=dict(defaults or {}),
+                fills=dict(fills or {}),
                 surrogate=surrogate,
                 surrogate_start=surrogate_start,
                 effective=effective,
@@ -294,6 +315,27 @@ class Dataflow:
                 step=step,
             )
         return table
+
+    # -- upgrades ---------------------------------------------------------------------------------
+
+    def rename_column(self, table: str, old: str, new: str) -> None:
+        """Declare that column ``old`` of state table ``table`` is now called ``new``: an upgrade
+        renames it in staging and every warehouse, keeping its values (without this, a rename
+        reads as a column removed and one added, which an upgrade refuses)."""
+        renames = self._renames.setdefault(table, {})
+        if old in renames or new in renames.values():
+            raise DataflowDefinitionError(f"state table {table!r}: column {old!r} renamed twice")
+        renames[old] = new
+
+    def migrate(self, table: str, fn: MigrateFn) -> None:
+        """Declare how an upgrade rewrites the rows state table ``table`` holds: ``fn`` takes
+        Arrow batches of rows in the table's old image (the image columns of the stored
+        version) and returns rows of its new image. It runs only for a change an upgrade cannot
+        make by itself (a key changed, a type narrowed, a column dropped), in staging and in
+        every warehouse, so it must be deterministic."""
+        if table in self._migrations:
+            raise DataflowDefinitionError(f"state table {table!r} has two migration functions")
+        self._migrations[table] = fn
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -425,6 +467,7 @@ class Dataflow:
                     raise DataflowDefinitionError(
                         f"input {upstream!r} is a sink; read its input step instead", step=step.id
                     )
+        self._check_upgrades()
         order = self._topological_order()
         schemas: dict[str, OutputSchema] = {}
         for step_id in order:
@@ -442,7 +485,58 @@ class Dataflow:
             schemas=schemas,
             sinks=tuple(s for s in order if isinstance(steps[s], SinkStep)),
             consumers={k: tuple(v) for k, v in consumers.items()},
+            renames={t: dict(r) for t, r in self._renames.items()},
+            migrations=dict(self._migrations),
         )
+
+    def _check_upgrades(self) -> None:
+        """Fills, renames and migrations name declared tables and columns; a fill reads only the
+        table's other columns and yields the column's type."""
+        for name, table in self._tables.items():
+            readable = table.readable_types()
+            for column, expr in table.fills.items():
+                if not isinstance(expr, Expr):
+                    raise DataflowDefinitionError(
+                        f"state table {name!r}: the fill of {column!r} is not an expression"
+                    )
+
+                def leaf(
+                    node: Expr,
+                    _table: str = name,
+                    _types: dict[str, ColumnType] = readable,
+                    _column: str = column,
+                ) -> ColumnType | None:
+                    if isinstance(node, Col) and node.name in _types and node.name != _column:
+                        return _types[node.name]
+                    raise DataflowDefinitionError(
+                        f"state table {_table!r}: the fill of {_column!r} reads "
+                        f"{describe(node)}, which is not another column of the table"
+                    )
+
+                try:
+                    found = infer_type(expr, leaf)
+                except ExpressionTypeError as exc:
+                    raise DataflowDefinitionError(
+                        f"state table {name!r}: the fill of {column!r}: {exc}"
+                    ) from exc
+                if found is not None and not accepts(readable[column], found):
+                    raise DataflowDefinitionError(
+                        f"state table {name!r}: the fill of {column!r} is {found}, the column "
+                        f"is {readable[column]}"
+                    )
+        for renamed, renames in self._renames.items():
+            if renamed not in self._tables:
+                raise DataflowDefinitionError(f"rename_column: {renamed!r} is not a state table")
+            columns = self._tables[renamed].image_columns()
+            for old, new in renames.items():
+                if new not in columns:
+                    raise DataflowDefinitionError(
+                        f"rename_column: state table {renamed!r} has no column {new!r} "
+                        f"(renamed from {old!r})"
+                    )
+        for migrated in self._migrations:
+            if migrated not in self._tables:
+                raise DataflowDefinitionError(f"migrate: {migrated!r} is not a state table")
 
     def _topological_order(self) -> list[str]:
         declared = list(self._steps)

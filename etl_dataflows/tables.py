@@ -57,6 +57,10 @@ class BaseStateTable:
     columns: tuple[tuple[str, ColumnType], ...]
     indexes: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    fills: Mapping[str, Any] = field(default_factory=dict)
+    """Per value column, an expression over the row's other columns that fills the column in the
+    rows already stored when an upgrade adds it (:mod:`etl_dataflows.evolution`); new rows take
+    ``defaults`` as always."""
 
     kind: str = field(init=False, default="table")
 
@@ -86,6 +90,11 @@ class BaseStateTable:
                 raise ValueError(
                     f"state table {self.name!r}: default for {column!r}, "
                     "which is not a value column"
+                )
+        for column in self.fills:
+            if column not in value_columns:
+                raise ValueError(
+                    f"state table {self.name!r}: fill for {column!r}, which is not a value column"
                 )
 
     def extra_names(self) -> list[str]:

@@ -8,8 +8,12 @@ a failed commit is transient (the batch can be run and committed again).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamdi.errors import StreamdiError, TerminalError, TransientError
+
+if TYPE_CHECKING:
+    from etl_dataflows.evolution.plan import UpgradePlan
 
 
 class StagingError(StreamdiError):
@@ -35,6 +39,46 @@ class StagingMismatch(StagingError, TerminalError):
         super().__init__(
             f"staging file {path} does not match the dataflow: {detail}; set STAGING__PATH to a "
             "new file (or remove this one) to start over"
+        )
+
+
+class StagingUpgradeNeeded(StagingMismatch):
+    """The dataflow changed since the file's recorded version in a way that changes its layout:
+    ``plan`` lists the changes (:class:`~etl_dataflows.evolution.plan.UpgradePlan`) and the
+    message says what to run."""
+
+    def __init__(self, path: Path, plan: UpgradePlan) -> None:
+        self.path = path
+        self.plan = plan
+        if plan.applicable:
+            todo = (
+                "apply it with `streamdi upgrade apply <module:attribute>` or "
+                "`streamdi run --upgrade`"
+            )
+        else:
+            todo = "see each way out above; `streamdi upgrade plan <module:attribute>` shows this"
+        StagingError.__init__(
+            self,
+            f"staging file {path} holds an earlier version of dataflow {plan.flow!r}; the "
+            f"upgrade plan:\n{plan.render()}\n{todo}",
+        )
+
+
+class StagingUpgradeRefused(StagingError, TerminalError):
+    """An upgrade cannot apply in place: ``plan`` says which change and the way out (or
+    ``detail`` says what failed converting the stored rows). The file is unchanged."""
+
+    def __init__(self, path: Path, plan: UpgradePlan, detail: str | None = None) -> None:
+        self.path = path
+        self.plan = plan
+        why = (
+            detail
+            if detail is not None
+            else f"{len(plan.blocking)} change(s) cannot apply in place"
+        )
+        StagingError.__init__(
+            self,
+            f"upgrade of staging file {path} refused: {why}; nothing was changed\n{plan.render()}",
         )
 
 

@@ -18,6 +18,8 @@
 ``streamdi.aborts``        aborted transactions with their reason
 ``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow), and
                            ``released_through``: deltas of batches up to it were released
+``streamdi.layouts``       the layout history: one row per version of the dataflow (its
+                           fingerprint, digest and shape, when and after which batch it took over)
 ``streamdi.migration_acks``  per warehouse target, the last batch it acknowledged (migration)
 =========================  ========================================================================
 
@@ -38,12 +40,13 @@ columns it lacks read as null).
 * 5: the state tables are views (:mod:`staging.folding`): the rows folded every few batches live
   in ``state_base``, the deltas since are read from the delta log (a file of an earlier layout has
   each state table's rows moved into ``state_base``, folded through its last batch).
+* 6: the dataflow's layout history, ``streamdi.layouts`` (:mod:`staging.history`), and the
+  version that produced each batch (``streamdi.batches.version``; null for batches committed
+  before). A file of an earlier layout records the dataflow it was opened with as version 1.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +55,7 @@ import pyarrow as pa
 
 from etl_dataflows.batch import ABORT_SCHEMA
 from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.evolution.shape import describe_flow, sink_output_columns
 from etl_dataflows.state import image_schema
 from etl_dataflows.types import META_COLUMNS, ColumnType, arrow_type
 
@@ -92,7 +96,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -139,19 +143,9 @@ def duck_type(kind: ColumnType | None) -> str:
 
 
 def output_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
-    """The columns of a sink's output table (without ``batch_id``), meta columns included.
-
-    A sink's rows are its input step's rows; the engine leaves a sink's own schema empty, so the
-    columns come from the input step then (without it, staging kept only the meta columns of a
-    sink and dropped every emitted field)."""
-    columns: dict[str, ColumnType | None] = dict(flow.schemas[sink])
-    if not columns:
-        upstream = getattr(flow.step(sink), "input", None)
-        if upstream is not None:
-            columns = dict(flow.schemas[upstream])
-    for meta in META_COLUMNS:
-        columns[meta] = "int64"
-    return columns
+    """The columns of a sink's output table (without ``batch_id``), meta columns included
+    (:func:`~etl_dataflows.evolution.shape.sink_output_columns`)."""
+    return sink_output_columns(flow, sink)
 
 
 def sink_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | None]:
@@ -160,21 +154,9 @@ def sink_columns(flow: CompiledDataflow, sink: str) -> dict[str, ColumnType | No
 
 
 def fingerprint(flow: CompiledDataflow) -> str:
-    """A digest of everything the file's layout depends on (tables, sources, sinks)."""
-    shape = {
-        "tables": {
-            name: {
-                "kind": table.kind,
-                "columns": table.image_columns(),
-                "row_id": list(table.row_id()),
-            }
-            for name, table in sorted(flow.tables.items())
-        },
-        "sources": {s: flow.schemas[s] for s in flow.sources},
-        "sinks": {s: output_columns(flow, s) for s in flow.sinks},
-    }
-    text = json.dumps(shape, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A digest of everything the file's layout depends on (tables, sources, sinks):
+    :meth:`~etl_dataflows.evolution.shape.DataflowShape.fingerprint`."""
+    return describe_flow(flow).fingerprint()
 
 
 def _columns_sql(columns: Mapping[str, ColumnType | None]) -> str:
@@ -212,16 +194,12 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
     statements = [
         f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, STATE_BASE, DELTA, OUTPUTS, SYSTEM)
     ]
-    for name, table in flow.tables.items():
-        image = table.image_columns()
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {qualified(STATE_BASE, name)} ({_columns_sql(image)})"
-        )
+    statements.extend(state_base_ddl(flow, name) for name in flow.tables)
     system = {
         "batches": "batch_id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, events BIGINT, "
         "records BIGINT, committed_txns BIGINT, aborted_txns BIGINT, dead_letters BIGINT, "
         "output_rows BIGINT, arrived_at TIMESTAMP, executed_ms DOUBLE, committed_at TIMESTAMP, "
-        "streams VARCHAR",
+        "streams VARCHAR, version INTEGER",
         "offsets": "topic VARCHAR NOT NULL, partition INTEGER NOT NULL, next_offset BIGINT NOT "
         "NULL, batch_id BIGINT NOT NULL",
         "streams": "stream VARCHAR NOT NULL, last_batch BIGINT NOT NULL, max_ts BIGINT, "
@@ -243,10 +221,19 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "segments": "relation VARCHAR NOT NULL, name VARCHAR NOT NULL, file VARCHAR NOT NULL, "
         "first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL, rows BIGINT NOT NULL, "
         "level INTEGER NOT NULL",
+        "layouts": "version INTEGER PRIMARY KEY, fingerprint VARCHAR NOT NULL, "
+        "digest VARCHAR NOT NULL, shape VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL, "
+        "watermark BIGINT NOT NULL",
     }
     for name, columns in system.items():
         statements.append(f"CREATE TABLE IF NOT EXISTS {qualified(SYSTEM, name)} ({columns})")
     return statements
+
+
+def state_base_ddl(flow: CompiledDataflow, name: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS state_base.<name>`` in the image columns of ``flow``'s table."""
+    image = flow.tables[name].image_columns()
+    return f"CREATE TABLE IF NOT EXISTS {qualified(STATE_BASE, name)} ({_columns_sql(image)})"
 
 
 def upgrade_statements() -> list[str]:
@@ -257,6 +244,7 @@ def upgrade_statements() -> list[str]:
     return [
         f"ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS encoding VARCHAR",
         f"ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS payload_bytes BIGINT",
+        f"ALTER TABLE {qualified(SYSTEM, 'batches')} ADD COLUMN IF NOT EXISTS version INTEGER",
     ]
 
 

@@ -31,14 +31,18 @@ import pyarrow as pa
 
 from etl_dataflows.batch import BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
+from etl_dataflows.evolution.shape import describe_flow
 from etl_dataflows.state import StateImage, image_schema
 from staging.exceptions import (
     BatchAlreadyCommitted,
     StagingCommitFailed,
     StagingInUse,
     StagingMismatch,
+    StagingUpgradeNeeded,
 )
 from staging.folding import FOLDED_THROUGH, StateFolder
+from staging.history import LayoutVersion, read_history, record_version
 from staging.layout import (
     DEAD_LETTER_INPUT_SCHEMA,
     DEAD_LETTER_TABLE_SCHEMA,
@@ -50,7 +54,6 @@ from staging.layout import (
     SYSTEM,
     arrow_of,
     create_statements,
-    fingerprint,
     insert_values,
     output_columns,
     q,
@@ -247,7 +250,10 @@ class StagingStore:
             self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.IOException as exc:
             raise StagingInUse(self.path, str(exc).splitlines()[0]) from exc
-        self._fingerprint = fingerprint(self.flow)
+        self.shape = describe_flow(self.flow)
+        self._fingerprint = self.shape.fingerprint()
+        #: The layout history (:mod:`staging.history`); its last entry is this dataflow's.
+        self.history: list[LayoutVersion] = []
         #: The Parquet files of the delta logs and outputs (:mod:`staging.segments`).
         self.segment_folder = SegmentFolder(Path(f"{self.path}.segments"))
         self.catalog = SegmentCatalog(
@@ -260,11 +266,18 @@ class StagingStore:
         self._segment_writer = ThreadPoolExecutor(
             SEGMENT_WRITERS, thread_name_prefix="segment-writer"
         )
-        if not read_only:
-            self._create()
-            if background_merge:
-                self._merger = SegmentMerger(self.merge_segments)
-        self._check_meta()
+        try:
+            to_record = self._check_dataflow()
+            if not read_only:
+                self._create(to_record)
+        except BaseException:
+            # a file that does not open is not held: another connection (an upgrade) may open it
+            self._segment_writer.shutdown()
+            self._con.close()
+            raise
+        if not read_only and background_merge:
+            self._merger = SegmentMerger(self.merge_segments)
+        self.history = read_history(self._con)
         self._watermark = int(
             self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
         )
@@ -285,9 +298,11 @@ class StagingStore:
 
     # -- opening -----------------------------------------------------------------------------------
 
-    def _create(self) -> None:
+    def _create(self, to_record: UpgradePlan | bool) -> None:
         """Create the layout of a new file, or bring an older file's system tables up to
-        :data:`~staging.layout.LAYOUT_VERSION`, in one transaction."""
+        :data:`~staging.layout.LAYOUT_VERSION`, in one transaction; record the dataflow's version
+        when :meth:`_check_dataflow` said to (``True``: the first version of the file; a plan: a
+        change of step logic or defaults, made in place)."""
         self._con.execute("BEGIN TRANSACTION")
         for statement in create_statements(self.flow):
             self._con.execute(statement)
@@ -311,10 +326,14 @@ class StagingStore:
             [str(LAYOUT_VERSION)],
         )
         self.catalog.load(self._con)
+        # files no registration names (a commit or an upgrade that died) go before the views
+        # bind: a view reads its relation's folder by glob
+        self.segment_folder.remove_orphans(self.catalog.all())
         moved = self._tables_to_segments()
         self.catalog.define_views(self._con)
         self._state_tables_to_base()
         self.state_folder.define_views(self._con)
+        self._record_version(to_record)
         self._con.execute("COMMIT")
         self.catalog.install(moved)
         self.segment_folder.remove_orphans(self.catalog.all())
@@ -377,21 +396,70 @@ class StagingStore:
         ).fetchall()
         return {(str(schema), str(name)) for schema, name in rows}
 
-    def _check_meta(self) -> None:
+    def _check_dataflow(self) -> UpgradePlan | bool:
+        """Before any change to the file: check that it serves this dataflow, as this version.
+
+        A new file passes (its first version is recorded). A file of another dataflow raises
+        :class:`~staging.exceptions.StagingMismatch`; one whose recorded version differs from
+        this definition in a way that changes the layout raises
+        :class:`~staging.exceptions.StagingUpgradeNeeded` with the upgrade plan. A change of
+        step logic or defaults only is made in place: the plan is returned, to be recorded as a
+        new version. Returns what :meth:`_create` records (False: nothing)."""
         try:
             rows = dict(self._con.execute(f"SELECT key, value FROM {_sys('meta')}").fetchall())
         except duckdb.CatalogException as exc:
-            raise StagingMismatch(self.path, "it has no streamdi layout") from exc
+            if self.read_only:
+                raise StagingMismatch(self.path, "it has no streamdi layout") from exc
+            return True
         if rows.get("dataflow") != self.flow.name:
             raise StagingMismatch(
                 self.path, f"it holds dataflow {rows.get('dataflow')!r}, not {self.flow.name!r}"
             )
-        if rows.get("fingerprint") != self._fingerprint:
-            raise StagingMismatch(
-                self.path,
-                f"dataflow {self.flow.name!r} changed its tables, sources or sinks since the file "
-                "was created",
+        history = read_history(self._con)
+        if not history:
+            if rows.get("fingerprint") != self._fingerprint:
+                raise StagingMismatch(
+                    self.path,
+                    f"dataflow {self.flow.name!r} changed its tables, sources or sinks since the "
+                    "file was written, which was before streamdi kept a layout history, so the "
+                    "change cannot be planned: open the file once with the dataflow that wrote "
+                    "it (that records its shape), then upgrade",
+                )
+            return True
+        latest = history[-1]
+        if latest.digest == self.shape.digest():
+            return False
+        plan = plan_upgrade(latest.shape, self.flow)
+        if plan.layout_changed or not plan.applicable:
+            raise StagingUpgradeNeeded(self.path, plan)
+        return False if self.read_only else plan
+
+    def _record_version(self, to_record: UpgradePlan | bool) -> None:
+        """In :meth:`_create`'s transaction: record what :meth:`_check_dataflow` returned."""
+        if to_record is False:
+            return
+        history = read_history(self._con)
+        if to_record is True and history:
+            return
+        watermark = 0
+        if isinstance(to_record, UpgradePlan):
+            watermark = int(
+                self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
             )
+        version = history[-1].version + 1 if history else 1
+        record_version(self._con, version, self.shape, watermark)
+        if isinstance(to_record, UpgradePlan):
+            logger.info(
+                "dataflow changed in place version=%s after_batch=%s\n%s",
+                version,
+                watermark,
+                to_record.render(),
+            )
+
+    @property
+    def version(self) -> int:
+        """The dataflow version this store commits batches as (the history's last)."""
+        return self.history[-1].version if self.history else 0
 
     def close(self) -> None:
         if self._merger is not None:
@@ -638,7 +706,7 @@ class StagingStore:
         written: list[Segment] = []
         dead, next_id = _dead_letter_rows(commits, self._next_dead_letter)
         aborts = _abort_rows(commits)
-        ledger = _ledger_rows(commits)
+        ledger = _ledger_rows(commits, self.version)
         last = commits[-1]
         con = self._con
         registered: list[str] = []
@@ -1034,7 +1102,7 @@ def _abort_rows(commits: list[BatchCommit]) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def _ledger_rows(commits: list[BatchCommit]) -> pa.Table:
+def _ledger_rows(commits: list[BatchCommit], version: int) -> pa.Table:
     now = datetime.now(UTC).replace(tzinfo=None)
 
     def ts(epoch: float) -> datetime:
@@ -1062,5 +1130,6 @@ def _ledger_rows(commits: list[BatchCommit]) -> pa.Table:
                 ],
                 pa.string(),
             ),
+            "version": pa.array([version] * len(commits), pa.int32()),
         }
     )

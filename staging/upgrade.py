@@ -1,0 +1,304 @@
+"""An upgrade of a staging file to a new version of its dataflow, at a batch boundary, atomically.
+
+:func:`upgrade_staging` runs while no process has the file open for writing (``streamdi upgrade
+apply``, or ``streamdi run --upgrade`` before the pipeline starts): the last committed batch
+``W`` is the boundary. It plans the change against the file's recorded version
+(:mod:`staging.history`, :func:`~etl_dataflows.evolution.plan.plan_upgrade`) and refuses a plan
+that cannot apply in place (:class:`~staging.exceptions.StagingUpgradeRefused`). The protocol:
+
+1. Open the file; read ``W``, the recorded version and the registered segments; plan. An empty
+   plan ends here (a re-run after a crash that committed step 5 finds nothing to do).
+2. Per state table whose stored rows change form, read its rows as of ``W`` (the ``state`` view:
+   the folded rows plus the deltas since) and convert them
+   (:class:`~etl_dataflows.evolution.convert.RowConversion`, the conversion every warehouse
+   applies too).
+3. Per such table, and per sink whose columns change, write every registered segment file again,
+   converted to the new schema, as new files (unregistered: orphans until step 5 commits).
+4. BEGIN. Replace each changed table's folded rows by its converted rows (its ``state`` view is
+   dropped); create the added tables; drop the removed ones (with their views and segment
+   registrations); swap the registrations of the rewritten segments; set the fingerprint;
+   record the new version with watermark ``W``.
+5. COMMIT. The file is on the new layout with every row carried over, or (a crash before) on the
+   old one, untouched: the files of step 3 are orphans the next open deletes.
+6. Delete the replaced segment files and write the new schemas' anchors. The next
+   :class:`~staging.store.StagingStore` open defines the views over the new layout (it deletes
+   orphans before it binds them, so a crash before this step leaves nothing in the way).
+
+The folded rows of a changed table are rebuilt through ``W``; ``state_folded_through`` stays, so
+the view still overlays the (converted) deltas after it, which changes nothing: applying a
+batch's newest delta per row again gives the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.evolution.convert import ConversionError, RowConversion
+from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
+from staging.exceptions import StagingInUse, StagingMismatch, StagingUpgradeRefused
+from staging.history import LayoutVersion, read_history, record_version
+from staging.layout import (
+    DELTA,
+    OUTPUTS,
+    STATE,
+    STATE_BASE,
+    SYSTEM,
+    arrow_of,
+    outputs_schema,
+    qualified,
+    segment_schemas,
+    state_base_ddl,
+)
+from staging.segments import Segment, SegmentFolder, conform
+
+logger = logging.getLogger(__name__)
+
+#: ``hook(phase)`` at the protocol's dangerous points (kill -9 tests): ``converted`` (step 3
+#: done), ``switching`` (step 4 done, before COMMIT), ``switched`` (after COMMIT).
+UpgradeHook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StagingSwitch:
+    """What :func:`upgrade_staging` did: the plan, the version now recorded (None when the plan
+    was empty), the batch boundary, rows converted and how long the switch held the file."""
+
+    plan: UpgradePlan
+    version: LayoutVersion | None
+    watermark: int
+    rows: int
+    segments: int
+    seconds: float
+
+
+def plan_staging(
+    path: Path | str, flow: Dataflow | CompiledDataflow, *, allow_drop: bool = False
+) -> tuple[UpgradePlan, LayoutVersion]:
+    """The plan of upgrading the staging file at ``path`` to ``flow``, and its recorded version
+    (read-only; the file may be in use by a pipeline)."""
+    compiled = flow.build() if isinstance(flow, Dataflow) else flow
+    path = Path(path)
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.IOException as exc:
+        raise StagingInUse(path, str(exc).splitlines()[0]) from exc
+    try:
+        latest = _latest(con, path, compiled)
+    finally:
+        con.close()
+    return plan_upgrade(latest.shape, compiled, allow_drop=allow_drop), latest
+
+
+def _latest(con: duckdb.DuckDBPyConnection, path: Path, flow: CompiledDataflow) -> LayoutVersion:
+    history = read_history(con)
+    if not history:
+        raise StagingMismatch(
+            path,
+            "it has no layout history (it was written before streamdi kept one, or it is not a "
+            "staging file): open it once with the dataflow that wrote it, then upgrade",
+        )
+    name = history[-1].shape.name
+    if name != flow.name:
+        raise StagingMismatch(path, f"it holds dataflow {name!r}, not {flow.name!r}")
+    return history[-1]
+
+
+def upgrade_staging(
+    path: Path | str,
+    flow: Dataflow | CompiledDataflow,
+    *,
+    allow_drop: bool = False,
+    memory_limit: str | None = None,
+    hook: UpgradeHook | None = None,
+) -> StagingSwitch:
+    """Upgrade the staging file at ``path`` to ``flow`` per the module docstring."""
+    compiled = flow.build() if isinstance(flow, Dataflow) else flow
+    path = Path(path)
+    config: dict[str, str | bool | int | float | list[str]] = (
+        {"memory_limit": memory_limit} if memory_limit else {}
+    )
+    try:
+        con = duckdb.connect(str(path), config=config)
+    except duckdb.IOException as exc:
+        raise StagingInUse(path, str(exc).splitlines()[0]) from exc
+    try:
+        return _upgrade(con, path, compiled, allow_drop, hook)
+    finally:
+        con.close()
+
+
+def _upgrade(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    flow: CompiledDataflow,
+    allow_drop: bool,
+    hook: UpgradeHook | None,
+) -> StagingSwitch:
+    started = time.perf_counter()
+    # 1.
+    latest = _latest(con, path, flow)
+    plan = plan_upgrade(latest.shape, flow, allow_drop=allow_drop)
+    watermark = int(
+        con.execute(
+            f"SELECT coalesce(max(batch_id), 0) FROM {qualified(SYSTEM, 'batches')}"
+        ).fetchall()[0][0]
+    )
+    if plan.empty:
+        return StagingSwitch(plan, None, watermark, 0, 0, 0.0)
+    if not plan.applicable:
+        raise StagingUpgradeRefused(path, plan)
+    folder = SegmentFolder(Path(f"{path}.segments"))
+    segments = _registered(con)
+    # 2.
+    conversions = {
+        name: RowConversion(
+            latest.shape.tables[name],
+            table,
+            renames=flow.renames.get(name),
+            migrate=flow.migrations.get(name),
+        )
+        for name, table in flow.tables.items()
+        if name in latest.shape.tables
+    }
+    changed = {name: c for name, c in conversions.items() if not c.identity}
+    rows: dict[str, pa.Table] = {}
+    try:
+        for name, conversion in changed.items():
+            rows[name] = conversion.convert(
+                arrow_of(con.sql(f"SELECT * FROM {qualified(STATE, name)}"))
+            )
+        # 3.
+        rewritten: list[tuple[Segment, Segment]] = []
+        changed_sinks = {
+            s
+            for s in flow.sinks
+            if s in latest.shape.sinks and dict(latest.shape.sinks[s]) != _sink_columns(flow, s)
+        }
+        for segment in segments:
+            if segment.relation == DELTA and segment.name in changed:
+                data = pq.read_table(folder.path(segment))
+                new = changed[segment.name].convert(data, keep=("batch_id", "op"))
+            elif segment.relation == OUTPUTS and segment.name in changed_sinks:
+                new = conform(
+                    pq.read_table(folder.path(segment)), outputs_schema(flow, segment.name)
+                )
+            else:
+                continue
+            written = folder.write(
+                segment.relation,
+                segment.name,
+                new,
+                segment.first_batch,
+                segment.last_batch,
+                segment.level,
+            )
+            rewritten.append((segment, written))
+    except ConversionError as exc:
+        raise StagingUpgradeRefused(path, plan, str(exc)) from exc
+    if rewritten:
+        folder.sync()
+    if hook is not None:
+        hook("converted")
+    # 4.
+    meta = qualified(SYSTEM, "meta")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for name, new_rows in rows.items():
+            con.execute(f"DROP VIEW IF EXISTS {qualified(STATE, name)}")
+            con.execute(f"DROP TABLE {qualified(STATE_BASE, name)}")
+            con.execute(state_base_ddl(flow, name))
+            con.register("_upgraded", new_rows)
+            try:
+                con.execute(f"INSERT INTO {qualified(STATE_BASE, name)} SELECT * FROM _upgraded")
+            finally:
+                con.unregister("_upgraded")
+        for name in flow.tables:
+            if name not in latest.shape.tables:
+                con.execute(state_base_ddl(flow, name))
+        registry = qualified(SYSTEM, "segments")
+        for name in latest.shape.tables:
+            if name not in flow.tables:
+                con.execute(f"DROP VIEW IF EXISTS {qualified(STATE, name)}")
+                con.execute(f"DROP TABLE IF EXISTS {qualified(STATE_BASE, name)}")
+                con.execute(f"DROP VIEW IF EXISTS {qualified(DELTA, name)}")
+                con.execute(
+                    f"DELETE FROM {registry} WHERE relation = ? AND name = ?", [DELTA, name]
+                )
+        for sink in latest.shape.sinks:
+            if sink not in flow.sinks:
+                con.execute(f"DROP VIEW IF EXISTS {qualified(OUTPUTS, sink)}")
+                con.execute(
+                    f"DELETE FROM {registry} WHERE relation = ? AND name = ?", [OUTPUTS, sink]
+                )
+        for old, new in rewritten:
+            con.execute(f"DELETE FROM {registry} WHERE file = ?", [old.file])
+            con.execute(
+                f"INSERT INTO {registry} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    new.relation,
+                    new.name,
+                    new.file,
+                    new.first_batch,
+                    new.last_batch,
+                    new.rows,
+                    new.level,
+                ],
+            )
+        shape = plan.new
+        con.execute(
+            f"INSERT OR REPLACE INTO {meta} VALUES ('fingerprint', ?)", [shape.fingerprint()]
+        )
+        version = record_version(con, latest.version + 1, shape, watermark)
+        if hook is not None:
+            hook("switching")
+        # 5.
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        folder.discard(new for _, new in rewritten)
+        raise
+    # 6.
+    folder.discard(old for old, _ in rewritten)
+    schemas = segment_schemas(flow)
+    for key in {(new.relation, new.name) for _, new in rewritten} | set(schemas):
+        if key in schemas:
+            folder.ensure_anchor(key[0], key[1], schemas[key])
+    if hook is not None:
+        hook("switched")
+    seconds = time.perf_counter() - started
+    converted = sum(t.num_rows for t in rows.values())
+    logger.info(
+        "staging upgraded version=%s after_batch=%s rows=%s segments=%s seconds=%.2f",
+        version.version,
+        watermark,
+        converted,
+        len(rewritten),
+        seconds,
+    )
+    return StagingSwitch(plan, version, watermark, converted, len(rewritten), seconds)
+
+
+def _registered(con: duckdb.DuckDBPyConnection) -> list[Segment]:
+    rows = con.execute(
+        "SELECT relation, name, file, first_batch, last_batch, rows, level "
+        f"FROM {qualified(SYSTEM, 'segments')} ORDER BY first_batch"
+    ).fetchall()
+    return [
+        Segment(str(r), str(n), str(f), int(a), int(b), int(c), int(lv))
+        for r, n, f, a, b, c, lv in rows
+    ]
+
+
+def _sink_columns(flow: CompiledDataflow, sink: str) -> dict[str, object]:
+    from staging.layout import output_columns
+
+    return dict(output_columns(flow, sink))
