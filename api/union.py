@@ -177,7 +177,7 @@ class UnionPlanner:
         self.settings = settings
         self.model = model or PlanModel(crossover=settings.auto_crossover)
         self.tables = logical_tables(store.flow)
-        self._layout = WarehouseLayout(store.flow)
+        self._layout = WarehouseLayout(store.flow, history=store.history)
         self._answer_cap = settings.max_answer_mb << 20
         self._union_cap = settings.max_union_mb << 20
         self._sizes: dict[tuple[str, int, int, str], int] = {}

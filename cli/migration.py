@@ -82,7 +82,7 @@ def _open(args: argparse.Namespace, settings: StreamdiSettings) -> Any:
         )
     except StagingInUse as exc:
         raise StagingBusy(str(settings.staging_path)) from exc
-    layout = WarehouseLayout(flow, settings.migration.schema_name)
+    layout = WarehouseLayout(flow, settings.migration.schema_name, history=store.history)
     migrator = Migrator(
         StagedDeltas(store),
         build_targets(settings, layout, configured),

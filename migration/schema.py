@@ -13,6 +13,8 @@ dataflow's name):
                                 transaction as the batch's rows; ``stream`` is the dataflow name
 ``streamdi_migration.merges``   one row per merge of the deltas into the full tables
 ``streamdi_migration.streams``  the dataflow's layout fingerprint (a schema serves one layout)
+``streamdi_migration.layouts``  the layout history: per stream, each dataflow version the target
+                                switched to and after which batch (:mod:`migration.evolution`)
 ==============================  ===================================================================
 
 A *plain* sink (:func:`declare_plain_sinks`) keeps only its output columns in ``S.<sink>`` — no
@@ -36,16 +38,18 @@ under load. PostgreSQL keeps the keys (its merge is ``INSERT ... ON CONFLICT``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.evolution.shape import describe_flow
 from etl_dataflows.types import ColumnType
 from migration.exceptions import WarehouseLayoutError
-from staging.layout import fingerprint, output_columns, q, sink_columns
+from staging.history import LayoutVersion, version_of
+from staging.layout import output_columns, q, sink_columns
 
 LEDGER_SCHEMA = "streamdi_migration"
 Kind = Literal["state", "output"]
@@ -105,8 +109,13 @@ class WarehouseLayout:
         schema: str | None = None,
         *,
         plain: Iterable[str] | None = None,
+        history: Sequence[LayoutVersion] = (),
     ) -> None:
         self.flow = flow
+        #: Staging's layout history (:mod:`staging.history`): how a target recorded with an
+        #: earlier version's fingerprint is switched to this one (:mod:`migration.evolution`).
+        self.history: tuple[LayoutVersion, ...] = tuple(history)
+        self.shape = describe_flow(flow)
         self.stream = flow.name
         self.schema = schema or _identifier(flow.name)
         self.delta_schema = f"{self.schema}_delta"
@@ -116,7 +125,7 @@ class WarehouseLayout:
             raise WarehouseLayoutError(
                 f"plain sinks {unknown} are not sinks of dataflow {flow.name!r}"
             )
-        self.fingerprint = fingerprint(flow)
+        self.fingerprint = self.shape.fingerprint()
         if self.plain:
             digest = hashlib.sha256(",".join(sorted(self.plain)).encode()).hexdigest()[:8]
             self.fingerprint = f"{self.fingerprint}-plain-{digest}"
@@ -203,6 +212,7 @@ class WarehouseLayout:
             _column("rows", sa.BigInteger(), nullable=False),
             _column("via", sa.Text(), nullable=False),
             _column("loaded_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            _column("version", sa.Integer()),
             schema=LEDGER_SCHEMA,
         )
         self.merges = _table(
@@ -224,6 +234,17 @@ class WarehouseLayout:
             _column("fingerprint", sa.Text(), nullable=False),
             schema=LEDGER_SCHEMA,
         )
+        self.layouts = _table(
+            "layouts",
+            self.metadata,
+            _column("stream", sa.Text(), primary_key=True),
+            _column("version", sa.BigInteger(), primary_key=True, autoincrement=False),
+            _column("fingerprint", sa.Text(), nullable=False),
+            _column("digest", sa.Text(), nullable=False),
+            _column("applied_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            _column("watermark", sa.BigInteger(), nullable=False),
+            schema=LEDGER_SCHEMA,
+        )
 
     @property
     def schemas(self) -> tuple[str, ...]:
@@ -242,6 +263,19 @@ class WarehouseLayout:
     @property
     def merges_name(self) -> str:
         return f"{q(LEDGER_SCHEMA)}.{q('merges')}"
+
+    @property
+    def layouts_name(self) -> str:
+        return f"{q(LEDGER_SCHEMA)}.{q('layouts')}"
+
+    @property
+    def version(self) -> int:
+        """The dataflow version of this layout (0 without a history)."""
+        return self.history[-1].version if self.history else 0
+
+    def version_of(self, batch_id: int) -> int | None:
+        """The version that produced batch ``batch_id`` (:func:`staging.history.version_of`)."""
+        return version_of(self.history, batch_id)
 
     @property
     def streams_name(self) -> str:

@@ -167,7 +167,7 @@ def start_migration_worker(
     if not settings.migration.target_names:
         return None
     if migrator is None:
-        layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+        layout = WarehouseLayout(store.flow, settings.migration.schema_name, history=store.history)
         migrator = Migrator(
             StagedDeltas(store), build_targets(settings, layout), settings.migration
         )

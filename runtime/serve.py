@@ -152,7 +152,9 @@ def serve(
         )
         migrator = None
         if settings.migration.target_names:
-            layout = WarehouseLayout(spec.flow, settings.migration.schema_name)
+            layout = WarehouseLayout(
+                spec.flow, settings.migration.schema_name, history=store.history
+            )
             migrator = Migrator(
                 StagedDeltas(store), build_targets(settings, layout), settings.migration
             )

@@ -46,9 +46,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import sqlalchemy as sa
 
+from etl_dataflows.types import ColumnType
 from migration.exceptions import TargetMismatch
-from migration.schema import WarehouseLayout
+from migration.schema import WarehouseLayout, sql_type
 from staging.handoff import StagedChanges
 from staging.layout import q
 from warehouse.base import BaseWarehouseDriver, Dialect, Params
@@ -164,14 +166,24 @@ class BaseTarget(ABC):
     def open(self) -> None:
         """Connect, create the layout if missing and check the stream's fingerprint; idempotent.
 
+        A target recorded with the fingerprint of an earlier version in the layout's history is
+        switched to this version first (:func:`migration.evolution.upgrade_target`); a new
+        target records this version in its layout history.
+
         Raises :class:`~warehouse.exceptions.WarehouseUnavailable` when the target cannot be reached
         and :class:`~migration.exceptions.TargetMismatch` when it holds another layout.
         """
         if self.opened:
             return
+        from migration.evolution import record_target_version, stored_version, upgrade_target
+
         with self.guard():
             self._connect()
             layout = self.layout
+            # targets created before the ledger said which version produced each batch
+            self.driver.execute(
+                f"ALTER TABLE {layout.ledger_name} ADD COLUMN IF NOT EXISTS version INTEGER"
+            )
             rows = self.fetch(
                 f"SELECT schema_name, fingerprint FROM {layout.streams_name} WHERE stream = ?",
                 [layout.stream],
@@ -189,16 +201,52 @@ class BaseTarget(ABC):
                     ),
                     None,
                 )
+                if layout.version:
+                    record_target_version(self, layout.version, 0)
                 self.commit()
-            elif tuple(rows[0]) != (layout.schema, layout.fingerprint):
+            elif rows[0][0] != layout.schema:
                 self.close()
                 raise TargetMismatch(
                     self.name,
-                    f"dataflow {layout.stream!r} was migrated here with another layout "
-                    f"(schema {rows[0][0]!r}, fingerprint {rows[0][1]}); use a new "
-                    "MIGRATION__SCHEMA_NAME or database",
+                    f"dataflow {layout.stream!r} was migrated here into schema {rows[0][0]!r}, "
+                    f"not {layout.schema!r}; use that MIGRATION__SCHEMA_NAME or a new database",
                 )
+            elif rows[0][1] != layout.fingerprint:
+                stored = stored_version(layout.history, str(rows[0][1]))
+                if stored is None:
+                    self.close()
+                    raise TargetMismatch(
+                        self.name,
+                        f"dataflow {layout.stream!r} was migrated here with a layout (fingerprint "
+                        f"{rows[0][1]}) that staging's layout history does not know, so it "
+                        "cannot be upgraded; use a new MIGRATION__SCHEMA_NAME or database",
+                    )
+                upgrade_target(self, stored)
+            elif layout.version:
+                # same layout; a newer version (step logic, defaults) is only recorded
+                self.begin()
+                watermark = int(
+                    self.fetch(
+                        f"SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} "
+                        "WHERE stream = ?",
+                        [layout.stream],
+                    )[0][0]
+                )
+                record_target_version(self, layout.version, watermark)
+                self.commit()
         self._opened = True
+
+    def sql_type(self, kind: ColumnType | None) -> str:
+        """The column type storing engine type ``kind`` in this warehouse's SQL."""
+        return str(sql_type(kind).compile(dialect=self.sql_dialect()))
+
+    @abstractmethod
+    def sql_dialect(self) -> sa.engine.Dialect:
+        """The SQLAlchemy dialect compiling this warehouse's DDL."""
+
+    @abstractmethod
+    def create_missing_tables(self) -> None:
+        """Create the layout's tables that do not exist, inside the open transaction."""
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -279,6 +327,7 @@ class BaseTarget(ABC):
                         "rows": pa.array([counts[i] for i in ids], pa.int64()),
                         "via": pa.array([via] * len(ids), pa.string()),
                         "loaded_at": pa.array([now] * len(ids), pa.timestamp("us")),
+                        "version": pa.array([layout.version_of(i) for i in ids], pa.int32()),
                     }
                 )
                 self.bulk_insert(layout.ledger_name, ledger, None)

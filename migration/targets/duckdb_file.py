@@ -24,6 +24,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
+
 from migration.schema import WarehouseLayout, create_statements
 from migration.targets.base import BaseTarget
 from staging.layout import q
@@ -73,6 +75,17 @@ class DuckDBTarget(BaseTarget):
         except BaseException:
             driver.close()
             raise
+
+    def sql_dialect(self) -> sa.engine.Dialect:
+        from duckdb_engine import Dialect
+
+        return Dialect()
+
+    def create_missing_tables(self) -> None:
+        for statement in create_statements(
+            self.layout.metadata, self.sql_dialect(), self.layout.schemas, row_keys=False
+        ):
+            self.execute(statement)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:

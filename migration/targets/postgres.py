@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from migration.schema import LEDGER_SCHEMA, WarehouseLayout
+import sqlalchemy as sa
+
+from migration.schema import LEDGER_SCHEMA, WarehouseLayout, create_statements
 from migration.targets.base import BaseTarget
 from warehouse.postgres import PostgresDriver
 
@@ -44,6 +46,18 @@ class PostgresTarget(BaseTarget):
         layout = self.layout
         self._driver.create_all(layout.metadata, layout.schemas, LEDGER_SCHEMA)
         self._driver.connect()
+
+    def sql_dialect(self) -> sa.engine.Dialect:
+        from sqlalchemy.dialects.postgresql import psycopg2 as pg_dialect
+
+        dialect: sa.engine.Dialect = pg_dialect.dialect()  # type: ignore[no-untyped-call]
+        return dialect
+
+    def create_missing_tables(self) -> None:
+        for statement in create_statements(
+            self.layout.metadata, self.sql_dialect(), self.layout.schemas
+        ):
+            self.execute(statement)
 
     def _lock_stream(self) -> None:
         self.driver.execute(
