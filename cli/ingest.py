@@ -44,6 +44,29 @@ def _crash_at(text: str | None) -> tuple[str, int] | None:
     return phase, int(n)
 
 
+def add_upgrade_options(parser: argparse.ArgumentParser) -> None:
+    """``--upgrade`` and ``--allow-drop`` of ``run`` and ``serve``."""
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="if the dataflow changed since staging was written, switch staging and every "
+        "warehouse to it before starting (streamdi upgrade apply)",
+    )
+    parser.add_argument(
+        "--allow-drop", action="store_true", help="with --upgrade: let removed tables be dropped"
+    )
+
+
+def upgrade_before_start(flow: Any, settings: StreamdiSettings, *, allow_drop: bool) -> None:
+    """Apply an upgrade to the run's staging file (if it exists) and its warehouses."""
+    from runtime.upgrade import apply_upgrade
+
+    if not settings.staging_path.exists():
+        return
+    report = apply_upgrade(flow, settings, allow_drop=allow_drop)
+    print(f"streamdi: {report.render()}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from runtime.broker_watch import watched_broker
     from runtime.faults import CrashAt
@@ -53,6 +76,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if not args.verbose:
         logging.getLogger("kafka").setLevel(logging.WARNING)
     spec = load_run_spec(args.spec)
+    if args.upgrade:
+        upgrade_before_start(spec.flow, settings, allow_drop=args.allow_drop)
     _configure_spark(settings, args.spark_master)
     options = PipelineOptions(
         executor=args.executor or settings.engine.executor,
@@ -333,6 +358,7 @@ def register(commands: Commands) -> None:
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress line")
     run.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-': stdout)")
+    add_upgrade_options(run)
     run.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection for the crash tests
     run.set_defaults(handler=_run)
 

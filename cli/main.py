@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.engine",
     "cli.ingest",
     "cli.migration",
+    "cli.upgrade",
     "cli.serve",
     "cli.tpcdi",
     "benchmarks.cli",

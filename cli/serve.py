@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from cli.commands import Commands
+from cli.ingest import add_upgrade_options, upgrade_before_start
 from streamdi.settings import StreamdiSettings
 
 
@@ -17,6 +18,8 @@ def _serve(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if not args.verbose:
         logging.getLogger("kafka").setLevel(logging.WARNING)
     spec = load_run_spec(args.spec)
+    if args.upgrade:
+        upgrade_before_start(spec.flow, settings, allow_drop=args.allow_drop)
     options = PipelineOptions(
         executor=args.executor or settings.engine.executor,
         collect=True,
@@ -48,4 +51,5 @@ def register(commands: Commands) -> None:
     serve.add_argument("--port", type=int, help="bind port (default: API__PORT)")
     serve.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
     serve.add_argument("--progress", action="store_true", help="print the pipeline's live line")
+    add_upgrade_options(serve)
     serve.set_defaults(handler=_serve)

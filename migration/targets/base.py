@@ -50,7 +50,7 @@ import sqlalchemy as sa
 
 from etl_dataflows.types import ColumnType
 from migration.exceptions import TargetMismatch
-from migration.schema import WarehouseLayout, sql_type
+from migration.schema import LEDGER_SCHEMA, WarehouseLayout, sql_type
 from staging.handoff import StagedChanges
 from staging.layout import q
 from warehouse.base import BaseWarehouseDriver, Dialect, Params
@@ -235,6 +235,42 @@ class BaseTarget(ABC):
                 record_target_version(self, layout.version, watermark)
                 self.commit()
         self._opened = True
+
+    def recorded(self) -> tuple[str | None, int | None, int]:
+        """What the warehouse holds of the stream, read without changing anything (an upgrade
+        plan shows it): its layout fingerprint and version (None, None when it holds nothing of
+        the stream) and its watermark. Raises
+        :class:`~warehouse.exceptions.WarehouseUnavailable` when it cannot be reached."""
+        layout = self.layout
+        with self.guard():
+            if not self.driver.connected:
+                self.driver.connect()
+            tables = {
+                str(r[0])
+                for r in self.fetch(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+                    [LEDGER_SCHEMA],
+                )
+            }
+            if "streams" not in tables:
+                return None, None, 0
+            rows = self.fetch(
+                f"SELECT fingerprint FROM {layout.streams_name} WHERE stream = ?", [layout.stream]
+            )
+            if not rows:
+                return None, None, 0
+            version = None
+            if "layouts" in tables:
+                found = self.fetch(
+                    f"SELECT max(version) FROM {layout.layouts_name} WHERE stream = ?",
+                    [layout.stream],
+                )
+                version = None if found[0][0] is None else int(found[0][0])
+            watermark = self.fetch(
+                f"SELECT coalesce(max(batch_id), 0) FROM {layout.ledger_name} WHERE stream = ?",
+                [layout.stream],
+            )
+        return str(rows[0][0]), version, int(watermark[0][0])
 
     def sql_type(self, kind: ColumnType | None) -> str:
         """The column type storing engine type ``kind`` in this warehouse's SQL."""

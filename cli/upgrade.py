@@ -1,0 +1,61 @@
+"""``streamdi upgrade plan`` and ``streamdi upgrade apply``: change a running dataflow."""
+
+from __future__ import annotations
+
+import argparse
+
+from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from streamdi.settings import StreamdiSettings
+
+
+def _plan(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from runtime.runspec import load_run_spec
+    from runtime.upgrade import plan_run
+
+    flow = load_run_spec(args.spec).flow
+    plan = plan_run(flow, settings, allow_drop=args.allow_drop)
+    if args.json:
+        write_json(plan.to_json(), args.json)
+        if args.json == "-":
+            return EXIT_OK if plan.plan.applicable else EXIT_FAILED
+    print(plan.render())
+    return EXIT_OK if plan.plan.applicable else EXIT_FAILED
+
+
+def _apply(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from runtime.runspec import load_run_spec
+    from runtime.upgrade import apply_upgrade
+
+    flow = load_run_spec(args.spec).flow
+    report = apply_upgrade(flow, settings, allow_drop=args.allow_drop)
+    print(report.render())
+    return EXIT_OK
+
+
+def register(commands: Commands) -> None:
+    upgrade = commands.add_parser(
+        "upgrade",
+        help="plan or apply a change of a dataflow over its live state",
+        description="Compare a changed dataflow with the version staging (and each warehouse) "
+        "holds, and switch to it at a batch boundary, keeping every row. See docs/evolution.md.",
+    )
+    actions = upgrade.add_subparsers(dest="action", metavar="ACTION", required=True)
+    plan = actions.add_parser(
+        "plan",
+        help="list every change, typed, and whether it applies in place (exit 1: it does not)",
+    )
+    apply = actions.add_parser(
+        "apply",
+        help="switch staging, then every reachable warehouse, to the new dataflow (no pipeline "
+        "may be running on the staging file)",
+    )
+    for parser in (plan, apply):
+        parser.add_argument("spec", help="module:attribute naming the new Dataflow or RunSpec")
+        parser.add_argument(
+            "--allow-drop",
+            action="store_true",
+            help="let removed tables and columns be dropped from staging (warehouses keep them)",
+        )
+    plan.add_argument("--json", metavar="PATH", help="write the plan as JSON ('-': stdout)")
+    plan.set_defaults(handler=_plan)
+    apply.set_defaults(handler=_apply)
