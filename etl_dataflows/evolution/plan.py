@@ -12,8 +12,10 @@ holds with a new :class:`~etl_dataflows.dataflow.CompiledDataflow` and lists eac
   (:meth:`~etl_dataflows.dataflow.Dataflow.rename_column`); a default or a step's logic changed
   (they apply to the batches after the switch); a change of a table with a declared migration
   function (:meth:`~etl_dataflows.dataflow.Dataflow.migrate`), which rewrites its rows.
-* ``reprocess`` — the stored rows cannot be carried over, but the table can be recomputed from the
-  input still retained (a key or a table's kind changed, a type narrowed).
+* ``reprocess`` — the stored rows cannot be carried over by themselves (a key or a table's kind
+  changed, a type narrowed, a generated column added): only a migration function, or recomputing
+  the table from retained input, can fill the new form. Recomputing is not built yet; an
+  in-place upgrade refuses these until a migration function is declared.
 * ``refused`` — nothing an upgrade can do keeps the data right (a source column's type narrowed:
   events already in Kafka would no longer parse); or a drop without ``allow_drop``.
 
@@ -195,6 +197,9 @@ def plan_upgrade(
     changes.extend(_source_changes(old.sources, shape.sources))
     for step in sorted(set(old.steps) | set(shape.steps)):
         was, now = old.steps.get(step), shape.steps.get(step)
+        either = was if was is not None else now
+        if either is not None and either.kind in ("source", "sink"):
+            continue  # listed as a source or sink change
         if was is None and now is not None:
             changes.append(
                 Change("step_added", step, now.kind, "in_place", "runs from the first batch after")
@@ -223,8 +228,6 @@ def plan_upgrade(
                     "in_place",
                     "state is kept; batches after the switch run the new code (rows already "
                     "stored are not recomputed)",
-                    "to recompute what it wrote: `streamdi upgrade apply --reprocess TABLE "
-                    "--from BATCH`",
                 )
             )
     return plan
@@ -277,9 +280,9 @@ def _table_changes(
                     detail,
                     "reprocess",
                     "rows are identified by the key: the stored rows cannot be re-keyed by "
-                    "themselves",
-                    f"declare `flow.migrate({name!r}, fn)` to rewrite them, or recompute the "
-                    f"table: `streamdi upgrade apply --reprocess {name} --from BATCH`",
+                    "themselves; only recomputing the table from retained input could fill it",
+                    f"declare `flow.migrate({name!r}, fn)` to rewrite them, or declare the "
+                    "table under a new name (it starts empty)",
                 )
             )
         return out
@@ -297,8 +300,8 @@ def _table_changes(
                     "reprocess",
                     "a generated column (surrogate key, history or window column) has no value "
                     "for the stored rows",
-                    f"declare `flow.migrate({name!r}, fn)` to compute it, or recompute the "
-                    f"table: `streamdi upgrade apply --reprocess {name} --from BATCH`",
+                    f"declare `flow.migrate({name!r}, fn)` to compute it, or declare the table "
+                    "under a new name (it starts empty)",
                 )
             )
             continue
@@ -353,8 +356,8 @@ def _table_changes(
                         f"{kind_old} -> {kind_new}",
                         "reprocess",
                         "stored values may not fit the new type",
-                        f"declare `flow.migrate({name!r}, fn)` to convert them, or recompute "
-                        f"the table: `streamdi upgrade apply --reprocess {name} --from BATCH`",
+                        f"declare `flow.migrate({name!r}, fn)` to convert them, or declare the "
+                        "column under a new name",
                     )
                 )
     kept = {renamed_from.get(c, c) for c in new_columns}
@@ -421,7 +424,7 @@ def _sink_changes(
                     sink,
                     "",
                     "in_place",
-                    "delivers the batches after the switch (earlier ones only by reprocessing)",
+                    "delivers the batches after the switch (not the earlier ones)",
                 )
             )
         elif after is None:

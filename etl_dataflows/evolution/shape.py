@@ -306,7 +306,6 @@ def _function(fn: types.FunctionType, depth: int) -> Any:
             cells.append(None)
     return [
         "function",
-        fn.__qualname__.rsplit(".", 1)[-1],
         _code(fn.__code__, depth),
         canonical(fn.__defaults__, depth),
         canonical(fn.__kwdefaults__, depth),
