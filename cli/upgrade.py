@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
 
 
@@ -27,9 +29,31 @@ def _apply(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from runtime.upgrade import apply_upgrade
 
     flow = load_run_spec(args.spec).flow
-    report = apply_upgrade(flow, settings, allow_drop=args.allow_drop)
+    report = apply_upgrade(
+        flow, settings, allow_drop=args.allow_drop, hook=_crash_hook(args.crash_at)
+    )
     print(report.render())
     return EXIT_OK
+
+
+#: Where ``upgrade apply --crash-at`` can kill the process (kill -9 tests; see
+#: :mod:`staging.upgrade` and :mod:`migration.evolution`).
+CRASH_PHASES = ("converted", "switching", "switched", "target-switching")
+
+
+def _crash_hook(phase: str | None) -> Callable[[str], None] | None:
+    from runtime.faults import kill_self
+
+    if phase is None:
+        return None
+    if phase not in CRASH_PHASES:
+        raise ConfigurationError([("--crash-at", f"one of {CRASH_PHASES}")])
+
+    def hook(reached: str) -> None:
+        if reached == phase:
+            kill_self()
+
+    return hook
 
 
 def register(commands: Commands) -> None:
@@ -58,4 +82,5 @@ def register(commands: Commands) -> None:
         )
     plan.add_argument("--json", metavar="PATH", help="write the plan as JSON ('-': stdout)")
     plan.set_defaults(handler=_plan)
+    apply.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)
     apply.set_defaults(handler=_apply)

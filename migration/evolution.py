@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -69,10 +69,13 @@ def stored_version(history: Sequence[LayoutVersion], fingerprint: str) -> Layout
     return None
 
 
-def upgrade_target(target: BaseTarget, stored: LayoutVersion) -> TargetSwitch:
+def upgrade_target(
+    target: BaseTarget, stored: LayoutVersion, hook: Callable[[str], None] | None = None
+) -> TargetSwitch:
     """Switch ``target`` from version ``stored`` to its layout's dataflow per the module
     docstring. Raises :class:`~migration.exceptions.TargetMismatch` when the stored rows cannot
-    be converted (the target is left as it was)."""
+    be converted (the target is left as it was). ``hook("target-switching")`` is called just
+    before the COMMIT (kill -9 tests)."""
     layout = target.layout
     flow = layout.flow
     old: DataflowShape = stored.shape
@@ -148,6 +151,8 @@ def upgrade_target(target: BaseTarget, stored: LayoutVersion) -> TargetSwitch:
             [layout.fingerprint, layout.stream],
         )
         record_target_version(target, version, watermark)
+        if hook is not None:
+            hook("target-switching")
         # 6.
         target.commit()
     except ConversionError as exc:

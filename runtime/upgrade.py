@@ -20,6 +20,7 @@ pipeline with ``--upgrade``) finishes it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,15 +133,22 @@ def plan_run(
 
 
 def apply_upgrade(
-    flow: CompiledDataflow, settings: StreamdiSettings, *, allow_drop: bool = False
+    flow: CompiledDataflow,
+    settings: StreamdiSettings,
+    *,
+    allow_drop: bool = False,
+    hook: Callable[[str], None] | None = None,
 ) -> UpgradeReport:
-    """Switch staging, then every reachable warehouse, per the module docstring."""
+    """Switch staging, then every reachable warehouse, per the module docstring. ``hook`` is
+    called at the protocols' dangerous points (:data:`staging.upgrade.UpgradeHook`, and
+    ``target-switching``) by the kill -9 tests."""
     # 1.
     switch = upgrade_staging(
         settings.staging_path,
         flow,
         allow_drop=allow_drop,
         memory_limit=settings.staging.memory_limit,
+        hook=hook,
     )
     report = UpgradeReport(switch)
     # 2.
@@ -154,9 +162,10 @@ def apply_upgrade(
         background_merge=False,
     ) as store:
         layout = WarehouseLayout(flow, settings.migration.schema_name, history=store.history)
-        migrator = Migrator(
-            StagedDeltas(store), build_targets(settings, layout), settings.migration
-        )
+        targets = build_targets(settings, layout)
+        for target in targets.values():
+            target.upgrade_hook = hook
+        migrator = Migrator(StagedDeltas(store), targets, settings.migration)
         try:
             round_ = migrator.migrate(via="pull")
             for name, result in round_.targets.items():

@@ -89,7 +89,7 @@ def plan_staging(
     path = Path(path)
     try:
         con = duckdb.connect(str(path), read_only=True)
-    except duckdb.IOException as exc:
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
         raise StagingInUse(path, str(exc).splitlines()[0]) from exc
     try:
         latest = _latest(con, path, compiled)
@@ -128,7 +128,7 @@ def upgrade_staging(
     )
     try:
         con = duckdb.connect(str(path), config=config)
-    except duckdb.IOException as exc:
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
         raise StagingInUse(path, str(exc).splitlines()[0]) from exc
     try:
         return _upgrade(con, path, compiled, allow_drop, hook)

@@ -88,6 +88,8 @@ class BaseTarget(ABC):
         self.layout = layout
         self.driver = driver
         self._opened = False
+        #: Called at the dangerous point of a layout switch at open (kill -9 tests).
+        self.upgrade_hook: Callable[[str], None] | None = None
 
     @property
     def dialect(self) -> Dialect:
@@ -221,7 +223,7 @@ class BaseTarget(ABC):
                         f"{rows[0][1]}) that staging's layout history does not know, so it "
                         "cannot be upgraded; use a new MIGRATION__SCHEMA_NAME or database",
                     )
-                upgrade_target(self, stored)
+                upgrade_target(self, stored, self.upgrade_hook)
             elif layout.version:
                 # same layout; a newer version (step logic, defaults) is only recorded
                 self.begin()
