@@ -18,6 +18,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.audit",
     "benchmarks.union",
     "benchmarks.freshness",
+    "benchmarks.upgrade",
 )
 
 

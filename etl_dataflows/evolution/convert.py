@@ -169,11 +169,11 @@ class RowConversion:
                 ) from exc
             return _to_arrow(values, valid, kind)
         default = self.new.defaults.get(column)
-        return (
-            arrow_array([default] * n, kind)
-            if default is not None
-            else pa.nulls(n, arrow_type(kind))
-        )
+        if default is None:
+            return pa.nulls(n, arrow_type(kind))
+        one = arrow_array([default], kind)
+        repeated: pa.Array = pa.repeat(one[0], n)
+        return repeated
 
 
 def _to_arrow(values: np.ndarray, valid: np.ndarray, kind: ColumnType) -> pa.Array:
