@@ -107,7 +107,7 @@ def upgrade_target(
             conversion = RowConversion(
                 old.tables[name],
                 table,
-                renames=flow.renames.get(name),
+                renames=composed_renames(history, stored.version, name),
                 migrate=flow.migrations.get(name),
             )
             if conversion.identity:
@@ -173,6 +173,22 @@ def upgrade_target(
         seconds,
     )
     return TargetSwitch(target.name, version, watermark, converted, seconds)
+
+
+def composed_renames(history: Sequence[LayoutVersion], since: int, table: str) -> dict[str, str]:
+    """``{column as of version since: its name now}`` for every column of ``table`` a version
+    after ``since`` renamed (a target that skipped versions applies their renames in order)."""
+    names: dict[str, str] = {}
+    for entry in history:
+        if entry.version <= since:
+            continue
+        for before, after in entry.shape.renames.get(table, {}).items():
+            chained = [o for o, current in names.items() if current == before]
+            for original in chained:
+                names[original] = after
+            if not chained:
+                names[before] = after
+    return {o: n for o, n in names.items() if o != n}
 
 
 def _sink_relations(layout: WarehouseLayout, sink: str) -> list[str]:

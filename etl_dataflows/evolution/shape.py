@@ -78,6 +78,9 @@ class DataflowShape:
     sources: dict[str, dict[str, ColumnType]]
     sinks: dict[str, dict[str, ColumnType | None]]
     steps: dict[str, StepShape]
+    renames: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    """The column renames this version declares (``{table: {old: new}}``): a store that skipped
+    this version applies them on its way to a later one."""
 
     def fingerprint(self) -> str:
         """A digest of what the stores' layout depends on (tables, sources, sinks)."""
@@ -106,6 +109,7 @@ class DataflowShape:
             "sources": self.sources,
             "sinks": self.sinks,
             "steps": {n: dataclasses.asdict(s) for n, s in self.steps.items()},
+            "renames": self.renames,
         }
 
     def dumps(self) -> str:
@@ -137,6 +141,7 @@ class DataflowShape:
             sources={n: dict(s) for n, s in data["sources"].items()},
             sinks={n: dict(s) for n, s in data["sinks"].items()},
             steps=steps,
+            renames={t: dict(r) for t, r in data.get("renames", {}).items()},
         )
 
     @classmethod
@@ -203,6 +208,7 @@ def describe_flow(flow: CompiledDataflow) -> DataflowShape:
         sources={s: _source_schema(flow, s) for s in flow.sources},
         sinks={s: sink_output_columns(flow, s) for s in flow.sinks},
         steps={s.id: _step_shape(s) for s in flow.steps},
+        renames={t: dict(r) for t, r in sorted(flow.renames.items())},
     )
 
 
