@@ -18,9 +18,8 @@ def _plan(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     plan = plan_run(flow, settings, allow_drop=args.allow_drop)
     if args.json:
         write_json(plan.to_json(), args.json)
-        if args.json == "-":
-            return EXIT_OK if plan.plan.applicable else EXIT_FAILED
-    print(plan.render())
+    if args.json != "-":
+        print(plan.render())
     return EXIT_OK if plan.plan.applicable else EXIT_FAILED
 
 
@@ -32,7 +31,10 @@ def _apply(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     report = apply_upgrade(
         flow, settings, allow_drop=args.allow_drop, hook=_crash_hook(args.crash_at)
     )
-    print(report.render())
+    if args.json:
+        write_json(report.to_json(), args.json)
+    if args.json != "-":
+        print(report.render())
     return EXIT_OK
 
 
@@ -82,5 +84,6 @@ def register(commands: Commands) -> None:
         )
     plan.add_argument("--json", metavar="PATH", help="write the plan as JSON ('-': stdout)")
     plan.set_defaults(handler=_plan)
+    apply.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
     apply.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)
     apply.set_defaults(handler=_apply)

@@ -99,6 +99,20 @@ class UpgradeReport:
     targets: dict[str, str] = field(default_factory=dict)
     """Per warehouse: ``switched to version N`` / ``at version N`` or the error."""
 
+    def to_json(self) -> dict[str, Any]:
+        s = self.staging
+        return {
+            "staging": {
+                "version": None if s.version is None else s.version.version,
+                "watermark": s.watermark,
+                "rows_converted": s.rows,
+                "segments_rewritten": s.segments,
+                "seconds": round(s.seconds, 3),
+                "plan": s.plan.to_json(),
+            },
+            "targets": dict(self.targets),
+        }
+
     def render(self) -> str:
         s = self.staging
         if s.version is None:
