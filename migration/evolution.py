@@ -12,8 +12,11 @@ after ``w``: the same rows staging holds. :func:`upgrade_target`, in order:
 1. BEGIN; take the stream's lock.
 2. Read the stream's fingerprint again; if another process switched it meanwhile, ROLLBACK: done.
    Read the watermark ``w`` (the ledger).
-3. Per state table whose rows change form: read its full and delta rows, convert them, drop and
-   re-create both tables in the new layout, bulk-load the converted rows (COPY/Arrow).
+3. Per state table whose rows change form: when the change only adds value columns, add them to
+   the full and delta tables and fill them (the values computed by the conversion, bulk-loaded
+   into a temporary table, set by one UPDATE per table); otherwise read its full and delta rows,
+   convert them, drop and re-create both tables in the new layout, bulk-load the converted rows
+   (COPY/Arrow).
 4. Per sink whose columns change: add the new columns, widen the widened ones (the removed ones
    stay, null from now on). Create the tables of added state tables and sinks. Removed ones stay
    as they are (no longer written).
@@ -112,6 +115,10 @@ def upgrade_target(
             )
             if conversion.identity:
                 continue
+            added = conversion.added_columns
+            if added is not None:
+                converted += _add_columns(target, name, conversion, added)
+                continue
             full = target.driver.fetch_arrow(f"SELECT * FROM {layout.full_name(name)}")
             delta = target.driver.fetch_arrow(f"SELECT * FROM {layout.delta_name(name)}")
             rebuilt[name] = (
@@ -173,6 +180,45 @@ def upgrade_target(
         seconds,
     )
     return TargetSwitch(target.name, version, watermark, converted, seconds)
+
+
+def _add_columns(target: BaseTarget, name: str, conversion: RowConversion, added: list[str]) -> int:
+    """Step 3 for a change that only adds value columns to state table ``name``: ALTER both
+    tables, then fill the columns of the rows they hold. Returns the rows filled."""
+    layout = target.layout
+    types = conversion.new.image_columns()
+    row_id = list(conversion.new.row_id())
+    filled = 0
+    for relation, keys in (
+        (layout.full_name(name), row_id),
+        (layout.delta_name(name), ["batch_id", *row_id]),
+    ):
+        for column in added:
+            target.execute(
+                f"ALTER TABLE {relation} ADD COLUMN {q(column)} {target.sql_type(types[column])}"
+            )
+        keep = ("batch_id",) if "batch_id" in keys else ()
+        listed = ", ".join(q(c) for c in [*keep, *conversion.old.columns])
+        rows = target.driver.fetch_arrow(f"SELECT {listed} FROM {relation}")
+        if rows.num_rows == 0:
+            continue
+        new_rows = conversion.convert(rows, keep=keep).select([*keys, *added])
+        if all(new_rows.column(c).null_count == new_rows.num_rows for c in added):
+            continue  # nulls: what the added columns hold already
+        temp = q(f"_streamdi_fill_{name}")
+        target.execute(f"DROP TABLE IF EXISTS {temp}")
+        columns_sql = ", ".join(
+            f"{q(c)} {target.sql_type(types.get(c, 'int64'))}" for c in new_rows.column_names
+        )
+        target.execute(f"CREATE TEMPORARY TABLE {temp} ({columns_sql})")
+        target.bulk_insert(temp, new_rows)
+        sets = ", ".join(f"{q(c)} = t.{q(c)}" for c in added)
+        match = " AND ".join(f"f.{q(k)} = t.{q(k)}" for k in keys)
+        filled += target.execute(
+            f"UPDATE {relation} AS f SET {sets} FROM {temp} AS t WHERE {match}"
+        )
+        target.execute(f"DROP TABLE {temp}")
+    return filled
 
 
 def composed_renames(history: Sequence[LayoutVersion], since: int, table: str) -> dict[str, str]:

@@ -82,6 +82,17 @@ class RowConversion:
         return False
 
     @property
+    def added_columns(self) -> list[str] | None:
+        """The columns the new image adds when that is the whole change (each a value column,
+        the others kept by name and type, no migration function); None otherwise."""
+        if self._migrate is not None or any(s != c for c, s in self._source.items()):
+            return None
+        new = self.new.image_columns()
+        if any(c not in new or new[c] != t for c, t in self.old.columns.items()):
+            return None
+        return [c for c in new if c not in self.old.columns]
+
+    @property
     def identity(self) -> bool:
         """True when the conversion changes nothing (the image is the same)."""
         return (
