@@ -52,6 +52,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         progress=not args.no_progress,
         workdir=Path(args.workdir) if args.workdir else None,
         executor=args.executor,
+        upgrade_between=args.upgrade_between,
     )
     try:
         record = run_tpcdi(options, settings)
@@ -143,6 +144,12 @@ def register(sub: Any) -> None:
     )
     run.add_argument("--png", metavar="PATH", help="write the chart here (audit report writer)")
     run.add_argument("--serve", action="store_true", help="keep the query API up after the run")
+    run.add_argument(
+        "--upgrade-between",
+        action="store_true",
+        help="upgrade the incremental dataflow between the two updates (DimCustomer gains "
+        "displayname, a new customer_changes sink; docs/evolution.md)",
+    )
     run.set_defaults(handler=_run)
     stream = sub.add_parser(
         "stream",

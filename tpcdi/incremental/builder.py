@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl_dataflows import Dataflow, col, lit
+from etl_dataflows import Dataflow, col, concat, if_else, lit
 from etl_dataflows.expressions import Expr
 from etl_dataflows.tables import HistoryTable, Table, WindowTable
 from tpcdi.incremental import rules
@@ -73,6 +73,7 @@ def declare_history(
     surrogate: str,
     extra: dict[str, str] | None = None,
     indexes: Sequence[str] = (),
+    fills: dict[str, Expr] | None = None,
 ) -> HistoryTable:
     columns = {**history_columns(table, key[0], surrogate), **(extra or {})}
     return flow.history_table(
@@ -85,6 +86,17 @@ def declare_history(
         current="iscurrent",
         period="date",
         indexes=indexes,
+        fills=fills,
+    )
+
+
+def display_name(first: str, last: str) -> Expr:
+    """``first last`` of two name columns (either alone when the other is null): DimCustomer's
+    ``displayname`` in version 2 of the dataflow."""
+    return if_else(
+        col(first).is_null(),
+        col(last),
+        if_else(col(last).is_null(), col(first), concat(col(first), " ", col(last))),
     )
 
 
@@ -204,6 +216,8 @@ class FlowBuilder:
     tables: FlowTables
     alerts: list[str] = field(default_factory=list)
     batchid: Expr = field(default_factory=lambda: col("batchid"))
+    version: int = 1
+    """The version of the dataflow being declared (:func:`tpcdi.incremental.flow.build_flow`)."""
     sk_batch: Expr = field(default_factory=lambda: col("sk_batchdate"))
 
     def kind_rows(self, kind: str) -> str:

@@ -13,6 +13,7 @@ from tpcdi.incremental.builder import (
     NULL,
     FlowBuilder,
     alert_rows,
+    display_name,
     problem_text,
     text_of,
     values_differ,
@@ -332,6 +333,7 @@ def add_customers(b: FlowBuilder) -> None:
             "marketingnameplate": demo["marketingnameplate"],
             "batchid": batchid,
             "matchkey": new_key,
+            **({"displayname": display_name("C_F_NAME", "C_L_NAME")} if b.version >= 2 else {}),
         },
         if_missing="insert",
     )

@@ -49,6 +49,7 @@ from tpcdi.incremental.builder import (
     FlowBuilder,
     FlowTables,
     declare_history,
+    display_name,
     plain_columns,
 )
 from tpcdi.incremental.changes import CHANGE_COLUMNS
@@ -58,18 +59,31 @@ from tpcdi.warehouse import tables as dw
 __all__ = ["ALERT_COLUMNS", "FLOW_NAME", "PLAIN_SINKS", "SOURCE", "TABLE_OF_KIND", "build_flow"]
 
 
-def build_flow(reference: Reference | None = None) -> Dataflow:
+#: The versions of the dataflow :func:`build_flow` declares: 1 is the specification's; 2 is the
+#: example of an upgrade over live state (docs/evolution.md, ``tpcdi run --upgrade-between``).
+VERSIONS = (1, 2)
+
+
+def build_flow(reference: Reference | None = None, *, version: int = 1) -> Dataflow:
     """The incremental dataflow; ``reference`` supplies the static lookups (see
-    :class:`~tpcdi.incremental.reference.Reference`; empty when ``None``, for layout-only use)."""
+    :class:`~tpcdi.incremental.reference.Reference`; empty when ``None``, for layout-only use).
+
+    ``version=2`` is an upgrade of it: DimCustomer gains ``displayname`` (first and last name;
+    the customers already stored get it from their own columns, a change sets it from the
+    record), and a new sink ``customer_changes`` delivers every customer record as prepared."""
+    if version not in VERSIONS:
+        raise ValueError(f"TPC-DI dataflow version {version} is not one of {VERSIONS}")
     ref = reference or Reference()
     flow = Dataflow(FLOW_NAME)
     # -- state tables ---------------------------------------------------------------------------
+    upgraded = version >= 2
     dimcustomer = declare_history(
         flow,
         dw.DIMCUSTOMER,
         ("customerid", "int64"),
         "sk_customerid",
-        extra={"matchkey": "string"},
+        extra={"matchkey": "string", **({"displayname": "string"} if upgraded else {})},
+        fills={"displayname": display_name("firstname", "lastname")} if upgraded else None,
     )
     dimaccount = declare_history(
         flow,
@@ -133,9 +147,10 @@ def build_flow(reference: Reference | None = None) -> Dataflow:
     )
     flow.source(SOURCE, schema=CHANGE_COLUMNS)
     b = FlowBuilder(
-        flow,
-        ref,
-        FlowTables(
+        flow=flow,
+        ref=ref,
+        version=version,
+        tables=FlowTables(
             dimcustomer=dimcustomer,
             dimaccount=dimaccount,
             dimsecurity=dimsecurity,
@@ -163,4 +178,6 @@ def build_flow(reference: Reference | None = None) -> Dataflow:
     flow.merge("alerts", b.alerts)
     flow.map("dimessages_rows", lambda t: t.select(list(ALERT_COLUMNS)), schema=ALERT_COLUMNS)
     flow.sink("dimessages", input="dimessages_rows")
+    if upgraded:
+        flow.sink("customer_changes", input="customer_prepared")
     return flow

@@ -67,6 +67,8 @@ class RunOptions:
     progress: bool = True
     workdir: Path | None = None
     executor: str | None = None
+    #: switch to version 2 of the incremental dataflow between the two updates (docs/evolution.md)
+    upgrade_between: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -257,14 +259,21 @@ def run_tpcdi(
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
-        with (
-            UpdateStream(incremental, settings, warehouse, executor=executor) as updates,
-            phases.VisibilityWriter(warehouse) as visibility,
-        ):
+        with phases.VisibilityWriter(warehouse) as visibility:
+            updates = UpdateStream(incremental, settings, warehouse, executor=executor)
+            stack.callback(lambda: updates.stop())
+            updates.start()
             visibility.start(2)
             for name, batch_id in (("incremental1", 2), ("incremental2", 3)):
+                if batch_id == 3 and options.upgrade_between:
+                    updates.stop()
+                    upgraded = build_flow(reference, version=2).build()
+                    record.upgrade = _upgrade_between(upgraded, settings)
+                    updates = UpdateStream(upgraded, settings, warehouse, executor=executor)
+                    updates.start()
                 visibility.batch_id = batch_id
                 _incremental(name, batch_id, data, updates, warehouse, record, bar, visibility)
+            updates.stop()
         # 5. audit
         phase = _Phase(record, "audit", None, bar)
         phases.final_visibility(warehouse, 3)
@@ -279,6 +288,16 @@ def run_tpcdi(
         record.metric = phases.metric(warehouse, record)
     record.peak_mem_mb = memory.peak_mb
     return record
+
+
+def _upgrade_between(flow: Any, settings: StreamdiSettings) -> dict[str, Any]:
+    """Apply version 2 of the incremental dataflow to staging and every warehouse (the pipeline
+    is stopped): what the report records of it."""
+    from runtime.upgrade import apply_upgrade
+
+    started = time.perf_counter()
+    report = apply_upgrade(flow, settings)
+    return {**report.to_json(), "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _static() -> list[str]:

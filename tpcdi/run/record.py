@@ -82,6 +82,8 @@ class RunRecord:
     #: the source rows per batch (RH, RI1, RI2 of clause 7.5)
     batch_rows: dict[int, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: the upgrade applied between the incremental updates (``--upgrade-between``), if any
+    upgrade: dict[str, Any] | None = None
 
     @property
     def audit(self) -> AuditResult | None:
@@ -127,4 +129,5 @@ class RunRecord:
             "table_rows": self.table_rows,
             "batch_rows": {str(k): v for k, v in self.batch_rows.items()},
             "notes": self.notes,
+            "upgrade": self.upgrade,
         }

@@ -9,7 +9,10 @@ and then the warehouse it left is checked directly:
   nor leave gaps, no same-day versions, unique surrogate keys) and every fact key resolving;
 * the incremental updates against an independent oracle: the same rules computed straight from
   the Batch2/Batch3 files with DuckDB SQL (running cash balances, the trades' final state and
-  batch, the accounts' current versions).
+  batch, the accounts' current versions);
+* the run upgrades its incremental dataflow between the two updates (``--upgrade-between``:
+  DimCustomer gains ``displayname``, a new sink ``customer_changes``), so everything above also
+  holds across an upgrade over live state, and the new column and sink are checked directly.
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     log = root / "run.log"
     code = run_cli(
         ["tpcdi", "run", "--sf", str(SF), "--target", "both", "--workdir", str(root / "work"),
-         "--json", str(root / "run.json"), "--png", str(root / "run.png"), "--no-progress"],
+         "--json", str(root / "run.json"), "--png", str(root / "run.png"), "--no-progress",
+         "--upgrade-between"],
         root / "state",
         root / "cache",
         log,
@@ -108,6 +112,31 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
     assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
     assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_upgrade_between_the_updates_filled_the_new_column_and_sink(run: Run) -> None:
+    upgrade = run.report["run"]["upgrade"]
+    kinds = {(c["kind"], c["subject"]) for c in upgrade["staging"]["plan"]["changes"]}
+    assert ("column_added", "dimcustomer.displayname") in kinds
+    assert ("sink_added", "customer_changes") in kinds
+    assert set(upgrade["targets"]) == {"duckdb", "postgres"}
+    con = run.connect()
+    total, named, right = con.execute(
+        "SELECT count(*), count(displayname), "
+        "count(*) FILTER (WHERE displayname = firstname || ' ' || lastname) FROM dimcustomer"
+    ).fetchone()  # type: ignore[misc]
+    # every version: the stored ones by the fill, the later ones by apply_customer
+    assert total > 0 and named == right == total
+    changed = con.execute("SELECT count(*) FROM dimcustomer WHERE batchid = 3").fetchone()
+    assert changed is not None and changed[0] > 0
+    # the new sink delivers the batches after the switch only, in both warehouses
+    rows = con.execute("SELECT count(*) FROM customer_changes").fetchone()
+    assert rows is not None and rows[0] > 0
+    assert run.report["run"]["table_rows"]["postgres"].get("customer_changes") in (None, rows[0])
+    versions = con.execute(
+        "SELECT version, count(*) FROM streamdi_migration.ledger GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert len(versions) == 2 and versions[-1][0] == upgrade["staging"]["version"]
 
 
 def test_both_warehouses_hold_the_same_tables(run: Run) -> None:
