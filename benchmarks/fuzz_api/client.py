@@ -119,12 +119,20 @@ class FuzzClient:
             raise ServiceStopped(self.report.stopped)
 
     def raw(
-        self, phase: str, label: str, method: str, path: str, headers: Mapping[str, str]
+        self,
+        phase: str,
+        label: str,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: Any = None,
     ) -> Any:
-        """One hand-made request over the same session (no token added)."""
+        """One hand-made request over the same session (no token added; ``body`` as JSON)."""
         before = self.connections()
         try:
-            response = self.session.request(method, self.url + path, headers=headers, timeout=60)
+            response = self.session.request(
+                method, self.url + path, headers=headers, json=body, timeout=60
+            )
         except Exception as exc:
             self.report.transport_errors += 1
             self.fail(

@@ -237,6 +237,38 @@ def _stateful_phase(
                 return  # the machine cannot run at all; reported once is enough
 
 
+def _link_phase(client: FuzzClient, token: str) -> None:
+    """Follow the link from ``POST /query`` to ``GET /query/{answer_id}`` once on purpose: a
+    one-row page of the first table, then its next page. The state machine follows links at
+    random, and under load it may not reach a 200 page within its budget."""
+    auth = {"Authorization": f"Bearer {token}"}
+    tables = client.raw("links", "GET /tables", "GET", "/tables", auth)
+    listed = tables.json() if tables is not None and tables.status_code == 200 else []
+    names = [t["name"] for t in listed if isinstance(t, dict) and "name" in t]
+    for name in names:
+        first = client.raw(
+            "links",
+            "POST /query",
+            "POST",
+            "/query",
+            auth,
+            {"sql": f'SELECT * FROM "{name}"', "page_size": 1},
+        )
+        if first is None or first.status_code != 200:
+            continue
+        answer = first.json()
+        if answer.get("next_offset") is None:
+            continue
+        client.raw(
+            "links",
+            "GET /query/{answer_id}",
+            "GET",
+            f"/query/{answer['answer_id']}?offset={answer['next_offset']}&limit=1",
+            auth,
+        )
+        return
+
+
 def _streams(schema: Any) -> set[str]:
     """The streams the push route takes (its ``stream`` parameter's enum)."""
     operation = schema["/streams/{stream}/events"]["POST"]
@@ -280,6 +312,7 @@ def fuzz(
             client, schema, "negative", int(left * SHARES["negative"]), seed + 1, deadline
         )
         _stateful_phase(client, schema, max(0, requests - report.requests), seed + 2, deadline)
+        _link_phase(client, token)
     except ServiceStopped:
         pass  # reported in report.stopped
     report.seconds = time.monotonic() - started
