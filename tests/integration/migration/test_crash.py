@@ -112,8 +112,10 @@ CASES = [
     # it leaves none; the restarted round reads the truth from the target's ledger.
     ("postgres", "copy:postgres:2", PER_LOAD, 0),
     ("duckdb", "copy:duckdb:2", PER_LOAD, 0),
-    ("postgres", "rejects:postgres:2", PER_LOAD, 0),
-    ("duckdb", "rejects:duckdb:2", PER_LOAD, 0),
+    # killed once the load's rejects are in (its transaction open): like a kill mid-COPY, which
+    # the default run covers; the unit tests fail a load there in-process
+    pytest.param("postgres", "rejects:postgres:2", PER_LOAD, 0, marks=pytest.mark.slow),
+    pytest.param("duckdb", "rejects:duckdb:2", PER_LOAD, 0, marks=pytest.mark.slow),
     ("postgres", "committed:postgres:2", 2 * PER_LOAD, 0),
     ("duckdb", "committed:duckdb:2", 2 * PER_LOAD, 0),
     ("postgres", "merge:postgres:1", BATCHES, 0),
