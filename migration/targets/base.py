@@ -1,10 +1,10 @@
 """What every warehouse target does: the load and merge protocols, in SQL both dialects share.
 
 A target keeps, for each dataflow, full tables (indexed by row id), index-free delta tables, the
-rejects (dead letters and aborts) and a ledger (see :mod:`migration.schema`). It talks to its warehouse only through a driver
-(:class:`warehouse.base.BaseWarehouseDriver`: the connection, the statements, the bulk path, the
-errors); subclasses supply the layout's DDL and a stream lock; :class:`BaseTarget` runs the
-protocols:
+rejects (dead letters and aborts) and a ledger (see :mod:`migration.schema`). It talks to its
+warehouse only through a driver (:class:`warehouse.base.BaseWarehouseDriver`: the connection, the
+statements, the bulk path, the errors); subclasses supply the layout's DDL and a stream lock;
+:class:`BaseTarget` runs the protocols:
 
 :meth:`BaseTarget.load` moves staged changes into the delta tables, exactly once:
 
