@@ -17,7 +17,7 @@ from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import MIGRATION_TARGETS, StreamdiSettings
 
-CRASH_PHASES = ("copy", "loaded", "committed", "acked", "merge", "merged")
+CRASH_PHASES = ("copy", "loaded", "rejects", "committed", "acked", "merge", "merged")
 
 
 def _crash_hook(text: str | None) -> Any:

@@ -9,6 +9,11 @@ dataflow's name):
 ``S.<sink>``                    a sink's output rows (append-only facts) with their ``batch_id``
 ``S_delta.<table>``             index-free delta: ``batch_id``, ``op`` (upsert/delete), the image
 ``S_delta.<sink>``              index-free delta of a sink: ``batch_id`` and the output columns
+``S.dead_letters``              the dead letters of the loaded batches, as staged
+                                (``streamdi.dead_letters``: ``id``, ``batch_id``, where from, why,
+                                the payload), keyed by ``id``; ``replayed_in`` is set when the
+                                batch that replayed one is loaded
+``S.aborts``                    the aborted transactions of the loaded batches, with ``batch_id``
 ``streamdi_migration.ledger``   one row per (stream, batch) loaded, written in the same target
                                 transaction as the batch's rows; ``stream`` is the dataflow name
 ``streamdi_migration.merges``   one row per merge of the deltas into the full tables
@@ -16,6 +21,15 @@ dataflow's name):
 ``streamdi_migration.layouts``  the layout history: per stream, each dataflow version the target
                                 switched to and after which batch (:mod:`migration.evolution`)
 ==============================  ===================================================================
+
+The *rejects* tables (``S.dead_letters``, ``S.aborts``) are appended by every load in the same
+transaction as its batches' rows (:mod:`migration.targets.base`), so analysts query rejects
+beside the data. They are the same for every dataflow, so they are not part of the layout's
+fingerprint: a target created before they existed gets them, empty, when it opens (``CREATE ...
+IF NOT EXISTS``), and batches it loaded before keep their rejects in staging only. Their names are
+reserved: a dataflow with a state table or sink named ``dead_letters`` or ``aborts`` is refused
+(:class:`~migration.exceptions.WarehouseLayoutError`) rather than given other names, so the
+rejects are always where analysts (and staging's ``streamdi.dead_letters``) say they are.
 
 A *plain* sink (:func:`declare_plain_sinks`) keeps only its output columns in ``S.<sink>`` — no
 ``batch_id`` and no ``_ts``/``_pos``/``_src`` — for a warehouse table whose columns are fixed by
@@ -32,7 +46,9 @@ rewrites most rows of a busy table, and maintaining DuckDB's ART index for that 
 and the checkpoint after it ten times longer (100k rows: 6 ms against 80-130 ms). DuckDB holds its
 transaction lock through a commit and a checkpoint, so every read of the file that starts or ends
 meanwhile waits: a keyed full table stalled the query service's reads for up to 0.7 s per merge
-under load. PostgreSQL keeps the keys (its merge is ``INSERT ... ON CONFLICT``).
+under load. PostgreSQL keeps the keys (its merge is ``INSERT ... ON CONFLICT``). The dead letters
+go without their key in DuckDB too (an index every load maintains, on a table analysts scan);
+PostgreSQL keeps it: it serves the replays' ``UPDATE`` and refuses a dead letter loaded twice.
 """
 
 from __future__ import annotations
@@ -42,17 +58,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pyarrow as pa
 import sqlalchemy as sa
 
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.evolution.shape import describe_flow
 from etl_dataflows.types import ColumnType
 from migration.exceptions import WarehouseLayoutError
+from staging.handoff import STAGED_ABORT_SCHEMA, STAGED_DEAD_LETTER_SCHEMA
 from staging.history import LayoutVersion, version_of
 from staging.layout import output_columns, q, sink_columns
 
 LEDGER_SCHEMA = "streamdi_migration"
 Kind = Literal["state", "output"]
+#: The rejects tables every layout has in its schema (the names are reserved, see above).
+REJECTS = ("dead_letters", "aborts")
 
 _PLAIN_SINKS: dict[str, frozenset[str]] = {}
 
@@ -139,6 +159,13 @@ class WarehouseLayout:
                 f"dataflow {flow.name!r} has state tables and sinks named alike ({sorted(clash)}); "
                 "they would share a warehouse table name"
             )
+        reserved = sorted((set(flow.tables) | set(flow.sinks)) & set(REJECTS))
+        if reserved:
+            raise WarehouseLayoutError(
+                f"dataflow {flow.name!r} has state tables or sinks named {reserved}: in the "
+                f"warehouse, {self.schema}.dead_letters and {self.schema}.aborts hold the "
+                "dataflow's rejects (dead letters and aborted transactions); rename them"
+            )
         for name, table in flow.tables.items():
             image = table.image_columns()
             row_id = table.row_id()
@@ -204,6 +231,31 @@ class WarehouseLayout:
                 *[_column(c, sql_type(t)) for c, t in columns.items()],
                 schema=self.delta_schema,
             )
+        self.dead_letters = _table(
+            "dead_letters",
+            self.metadata,
+            *[
+                _column(
+                    f.name,
+                    _arrow_sql_type(f.type),
+                    primary_key=f.name == "id",
+                    autoincrement=False,
+                    nullable=f.name not in ("id", "batch_id"),
+                )
+                for f in STAGED_DEAD_LETTER_SCHEMA
+            ],
+            schema=self.schema,
+            info={_ROW_KEYED: True},
+        )
+        self.aborts = _table(
+            "aborts",
+            self.metadata,
+            *[
+                _column(f.name, _arrow_sql_type(f.type), nullable=f.name != "batch_id")
+                for f in STAGED_ABORT_SCHEMA
+            ],
+            schema=self.schema,
+        )
         self.ledger = _table(
             "ledger",
             self.metadata,
@@ -255,6 +307,14 @@ class WarehouseLayout:
 
     def delta_name(self, name: str) -> str:
         return f"{q(self.delta_schema)}.{q(name)}"
+
+    @property
+    def dead_letters_name(self) -> str:
+        return self.full_name("dead_letters")
+
+    @property
+    def aborts_name(self) -> str:
+        return self.full_name("aborts")
 
     @property
     def ledger_name(self) -> str:
@@ -317,7 +377,9 @@ def create_statements(
     connection its process holds: DuckDB refuses a second connection to a file with another
     configuration, which duckdb-engine's own connections have). ``row_keys=False`` leaves out
     the primary keys of the state tables' full tables (DuckDB; see the module docstring); their
-    row id columns stay ``NOT NULL``. A table that exists already is left as it is."""
+    row id columns stay ``NOT NULL``. A table that exists already is left as it is (the rejects
+    tables of a layout that had none are created). ``row_keys=False`` drops the dead letters'
+    key too."""
     from sqlalchemy.schema import CreateTable
 
     statements = [f"CREATE SCHEMA IF NOT EXISTS {q(schema)}" for schema in schemas]
@@ -328,7 +390,8 @@ def create_statements(
     return statements
 
 
-#: ``Table.info`` flag of a state table's full table (keyed by its row id).
+#: ``Table.info`` flag of a state table's full table (keyed by its row id) and of the dead letters
+#: (keyed by id).
 _ROW_KEYED = "streamdi_row_keyed"
 
 
@@ -339,6 +402,17 @@ def _without_primary_key(table: sa.Table) -> sa.Table:
         for c in table.columns
     ]
     return _table(table.name, sa.MetaData(), *columns, schema=table.schema)
+
+
+def _arrow_sql_type(kind: pa.DataType) -> sa.types.TypeEngine[Any]:
+    """The SQLAlchemy type of a rejects column (the staging tables' int32, int64 and text)."""
+    if pa.types.is_int32(kind):
+        return sa.Integer()
+    if pa.types.is_int64(kind):
+        return sa.BigInteger()
+    if pa.types.is_string(kind):
+        return sa.Text()
+    raise TypeError(f"no warehouse type for {kind}")
 
 
 def _column(name: str, *args: Any, **kwargs: Any) -> sa.Column[Any]:

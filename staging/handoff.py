@@ -5,8 +5,11 @@ on an open :class:`~staging.store.StagingStore` (the pipeline's, or one the ``st
 command opened) so it never opens the file a second time:
 
 * :meth:`StagedDeltas.read` returns the changes of batches ``(after, upto]``: per state table the
-  delta-log rows (``batch_id``, ``op``, image columns), per sink the output rows. Committed batches
-  never change, so a range read needs no coordination with the committer.
+  delta-log rows (``batch_id``, ``op``, image columns), per sink the output rows, and the
+  batches' *rejects*: their dead letters and aborts, and the replays (``id``, ``replayed_in``) of
+  dead letters a batch of the range re-offered. Committed batches never change (but for a dead
+  letter's ``replayed_in``, set once by a later batch; a read shows it only when that batch is in
+  the range or before it), so a range read needs no coordination with the committer.
 * :meth:`StagedDeltas.acknowledge` records, per warehouse target, the last batch the target has
   committed (``streamdi.migration_acks``). An acknowledgement only moves forward.
 * :meth:`StagedDeltas.release` deletes the delta-log and output rows of batches every configured
@@ -21,19 +24,37 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from staging.layout import DELTA, OUTPUTS, SYSTEM, arrow_of, qualified
+from etl_dataflows.batch import ABORT_SCHEMA
+from staging.layout import DEAD_LETTER_TABLE_SCHEMA, DELTA, OUTPUTS, SYSTEM, arrow_of, q, qualified
 from staging.store import StagingStore
 
 logger = logging.getLogger(__name__)
 
 RELEASED_THROUGH = "released_through"
+
+STAGED_DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        *[f for f in DEAD_LETTER_TABLE_SCHEMA if f.name not in ("encoding", "payload_bytes")],
+        pa.field("replayed_in", pa.int64()),
+        DEAD_LETTER_TABLE_SCHEMA.field("encoding"),
+        DEAD_LETTER_TABLE_SCHEMA.field("payload_bytes"),
+    ]
+)
+"""A dead letter as :meth:`StagedDeltas.read` returns it: ``streamdi.dead_letters``' columns in
+the table's order, ``replayed_in`` (the batch that re-offered it) included."""
+
+STAGED_ABORT_SCHEMA = pa.schema([pa.field("batch_id", pa.int64()), *ABORT_SCHEMA])
+"""An aborted transaction as :meth:`StagedDeltas.read` returns it (``streamdi.aborts``)."""
+
+REPLAY_SCHEMA = pa.schema([("id", pa.int64()), ("replayed_in", pa.int64())])
+"""A replay: dead letter ``id`` was re-offered in batch ``replayed_in``."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +62,20 @@ class StagedChanges:
     """The staged changes of batches ``(after, upto]``.
 
     ``tables`` maps each state table to its delta-log rows and ``outputs`` each sink to its output
-    rows, every row with its ``batch_id``; ``rows`` counts them all.
+    rows, every row with its ``batch_id``; ``rows`` counts them all (the data rows: not the
+    rejects). The rejects: ``dead_letters`` (:data:`STAGED_DEAD_LETTER_SCHEMA`) and ``aborts``
+    (:data:`STAGED_ABORT_SCHEMA`) of the range's batches, and ``replays``
+    (:data:`REPLAY_SCHEMA`): the dead letters, of any batch, that a batch of the range replayed.
+    A dead letter's ``replayed_in`` is null unless its replay is in the range or before it.
     """
 
     after: int
     upto: int
     tables: dict[str, pa.Table]
     outputs: dict[str, pa.Table]
+    dead_letters: pa.Table = field(default_factory=STAGED_DEAD_LETTER_SCHEMA.empty_table)
+    aborts: pa.Table = field(default_factory=STAGED_ABORT_SCHEMA.empty_table)
+    replays: pa.Table = field(default_factory=REPLAY_SCHEMA.empty_table)
 
     @property
     def rows(self) -> int:
@@ -70,6 +98,11 @@ class StagedChanges:
             ):
                 counts[int(batch_id)] = counts.get(int(batch_id), 0) + int(n)
         return counts
+
+    @property
+    def rejects(self) -> int:
+        """Dead letters and aborts of the range (replays not counted: they change rows)."""
+        return int(self.dead_letters.num_rows + self.aborts.num_rows)
 
 
 class StagedDeltas:
@@ -98,9 +131,10 @@ class StagedDeltas:
     # -- reading -----------------------------------------------------------------------------------
 
     def read(self, after: int, upto: int) -> StagedChanges:
-        """The delta-log and output rows of batches ``(after, upto]``, read in one transaction
-        (or served from the store's cache of recent commits, :mod:`staging.recent`, when it
-        holds the whole range).
+        """The delta-log and output rows and the rejects of batches ``(after, upto]``, read in one
+        transaction (the delta-log and output rows are served from the store's cache of recent
+        commits, :mod:`staging.recent`, when it holds the whole range; the rejects, few and kept
+        in plain tables, are always read from the file).
 
         Raises ``ValueError`` when part of the range was already released (those rows are gone).
         """
@@ -113,7 +147,7 @@ class StagedDeltas:
         flow = self.store.flow
         cached = self.store.recent.changes(after, upto, list(flow.tables), list(flow.sinks))
         if cached is not None:
-            return StagedChanges(after, upto, cached[0], cached[1])
+            return StagedChanges(after, upto, cached[0], cached[1], *self.read_rejects(after, upto))
         cursor = self.store.cursor()
         try:
             cursor.execute("BEGIN TRANSACTION")
@@ -130,10 +164,24 @@ class StagedDeltas:
                 )
                 for sink in flow.sinks
             }
+            rejects = _rejects(cursor, after, upto)
             cursor.execute("ROLLBACK")
         finally:
             cursor.close()
-        return StagedChanges(after, upto, tables, outputs)
+        return StagedChanges(after, upto, tables, outputs, *rejects)
+
+    def read_rejects(self, after: int, upto: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """The rejects of batches ``(after, upto]``, read in one transaction: their dead letters,
+        their aborts and the replays they made (see :class:`StagedChanges`). Dead letters and
+        aborts are never released, so any range of committed batches can be read."""
+        cursor = self.store.cursor()
+        try:
+            cursor.execute("BEGIN TRANSACTION")
+            rejects = _rejects(cursor, after, upto)
+            cursor.execute("ROLLBACK")
+        finally:
+            cursor.close()
+        return rejects
 
     def pending_rows(self, after: int) -> int:
         """Rows staged in batches after ``after`` (delta log and outputs)."""
@@ -258,3 +306,41 @@ class StagedDeltas:
                 cursor.close()
         logger.info("released staged deltas through=%s rows=%s", through, deleted)
         return through
+
+
+def _rejects(
+    cursor: duckdb.DuckDBPyConnection, after: int, upto: int
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The dead letters and aborts of batches ``(after, upto]`` and the replays made by them, in
+    the transaction open on ``cursor`` (bulk Arrow reads; see :class:`StagedChanges`)."""
+    after, upto = int(after), int(upto)
+    in_range = f"batch_id > {after} AND batch_id <= {upto}"
+    columns = ", ".join(
+        f"CASE WHEN replayed_in <= {upto} THEN replayed_in END AS replayed_in"
+        if f.name == "replayed_in"
+        else q(f.name)
+        for f in STAGED_DEAD_LETTER_SCHEMA
+    )
+    dead = arrow_of(
+        cursor.sql(
+            f"SELECT {columns} FROM {qualified(SYSTEM, 'dead_letters')} WHERE {in_range} "
+            "ORDER BY id"
+        )
+    )
+    aborts = arrow_of(
+        cursor.sql(
+            f"SELECT {', '.join(q(f.name) for f in STAGED_ABORT_SCHEMA)} "
+            f"FROM {qualified(SYSTEM, 'aborts')} WHERE {in_range} ORDER BY batch_id"
+        )
+    )
+    replays = arrow_of(
+        cursor.sql(
+            f"SELECT id, replayed_in FROM {qualified(SYSTEM, 'dead_letters')} "
+            f"WHERE replayed_in > {after} AND replayed_in <= {upto} ORDER BY id"
+        )
+    )
+    return (
+        dead.cast(STAGED_DEAD_LETTER_SCHEMA),
+        aborts.cast(STAGED_ABORT_SCHEMA),
+        replays.cast(REPLAY_SCHEMA),
+    )

@@ -6,6 +6,11 @@ file of it.
 event-time window whose old entries expire (deletes), and the sink ``activity`` one row per
 committed transaction. Columns cover every engine type (int64, float64, bool, string, timestamp,
 date), and strings include empty ones, quotes, commas and newlines (the COPY path must keep them).
+
+With ``rejects=True``, :func:`stage_shop` also stages rejects: each batch gets two ``refund``
+events, which the dataflow refuses (real aborts from the engine), and two dead letters (payloads
+with quotes, commas, newlines, an empty string and a null), and from batch 4 on each batch replays
+the first dead letter of the batch three before it.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ def shop_dataflow() -> Dataflow:
         when=kind == "deposit",
     )
     t.delete(accounts, "aid", if_missing="skip", when=kind == "close")
+    # refunds are refused: the transaction aborts (only stage_shop(rejects=True) sends them)
+    t.read(accounts, "aid", when=kind == "refund", require=(col("amount") < 0, "no refunds"))
     w = t.window(prices, "symbol", {"price": col("price")}, when=kind == "price")
     t.emit(kind=kind, cid=col("cid"), aid=col("aid"), amount=col("amount"), high=w["high"])
     flow.sink("activity", input="apply")
@@ -120,10 +127,52 @@ def shop_events(batch_id: int, n: int, seed: int = 7) -> list[dict[str, Any]]:
     return rows
 
 
-def shop_batch(batch_id: int, n: int, seed: int = 7) -> EngineBatch:
+def shop_batch(batch_id: int, n: int, seed: int = 7, refunds: int = 0) -> EngineBatch:
+    """Batch ``batch_id``: ``n`` events, then ``refunds`` refund events (each one aborts)."""
     flow = shop_dataflow().build()
-    return EngineBatch(
-        batch_id, {"events": events_table(flow, "events", shop_events(batch_id, n, seed))}
+    rows = shop_events(batch_id, n, seed)
+    base = batch_id * DAY // 2 + n * 1_000_000
+    for i in range(refunds):
+        ts = base + i * 1_000_000
+        rows.append({**rows[0], "kind": "refund", "aid": i, "amount": 5.0, "at": ts, "_ts": ts})
+    return EngineBatch(batch_id, {"events": events_table(flow, "events", rows)})
+
+
+def shop_dead_letters(batch_id: int) -> pa.Table:
+    """The two dead letters :func:`stage_shop` stages with batch ``batch_id`` (with ``rejects``)."""
+    odd = batch_id % 2 == 1
+    return pa.Table.from_pylist(
+        [
+            {
+                "batch_id": batch_id,
+                "stream": "events",
+                "step": "ingest",
+                "topic": "shop.events",
+                "partition": 0,
+                "offset": batch_id * 10,
+                "pos": batch_id * 100,
+                "ts": batch_id * DAY // 2,
+                "reason": f'late event, batch {batch_id}: "too old"',
+                "payload": '{"kind": "open", "name": "Cy, Jr.\\nZoë"}',
+                "encoding": "json",
+                "payload_bytes": 42,
+            },
+            {
+                "batch_id": batch_id,
+                "stream": "events",
+                "step": "apply",
+                "topic": None,
+                "partition": None,
+                "offset": None,
+                "pos": batch_id * 100 + 1,
+                "ts": None,
+                "reason": "bad value,\nline two",
+                "payload": "" if odd else None,
+                "encoding": "utf8" if odd else None,
+                "payload_bytes": 0 if odd else None,
+            },
+        ],
+        schema=DEAD_LETTER_INPUT_SCHEMA,
     )
 
 
@@ -135,27 +184,39 @@ def stage_shop(
     *,
     per_commit: int = 1,
     recent_cache_bytes: int = 256 * 2**20,
+    rejects: bool = False,
 ) -> StagingStore:
     """Run ``batches`` of the shop through the serial executor into staging at ``path`` (state
     resumed from the file), ``per_commit`` batches per staging transaction, and return the open
-    store."""
+    store. ``rejects``: stage rejects too (see the module docstring; a replay names a dead letter
+    already committed, so with ``per_commit`` above 3 some are left out)."""
     flow = shop_dataflow().build()
     store = StagingStore(path, flow, recent_cache_bytes=recent_cache_bytes)
     executor = create_executor("serial", flow, store.load_state())
     pending: list[BatchCommit] = []
     for batch_id in batches:
-        result = executor.run_batch(shop_batch(batch_id, events, seed))
+        result = executor.run_batch(shop_batch(batch_id, events, seed, 2 if rejects else 0))
+        replayed: list[int] = []
+        if rejects and batch_id > 3:
+            earlier = store.query(
+                "SELECT min(id) AS id FROM streamdi.dead_letters WHERE batch_id = ?",
+                [batch_id - 3],
+            ).column("id")[0]
+            replayed = [earlier.as_py()] if earlier.is_valid else []
         pending.append(
             BatchCommit(
                 batch_id=batch_id,
                 result=result,
-                dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+                dead_letters=shop_dead_letters(batch_id)
+                if rejects
+                else DEAD_LETTER_INPUT_SCHEMA.empty_table(),
                 offsets={("shop.events", 0): batch_id},
                 streams={"events": StreamProgress(batch_id, None, batch_id * events, -1)},
                 events=events,
                 records=1,
                 arrived_at=time.time(),
                 executed_ms=1.0,
+                replayed=replayed,
             )
         )
         if len(pending) == per_commit or batch_id == batches[-1]:

@@ -1,10 +1,10 @@
 """What every warehouse target does: the load and merge protocols, in SQL both dialects share.
 
-A target keeps, for each dataflow, full tables (indexed by row id), index-free delta tables and a
-ledger (see :mod:`migration.schema`). It talks to its warehouse only through a driver
-(:class:`warehouse.base.BaseWarehouseDriver`: the connection, the statements, the bulk path, the
-errors); subclasses supply the layout's DDL and a stream lock; :class:`BaseTarget` runs the
-protocols:
+A target keeps, for each dataflow, full tables (indexed by row id), index-free delta tables, the
+rejects (dead letters and aborts) and a ledger (see :mod:`migration.schema`). It talks to its
+warehouse only through a driver (:class:`warehouse.base.BaseWarehouseDriver`: the connection, the
+statements, the bulk path, the errors); subclasses supply the layout's DDL and a stream lock;
+:class:`BaseTarget` runs the protocols:
 
 :meth:`BaseTarget.load` moves staged changes into the delta tables, exactly once:
 
@@ -12,12 +12,17 @@ protocols:
 2. Read the target's watermark ``w`` from its ledger. If ``w`` is not the ``after`` the changes
    were read for, ROLLBACK and return ``w`` (someone else loaded; the caller reads again).
 3. Bulk-load each table's rows into its delta table (COPY for PostgreSQL, Arrow for DuckDB).
-4. Bulk-insert one ledger row per batch of the range, with its row count and how it came
+4. The rejects: bulk-append the range's dead letters and aborts to ``S.dead_letters`` and
+   ``S.aborts`` (the same bulk path), then mark the dead letters the range replayed with one
+   ``UPDATE ... SET replayed_in`` of those still unmarked (idempotent: a mark is never moved).
+5. Bulk-insert one ledger row per batch of the range, with its row count (the rows of step 3: the
+   rejects are not counted, each carries its ``batch_id`` in its own table) and how it came
    (``push``/``pull``). The ledger's primary key (stream, batch_id) rejects a batch loaded twice.
-5. COMMIT: the rows and the ledger rows become durable together, or not at all.
+6. COMMIT: the rows, the rejects and the ledger rows become durable together, or not at all.
 
-A crash before 5 rolls everything back (the batches are still staged and are sent again); a crash
-after 5 leaves the ledger saying so, and the next load starts after it.
+A crash before 6 rolls everything back (the batches are still staged and are sent again, rejects
+included); a crash after 6 leaves the ledger saying so, and the next load starts after it: step 2
+is what keeps a batch's rejects from arriving twice, as it does for its rows.
 
 :meth:`BaseTarget.merge` folds the delta tables into the full tables:
 
@@ -61,8 +66,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: ``hook(phase)`` is called at fault-injection points: ``copy`` (a bulk load in progress),
-#: ``loaded`` (rows loaded, transaction open), ``committed`` (after a load's COMMIT), ``merge``
-#: (a merge's first statement done, transaction open), ``merged`` (after a merge's COMMIT).
+#: ``loaded`` (rows loaded, transaction open), ``rejects`` (rejects appended, transaction open),
+#: ``committed`` (after a load's COMMIT), ``merge`` (a merge's first statement done, transaction
+#: open), ``merged`` (after a merge's COMMIT).
 Hook = Callable[[str], None]
 
 
@@ -355,6 +361,10 @@ class BaseTarget(ABC):
                         hook("loaded")
                     first = False
                 # 4.
+                self._load_rejects(changes)
+                if hook is not None:
+                    hook("rejects")
+                # 5.
                 counts = changes.rows_per_batch()
                 now = datetime.now(UTC).replace(tzinfo=None)
                 ids = sorted(counts)
@@ -369,7 +379,7 @@ class BaseTarget(ABC):
                     }
                 )
                 self.bulk_insert(layout.ledger_name, ledger, None)
-                # 5.
+                # 6.
                 self.commit()
             except BaseException:
                 self.rollback()
@@ -377,6 +387,26 @@ class BaseTarget(ABC):
         if hook is not None:
             hook("committed")
         return changes.upto
+
+    def _load_rejects(self, changes: StagedChanges) -> None:
+        """Step 4 of the load: append the dead letters and aborts, mark the replayed."""
+        layout = self.layout
+        if changes.dead_letters.num_rows:
+            self.bulk_insert(layout.dead_letters_name, changes.dead_letters, None)
+        if changes.aborts.num_rows:
+            self.bulk_insert(layout.aborts_name, changes.aborts, None)
+        if changes.replays.num_rows:
+            # one statement for all of them, the pairs as two arrays (both dialects unnest them)
+            dead = layout.dead_letters_name
+            self.execute(
+                f"UPDATE {dead} AS d SET replayed_in = r.replayed_in FROM (SELECT "
+                "unnest(CAST(? AS BIGINT[])) AS id, unnest(CAST(? AS BIGINT[])) AS replayed_in) r "
+                "WHERE d.id = r.id AND d.replayed_in IS NULL",
+                [
+                    changes.replays.column("id").to_pylist(),
+                    changes.replays.column("replayed_in").to_pylist(),
+                ],
+            )
 
     # -- the merge protocol ------------------------------------------------------------------------
 

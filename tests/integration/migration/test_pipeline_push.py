@@ -1,6 +1,7 @@
 """``streamdi run`` pushes into both warehouses from its own process while it runs (a real broker,
 a real PostgreSQL); ``streamdi migrate`` refuses while that pipeline holds staging; after SIGTERM
-(a final push) the warehouses hold every staged batch once and, merged, equal staging."""
+(a final push) the warehouses hold every staged batch once and, merged, equal staging, and hold
+its rejects (lines that do not parse, transactions the ledger aborts) once each."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from streamdi.settings import load_settings
 from tests.integration.conftest import start_streamdi, streamdi_env
 from tests.integration.migration.conftest import PostgresServer, run_migrate
 from tests.unit.migration.test_duckdb_target import assert_target_equals_staging
+from tests.unit.migration.test_rejects import assert_rejects_equal_staging, staged_rejects
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -48,6 +50,10 @@ def test_pipeline_pushes_and_the_command_waits_its_turn(
 ) -> None:
     ledger = tmp_path / "txns.txt"
     write_ledger_file(ledger, ledger_events(30_000, keys=500, seed=3))
+    lines = ledger.read_text().splitlines(keepends=True)
+    for at in (20_000, 5_000):  # lines with a wrong field count: dead letters
+        lines.insert(at, 'deposit|1|"bad, line"\n')
+    ledger.write_text("".join(lines))
     dsn = postgres.database()
     state = tmp_path / "state"
     env = streamdi_env(
@@ -96,6 +102,8 @@ def test_pipeline_pushes_and_the_command_waits_its_turn(
     assert staged.released_through() == top
     targets = build_targets(settings, WarehouseLayout(store.flow))
     state_tables = store.load_state().tables
+    dead, aborts = staged_rejects(store)
+    assert len(dead) == 2 and sum(aborts.values()) > 0
     for target in targets.values():
         target.open()
         assert [b for b, _, _ in target.ledger_rows()] == list(range(1, top + 1))
@@ -103,5 +111,6 @@ def test_pipeline_pushes_and_the_command_waits_its_turn(
         assert_target_equals_staging(target, state_tables, {}, current=False)
         staged_outputs = store.query("SELECT sum(output_rows) AS n FROM streamdi.batches")
         assert len(target.table_rows("balances")) == staged_outputs.column("n")[0].as_py() > 0
+        assert_rejects_equal_staging(target, store)
         target.close()
     store.close()
