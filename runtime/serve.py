@@ -154,7 +154,10 @@ def serve(
         if settings.migration.target_names:
             layout = WarehouseLayout(spec.flow, settings.migration.schema_name)
             migrator = Migrator(
-                StagedDeltas(store), build_targets(settings, layout), settings.migration
+                StagedDeltas(store),
+                build_targets(settings, layout),
+                settings.migration,
+                bootstrap="background",
             )
         # 4.
         runner = _PipelineThread(
