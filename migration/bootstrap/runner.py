@@ -210,6 +210,16 @@ class Bootstrapper:
             thread = self._threads.get(name)
             return thread is not None and thread.is_alive()
 
+    def wait(self, name: str, timeout: float | None = None) -> bool:
+        """Wait for the background bootstrap of ``name`` (if one runs) to end; False when it
+        still runs after ``timeout`` seconds."""
+        with self._lock:
+            thread = self._threads.get(name)
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
     def status(self, name: str, target: BaseTarget) -> dict[str, Any] | None:
         """``name``'s bootstrap for ``status``: the one under way in this process (live), or
         what the target's record says (None: never bootstrapped)."""
