@@ -29,11 +29,12 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    the peer (batches ``<= P``) and of staging ``(P, S]``; insert its mark (``through = S``);
    COMMIT.
 5. The last transaction: BEGIN; empty the delta tables; for a relation marked at ``S_t < S`` (by
-   an earlier run), bulk-load staging's changes of ``(S_t, S]`` into its delta table (exact for
-   state tables and sinks alike: rows of batches ``<= S_t`` are in the copy, the others here);
-   insert the ledger row for ``S`` and a ``merges`` row through ``S`` (the full tables may hold
-   changes up to ``S``: no read is pinned below it); the record says ``loaded`` through ``S``;
-   COMMIT.
+   an earlier run), bulk-load staging's changes of ``(S_t, S]`` into its delta table and merge
+   them into its full table (:meth:`~migration.targets.base.BaseTarget.merge_table`: exact for
+   state tables and sinks alike, rows of batches ``<= S_t`` being in the copy), then empty it
+   again; insert the ledger row for ``S`` and a ``merges`` row through ``S`` (the full tables
+   hold everything up to ``S``: no read is pinned below it); the record says ``loaded`` through
+   ``S``; COMMIT.
 6. Close the snapshots. The caller notes the acknowledgement ``S``, and migration goes on as for
    any target: batches ``(S, W]`` are loaded from staging, each once (the ledger's ``S`` is where
    the next load starts). Once a round brought the target to staging's watermark its record says
@@ -321,6 +322,8 @@ class Bootstrap:
                         for piece in read:
                             target.bulk_insert(layout.delta_name(name), piece)
                             caught_up += piece.num_rows
+                    target.merge_table(name)
+                    target.execute(f"DELETE FROM {layout.delta_name(name)}")
                 rows = sum(m.rows for m in marks.values()) + caught_up
                 stamp = now()
                 target.bulk_insert(
