@@ -253,3 +253,30 @@ def test_in_the_background_the_others_migrate_and_queries_wait_until_it_caught_u
     truth_rows(stage, both["new"], 13)
     assert staged.released_through() == 13
     migrator.close()
+
+
+def test_pieces_are_bounded_and_read_ahead_stops_with_its_reader() -> None:
+    import pyarrow as pa
+
+    from migration.bootstrap.pieces import Prefetch, pieces
+
+    batch = pa.record_batch({"x": pa.array(range(1000), pa.int64())})  # 8,000 bytes
+    joined = list(pieces(iter([batch] * 10), piece_bytes=20_000))
+    assert [p.num_rows for p in joined] == [3000, 3000, 3000, 1000]
+    read: list[int] = []
+
+    def source() -> Iterator[int]:
+        for i in range(1000):
+            read.append(i)
+            yield i
+
+    with Prefetch(source(), depth=2) as ahead:
+        assert next(iter(ahead)) == 0
+    assert len(read) <= 5  # stopped: it read at most a few items ahead
+
+    def failing() -> Iterator[int]:
+        yield 1
+        raise Crash
+
+    with Prefetch(failing()) as ahead, pytest.raises(Crash):
+        list(ahead)
