@@ -171,9 +171,10 @@ def _status(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             f"({e['pending_batches']} pending), merged through {e['merged_through']}, "
             f"{e['unmerged_rows']:,} unmerged rows, acknowledged {e['acknowledged']}"
         )
-        if e.get("bootstrap") is not None:
-            print(f"    {bootstrap_line(e['bootstrap'])}")
-            for relation, r in e["bootstrap"]["relations"].items():
+        boot = e.get("bootstrap")
+        if boot is not None:
+            print(f"    {bootstrap_line(boot)}")
+            for relation, r in boot["relations"].items() if boot["state"] != "caught_up" else ():
                 where = f" at batch {r['through']} from {r['source']}" if r["done"] else ""
                 state = "copied" if r["done"] else "copying" if r["rows"] else "waiting"
                 print(f"      {relation}: {state}, {r['rows']:,} rows{where}")

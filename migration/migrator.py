@@ -503,8 +503,10 @@ class Migrator:
                         unmerged_rows=target.delta_rows(),
                         busy=target.busy(),
                         readable=self.bootstraps.readable(name) is not False,
-                        bootstrap=self.bootstraps.status(name, target),
                     )
+                    boot = self.bootstraps.status(name, target)
+                    if boot is not None:
+                        entry["bootstrap"] = boot
             except WarehouseUnavailable as exc:
                 entry.update(reachable=False, error=str(exc))
             out["targets"][name] = entry

@@ -256,6 +256,7 @@ class WarehouseLayout:
             _column("peer", sa.Text()),
             _column("peer_watermark", sa.BigInteger()),
             _column("ms", sa.Double(), nullable=False),
+            _column("note", sa.Text()),
             _column("copied_at", sa.TIMESTAMP(timezone=False), nullable=False),
             schema=LEDGER_SCHEMA,
         )

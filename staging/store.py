@@ -72,6 +72,9 @@ logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[str], None]
 
+#: ``streamdi.meta`` key: the rows :meth:`StagingStore.seed` loaded (absent: never seeded).
+SEEDED = "seeded"
+
 
 @dataclass(frozen=True)
 class StreamProgress:
@@ -450,6 +453,12 @@ class StagingStore:
             for s, t, p, b, m, h in rows
         }
 
+    @property
+    def seeded(self) -> bool:
+        """Whether :meth:`seed` loaded a starting state into this file (a file seeded by an
+        earlier streamdi kept no note of it)."""
+        return self.meta(SEEDED) is not None
+
     def meta(self, key: str) -> str | None:
         """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
         value = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = ?", [key])
@@ -521,7 +530,10 @@ class StagingStore:
         2. Check every image against its table's image schema (casting, names in order).
         3. BEGIN.
         4. Append each table's rows (one Arrow insert per table).
-        5. Replace the sequences with the image's.
+        5. Replace the sequences with the image's; note ``seeded`` (the rows seeded) in
+           ``streamdi.meta``: from now on a warehouse may hold rows staging never had (those the
+           seed left out), so a warehouse added later copies its state tables from another
+           warehouse, not from staging (:mod:`migration.bootstrap`).
         6. COMMIT: the state appears whole, or not at all.
         """
         if self.read_only:
@@ -565,6 +577,10 @@ class StagingStore:
                 con.execute(f"DELETE FROM {_sys('sequences')}")
                 for name, value in sorted(image.sequences.items()):
                     con.execute(f"INSERT INTO {_sys('sequences')} VALUES (?, ?)", [name, value])
+                con.execute(
+                    f"INSERT OR REPLACE INTO {_sys('meta')} VALUES (?, ?)",
+                    [SEEDED, str(sum(t.num_rows for t in rows.values()))],
+                )
                 # 6.
                 con.execute("COMMIT")
             except Exception as exc:

@@ -4,8 +4,8 @@ A target added to ``MIGRATION__TARGETS`` after staging released batches cannot b
 batch: the deltas of the released batches are gone. :meth:`Bootstrap.run` copies every full table
 into it instead, at one staging watermark ``S`` (:mod:`migration.bootstrap.sources`: state tables
 from staging's snapshot, sinks from a peer target at its watermark ``P`` plus staging's outputs
-of ``(P, S]``), and then writes one ledger row for ``S`` (``via='bootstrap'``), so the normal
-loads continue with batch ``S + 1``.
+of ``(P, S]``; when staging was seeded, state tables from the peer too), and then writes one
+ledger row for ``S`` (``via='bootstrap'``), so the normal loads continue with batch ``S + 1``.
 
 Before it starts, staging holds back its release for the target (its acknowledgement set back to
 0: :meth:`staging.handoff.StagedDeltas.retract`); nothing above ``released_through`` ``R`` leaves
@@ -16,25 +16,29 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    ones). Without a bootstrap record every full and delta table must be empty (the bootstrap never
    deletes rows it did not write); write the record (``copying``) in a transaction of its own.
    Relations marked in the record were copied by an earlier run that stopped: they stay.
-2. Open the peer's snapshot for the sinks not copied yet (the best configured target that holds
-   every released batch, :func:`~migration.bootstrap.sources.open_peer`), at its watermark ``P``.
-   Without a peer, sinks get staging's outputs above ``R`` only: their rows of batches ``1..R``
-   are not available, and the record says so (``sinks_from = R + 1``).
+2. Open the peer's snapshot for the sinks not copied yet, and for the state tables when staging
+   was seeded (it holds the engine's working set only; the warehouses hold the rows the seed
+   left out): the best configured target that holds every released batch
+   (:func:`~migration.bootstrap.sources.open_peer`), at its watermark ``P``. Without a peer,
+   sinks get staging's outputs above ``R`` only: their rows of batches ``1..R`` are not
+   available, and the record says so (``sinks_from = R + 1``); a seeded staging's state tables
+   give their working set, and the relation's mark says so.
 3. Open staging's snapshot (one read transaction, segment files pinned) at its watermark ``S``;
    ``S >= P``, and ``S`` is at least every ``through`` already marked.
 4. For each relation not marked (state tables, then sinks), one target transaction: BEGIN (the
    stream's lock); delete what its full table holds (nothing, unless a bug); bulk-load its rows in
    pieces (:mod:`migration.bootstrap.pieces`: COPY for PostgreSQL, Arrow for DuckDB; the next
-   piece is read while one loads): a state table's rows of the staging snapshot; a sink's rows of
-   the peer (batches ``<= P``) and of staging ``(P, S]``; insert its mark (``through = S``);
-   COMMIT.
+   piece is read while one loads): a state table's rows of the staging snapshot (mark
+   ``through = S``), or of the peer when staging was seeded (``through = P``: step 5 brings it
+   to ``S``); a sink's rows of the peer (batches ``<= P``) and of staging ``(P, S]`` (``through
+   = S``); insert its mark; COMMIT.
 5. The last transaction: BEGIN; empty the delta tables; for a relation marked at ``S_t < S`` (by
-   an earlier run), bulk-load staging's changes of ``(S_t, S]`` into its delta table and merge
-   them into its full table (:meth:`~migration.targets.base.BaseTarget.merge_table`: exact for
-   state tables and sinks alike, rows of batches ``<= S_t`` being in the copy), then empty it
-   again; insert the ledger row for ``S`` and a ``merges`` row through ``S`` (the full tables
-   hold everything up to ``S``: no read is pinned below it); the record says ``loaded`` through
-   ``S``; COMMIT.
+   an earlier run, or copied from the peer), bulk-load staging's changes of ``(S_t, S]`` into its
+   delta table and merge them into its full table
+   (:meth:`~migration.targets.base.BaseTarget.merge_table`: exact for state tables and sinks
+   alike, rows of batches ``<= S_t`` being in the copy), then empty it again; insert the ledger
+   row for ``S`` and a ``merges`` row through ``S`` (the full tables hold everything up to
+   ``S``: no read is pinned below it); the record says ``loaded`` through ``S``; COMMIT.
 6. Close the snapshots. The caller notes the acknowledgement ``S``, and migration goes on as for
    any target: batches ``(S, W]`` are loaded from staging, each once (the ledger's ``S`` is where
    the next load starts). Once a round brought the target to staging's watermark its record says
@@ -79,6 +83,9 @@ from staging.handoff import StagedDeltas
 from staging.snapshot import StagingSnapshot, open_snapshot
 
 logger = logging.getLogger(__name__)
+
+#: The note of a state table copied from a seeded staging without a peer.
+WORKING_SET = "the engine's working set only: staging was seeded, no peer held the table"
 
 #: ``hook(phase)`` at fault-injection points: ``bootstrap-copy`` (a relation's first piece is in,
 #: its transaction open), ``bootstrap-table`` (after a relation's COMMIT), ``bootstrap-ledger``
@@ -138,14 +145,12 @@ class Bootstrap:
                 )
             with ExitStack() as stack:
                 # 2.
-                sinks = [
-                    n
-                    for n, t in layout.tables.items()
-                    if t.kind == "output" and n not in record.relations
-                ]
+                left = [n for n in layout.tables if n not in record.relations]
+                sinks = [n for n in left if layout.tables[n].kind == "output"]
                 released = self.staged.released_through()
+                seeded = self.staged.store.seeded
                 peer = None
-                if sinks and released > 0:
+                if (sinks and released > 0) or (seeded and len(sinks) < len(left)):
                     others = {n: t for n, t in self.peers.items() if n != progress.target}
                     peer = open_peer(others, released)
                     if peer is not None:
@@ -156,12 +161,16 @@ class Bootstrap:
                         progress.sinks_from = released + 1
                         logger.warning(
                             "bootstrap without a peer target=%s: no other target holds the sink "
-                            "rows of batches 1..%s (released from staging); its sinks %s start "
-                            "at batch %s",
+                            "rows of batches 1..%s (released from staging): its sinks %s start "
+                            "at batch %s%s",
                             progress.target,
                             released,
                             sinks,
                             released + 1,
+                            "; staging was seeded: its state tables give the engine's working "
+                            "set only"
+                            if seeded
+                            else "",
                         )
                 # 3.
                 snap = stack.enter_context(open_snapshot(self.staged.store))
@@ -244,20 +253,29 @@ class Bootstrap:
         table = layout.tables[name]
         columns = list(table.columns)
         released = snap.released_through()
+        seeded = self.staged.store.seeded
         sources: list[Iterator[pa.RecordBatch]]
-        if table.kind == "state":
-            sources, first, used = [snap.table_batches(name)], 1, None
+        through, first, used, note = top, 1, peer, None
+        if table.kind == "state" and (peer is None or not seeded):
+            sources, used = [snap.table_batches(name)], None
+            if seeded:
+                note = WORKING_SET
+        elif table.kind == "state":
+            assert peer is not None
+            sources, through = [peer.table_batches(name)], peer.watermark
         elif peer is not None:
             sources = [
                 peer.sink_batches(name),
                 snap.output_batches(name, after=peer.watermark, upto=top, columns=columns),
             ]
-            first, used = peer.sinks_from, peer
+            first = peer.sinks_from
         else:
             sources = [snap.output_batches(name, after=released, upto=top, columns=columns)]
-            first, used = released + 1, None
-        source = source_text(*((used.name, used.watermark) if used else (None, None)))
-        self.progress.update(name, rows=0, through=top, source=source)
+            first = released + 1
+        source = source_text(
+            None if used is None else used.name, None if used is None else used.watermark, note
+        )
+        self.progress.update(name, rows=0, through=through, source=source)
         started = time.perf_counter()
         rows = 0
         with target.guard():
@@ -275,12 +293,13 @@ class Bootstrap:
                             self._step("bootstrap-copy")
                 mark = RelationMark(
                     name,
-                    top,
+                    through,
                     first,
                     rows,
                     None if used is None else used.name,
                     None if used is None else used.watermark,
                     (time.perf_counter() - started) * 1000,
+                    note,
                 )
                 mark_relation(target, mark)
                 target.commit()
@@ -293,7 +312,7 @@ class Bootstrap:
             self.progress.target,
             name,
             rows,
-            top,
+            through,
             source,
             mark.ms,
         )
@@ -359,9 +378,9 @@ class Bootstrap:
                     m for m in marks.values() if layout.tables[m.relation].kind != "state"
                 ]
                 progress = self.progress
-                progress.peer = ",".join(sorted({m.peer for m in sink_marks if m.peer})) or None
+                progress.peer = ",".join(sorted({m.peer for m in marks.values() if m.peer})) or None
                 progress.peer_watermark = min(
-                    (m.peer_watermark for m in sink_marks if m.peer_watermark is not None),
+                    (m.peer_watermark for m in marks.values() if m.peer_watermark is not None),
                     default=None,
                 )
                 progress.sinks_from = max((m.first_batch for m in sink_marks), default=1)

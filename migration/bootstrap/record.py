@@ -51,19 +51,20 @@ class RelationMark:
     peer: str | None
     peer_watermark: int | None
     ms: float
+    note: str | None = None
+    """What the rows lack, if anything (a seeded staging's working set)."""
 
     @property
     def source(self) -> str:
         """Where the rows came from, for people."""
-        return source_text(self.peer, self.peer_watermark)
+        return source_text(self.peer, self.peer_watermark, self.note)
 
 
-def source_text(peer: str | None, peer_watermark: int | None) -> str:
+def source_text(peer: str | None, peer_watermark: int | None, note: str | None = None) -> str:
     """Where a relation's rows came from, for people: staging, or a peer up to its watermark
-    and staging after it."""
-    if peer is None:
-        return "staging"
-    return f"{peer} through batch {peer_watermark}, then staging"
+    and staging after it; and what they lack."""
+    text = "staging" if peer is None else f"{peer} through batch {peer_watermark}, then staging"
+    return text if note is None else f"{text} ({note})"
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def read_record(target: BaseTarget) -> BootstrapRecord | None:
         if not head:
             return None
         marks = target.fetch(
-            "SELECT relation, through_batch, first_batch, rows, peer, peer_watermark, ms "
+            "SELECT relation, through_batch, first_batch, rows, peer, peer_watermark, ms, note "
             f"FROM {layout.bootstrap_tables_name} WHERE stream = ?",
             [layout.stream],
         )
@@ -109,8 +110,9 @@ def read_record(target: BaseTarget) -> BootstrapRecord | None:
             None if p is None else str(p),
             None if pw is None else int(pw),
             float(ms),
+            None if note is None else str(note),
         )
-        for r, t, f, n, p, pw, ms in marks
+        for r, t, f, n, p, pw, ms, note in marks
     }
     return BootstrapRecord(
         state=state,
@@ -170,6 +172,7 @@ def mark_relation(target: BaseTarget, mark: RelationMark) -> None:
                 "peer": pa.array([mark.peer], pa.string()),
                 "peer_watermark": pa.array([mark.peer_watermark], pa.int64()),
                 "ms": pa.array([mark.ms], pa.float64()),
+                "note": pa.array([mark.note], pa.string()),
                 "copied_at": pa.array([now()], pa.timestamp("us")),
             }
         ),

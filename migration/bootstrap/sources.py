@@ -2,7 +2,11 @@
 
 * **State tables** are whole in staging: ``state.<table>`` read in one staging read transaction
   (:func:`staging.snapshot.open_snapshot`, which also pins the segment files) at its watermark
-  ``S``.
+  ``S`` — unless staging was *seeded* (:meth:`staging.store.StagingStore.seed`): then it holds
+  only the engine's working set (TPC-DI's historical load seeds the current versions, the open
+  trades, the active watches; the warehouses hold every version, every trade), and the state
+  tables come from a peer too, at ``P`` (its full rows overlaid with its unmerged deltas), brought
+  to ``S`` with staging's changes of ``(P, S]``.
 * **Sinks** are append-only facts, and staging released the rows of batches up to
   ``released_through`` ``R``. A *peer* is another configured target that holds them: read at its
   own watermark ``P`` in one snapshot transaction (:class:`PeerSnapshot`: its full rows plus its
@@ -64,6 +68,14 @@ class PeerSnapshot:
     target: BaseTarget
     watermark: int
     sinks_from: int
+
+    def table_batches(self, name: str) -> Iterator[pa.RecordBatch]:
+        """Every current row of state table ``name`` the peer holds (its full rows overlaid with
+        its unmerged deltas: the table as of its watermark), in bounded pieces."""
+        layout = self.target.layout
+        cols = ", ".join(q(c) for c in layout.tables[name].columns)
+        sql = f"SELECT {cols} FROM ({layout.current_sql(name)}) c"
+        return self.target.driver.export(sql, relation_schema(layout, name))
 
     def sink_batches(self, sink: str) -> Iterator[pa.RecordBatch]:
         """Every row of ``sink`` the peer holds (full and unmerged delta rows, the columns of the

@@ -12,17 +12,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from cli.migration import bootstrap_line
+from etl_dataflows.state import StateImage
 from migration.bootstrap import read_record
+from migration.bootstrap.pieces import Prefetch, pieces
 from migration.exceptions import TargetMismatch
 from migration.migrator import Migrator
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget
 from migration.targets.duckdb_file import DuckDBTarget
 from staging.handoff import StagedDeltas
+from staging.store import StagingStore
 from streamdi.settings import MigrationSettings
+from tests.migration_shop import shop_dataflow, stage_shop
 from tests.unit.api.harness import ShopStage
 
 RELATIONS = ("customers", "accounts", "prices", "activity")
@@ -256,10 +261,6 @@ def test_in_the_background_the_others_migrate_and_queries_wait_until_it_caught_u
 
 
 def test_pieces_are_bounded_and_read_ahead_stops_with_its_reader() -> None:
-    import pyarrow as pa
-
-    from migration.bootstrap.pieces import Prefetch, pieces
-
     batch = pa.record_batch({"x": pa.array(range(1000), pa.int64())})  # 8,000 bytes
     joined = list(pieces(iter([batch] * 10), piece_bytes=20_000))
     assert [p.num_rows for p in joined] == [3000, 3000, 3000, 1000]
@@ -280,3 +281,64 @@ def test_pieces_are_bounded_and_read_ahead_stops_with_its_reader() -> None:
 
     with Prefetch(failing()) as ahead, pytest.raises(Crash):
         list(ahead)
+
+
+def test_a_seeded_staging_bootstraps_its_state_tables_from_the_peer(tmp_path: Path) -> None:
+    """Staging seeded with the engine's working set (as TPC-DI's historical load does) holds
+    less than the warehouses: the rows the seed left out are only there. The new target must
+    equal the old one, so its state tables come from the peer (brought to the snapshot with
+    staging's deltas); without a peer it gets the working set, and its marks say so."""
+    scratch = stage_shop(tmp_path / "scratch.duckdb", range(1, 4), events=150)
+    image = scratch.load_state()
+    scratch.close()
+    working = image.tables  # the working set the "historical load" leaves
+    seeded = StagingStore(tmp_path / "staging.duckdb", shop_dataflow())
+    seeded.seed(StateImage(dict(working), dict(image.sequences)))
+    assert seeded.seeded
+    seeded.close()
+    stage = ShopStage(tmp_path / "staging.duckdb", events=150)
+    layout = WarehouseLayout(stage.flow)
+    old = targets(layout, tmp_path, "old")
+    warehouse = old["old"]
+    warehouse.open()
+    warehouse.begin()  # the historical load writes the warehouse: the working set and more
+    for name, rows in working.items():
+        warehouse.bulk_insert(layout.full_name(name), rows)
+    extra = working["accounts"].slice(0, 5)
+    extra = extra.set_column(
+        extra.schema.get_field_index("sk_account"),
+        "sk_account",
+        pa.array(range(900_000, 900_005), pa.int64()),
+    ).set_column(
+        extra.schema.get_field_index("aid"), "aid", pa.array(range(5_000, 5_005), pa.int64())
+    )
+    warehouse.bulk_insert(layout.full_name("accounts"), extra)
+    warehouse.commit()
+    warehouse.close()
+    stage.stage_range(1, 8)
+    first = Migrator(StagedDeltas(stage.store), old, settings())
+    assert first.migrate(merge="force").released_through == 8
+    first.close()
+    stage.stage_range(9, 12)
+
+    both = targets(layout, tmp_path, "old", "new")
+    migrator = Migrator(StagedDeltas(stage.store), both, settings())
+    migrator.migrate(merge="never")
+    new = both["new"]
+    same_rows(new, both["old"])  # the 5 accounts staging never had included
+    staged_accounts = stage.store.query("SELECT count(*) AS n FROM state.accounts")
+    assert len(new.table_rows("accounts")) == staged_accounts.column(0)[0].as_py() + 5
+    record = read_record(new)
+    assert record is not None
+    assert record.relations["accounts"].source == "old through batch 8, then staging"
+    assert record.relations["accounts"].through == 8  # then brought to 12 by staging's deltas
+    migrator.close()
+
+    lone = targets(layout, tmp_path, "lone")
+    alone = Migrator(StagedDeltas(stage.store), lone, settings(retention_s=0))
+    alone.migrate(merge="never")
+    record = read_record(lone["lone"])
+    assert record is not None
+    assert "working set only" in record.relations["accounts"].source
+    alone.close()
+    stage.store.close()

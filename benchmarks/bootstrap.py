@@ -1,0 +1,354 @@
+"""``streamdi bench bootstrap``: a warehouse added later, bootstrapped from TPC-DI state, against a
+raw bulk load of the same rows into the same kind of warehouse, side by side in one run.
+
+1. **State**: a TPC-DI run into a DuckDB warehouse (``streamdi tpcdi run``: DIGen's SF=3 data by
+   default, ``--sf N`` a generated data set, ``--data DIR`` other files; ``--state DIR`` reuses
+   the work directory of a finished run). Staging then holds the engine's state tables (seeded by
+   the historical load, changed by the two incremental updates) and has released every batch
+   into the DuckDB warehouse, which holds the sinks (FactHoldings, FactMarketHistory,
+   DImessages): exactly the situation of a warehouse added later.
+2. Per repetition (``--repeat``, default 3) and per new warehouse (``--targets``: PostgreSQL, a
+   fresh database on a throw-away embedded server or ``POSTGRES__DSN``; DuckDB, a fresh file),
+   taking turns which runs first:
+
+   * **bootstrap**: :meth:`migration.bootstrap.Bootstrap.run` into the empty warehouse (its
+     layout created beforehand, untimed): staging's snapshot and the DuckDB peer read in
+     bounded pieces, bulk-loaded (COPY / Arrow), one transaction and resume marker per
+     relation, the ledger row;
+   * **raw**: the same rows, read into memory beforehand (untimed), bulk-loaded into an empty
+     copy of the same layout in another fresh database or file, in one transaction, in the same
+     pieces (``bulk_insert``: COPY / Arrow): the ceiling of the bulk path.
+
+3. Reported per warehouse: rows, seconds of each repetition, their median and spread
+   (min-max), rows/s, and the ratio raw seconds / bootstrap seconds per repetition (1.0: the
+   bootstrap is as fast as a raw load of its rows; the goal is at least 0.8), with the load
+   average before and after. JSON and Markdown go to ``--out`` (default
+   ``<STREAMDI__STATE_DIR>/reports/bench-bootstrap.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.postgres import bench_postgres
+from cli.commands import EXIT_FAILED, EXIT_OK, Commands
+from migration.bootstrap import Bootstrap, BootstrapProgress
+from migration.bootstrap.pieces import pieces
+from migration.bootstrap.sources import open_peer
+from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget
+from migration.targets.duckdb_file import DuckDBTarget
+from migration.targets.postgres import PostgresTarget
+from staging.handoff import StagedDeltas
+from staging.snapshot import open_snapshot
+from staging.store import StagingStore
+from streamdi.settings import StreamdiSettings
+from warehouse.postgres import PostgresDriver
+
+#: DIGen's SF=3 data set beside the repository (docs/tpcdi.md).
+DIGEN_SF3 = Path(__file__).resolve().parents[1].parent / "shared" / "tpcdi" / "digen-sf3.tar.xz"
+
+
+# -- 1. the state ----------------------------------------------------------------------------------
+
+
+def build_state(args: argparse.Namespace, settings: StreamdiSettings, root: Path) -> Path:
+    """The work directory of a TPC-DI run into DuckDB (run here unless ``--state`` names one)."""
+    if args.state:
+        workdir = Path(args.state)
+        for name in ("staging.duckdb", "warehouse.duckdb"):
+            if not (workdir / name).exists():
+                raise SystemExit(f"--state {workdir}: no {name} (not a TPC-DI run's directory)")
+        return workdir
+    from tpcdi.run.job import RunOptions, run_tpcdi
+
+    workdir = root / "tpcdi"
+    data = None if args.sf is not None else Path(args.data) if args.data else DIGEN_SF3
+    print(f"building TPC-DI state (a run into DuckDB) in {workdir} …", flush=True)
+    started = time.perf_counter()
+    record = run_tpcdi(
+        RunOptions(sf=args.sf, data=data, targets=("duckdb",), workdir=workdir, progress=False),
+        settings,
+    )
+    failed = sum(a.fail for a in record.audits.values())
+    print(f"  run done in {time.perf_counter() - started:.0f} s (audit failures: {failed})")
+    return workdir
+
+
+# -- 2. the two loads ------------------------------------------------------------------------------
+
+
+class Warehouses:
+    """Fresh, empty warehouses of one kind: PostgreSQL databases on ``dsn`` or DuckDB files under
+    ``root``, each with ``layout`` created (untimed)."""
+
+    def __init__(self, kind: str, layout: WarehouseLayout, root: Path, dsn: str | None) -> None:
+        self.kind = kind
+        self.layout = layout
+        self.root = root
+        self.dsn = dsn
+        self.made: list[str] = []
+
+    def fresh(self, label: str, layout: WarehouseLayout | None = None) -> BaseTarget:
+        name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+        chosen = layout or self.layout
+        target: BaseTarget
+        if self.kind == "duckdb":
+            target = DuckDBTarget(chosen, self.root / f"{name}.duckdb", memory_limit="4GB")
+        else:
+            assert self.dsn is not None
+            admin = PostgresDriver(self.dsn)
+            admin.connect()
+            admin.raw.autocommit = True
+            admin.execute(f"CREATE DATABASE {name}")
+            admin.close()
+            self.made.append(name)
+            target = PostgresTarget(chosen, self.dsn, {"dbname": name})
+        target.open()
+        return target
+
+    def drop_all(self) -> None:
+        if self.kind != "postgres" or not self.made or self.dsn is None:
+            return
+        admin = PostgresDriver(self.dsn)
+        admin.connect()
+        admin.raw.autocommit = True
+        for name in self.made:
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
+def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Table]]:
+    """Every row a bootstrap copies, per relation, in its pieces: staging's state tables, the
+    peer's sinks (and staging's outputs above the peer, none after a TPC-DI run)."""
+    layout = peer.layout
+    out: dict[str, list[pa.Table]] = {}
+    with ExitStack() as stack:
+        snap_peer = open_peer({"duckdb": peer}, 0)
+        assert snap_peer is not None
+        stack.callback(snap_peer.close)
+        snap = stack.enter_context(open_snapshot(store))
+        for name, table in layout.tables.items():
+            if table.kind == "state":
+                batches: Iterator[pa.RecordBatch] = snap.table_batches(name)
+            else:
+                batches = iter(
+                    [
+                        *snap_peer.sink_batches(name),
+                        *snap.output_batches(
+                            name, after=snap_peer.watermark, columns=list(table.columns)
+                        ),
+                    ]
+                )
+            out[name] = [p.select(list(table.columns)) for p in pieces(batches)]
+    return out
+
+
+def raw_load(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> float:
+    """Seconds to bulk-load ``rows`` into ``target``'s empty full tables in one transaction."""
+    layout = target.layout
+    started = time.perf_counter()
+    target.begin()
+    for name, parts in rows.items():
+        for part in parts:
+            target.bulk_insert(layout.full_name(name), part)
+    target.commit()
+    return time.perf_counter() - started
+
+
+def bootstrap_load(
+    target: BaseTarget, store: StagingStore, peer: DuckDBTarget
+) -> tuple[float, BootstrapProgress]:
+    """Seconds to bootstrap the empty ``target`` (opened already) from staging and the peer."""
+    progress = BootstrapProgress(target.name)
+    copy = Bootstrap(target, StagedDeltas(store), {"duckdb": peer}, progress)
+    started = time.perf_counter()
+    copy.run()
+    return time.perf_counter() - started, progress
+
+
+def _check(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> None:
+    """The bootstrapped target holds as many rows per relation as the raw load had."""
+    target.open()
+    for name, parts in rows.items():
+        got = int(target.fetch(f"SELECT count(*) FROM {target.layout.full_name(name)}")[0][0])
+        want = sum(p.num_rows for p in parts)
+        if got != want:
+            raise RuntimeError(f"bootstrap of {target.name}.{name}: {got} rows, expected {want}")
+    target.close()
+
+
+@contextmanager
+def _postgres(settings: StreamdiSettings, root: Path, wanted: bool) -> Iterator[str | None]:
+    if not wanted:
+        yield None
+        return
+    with bench_postgres(settings, root) as dsn:
+        yield dsn
+
+
+def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str, Any]:
+    from tpcdi.incremental import build_flow
+
+    load_before = os.getloadavg()
+    kinds = [t.strip() for t in args.targets.split(",") if t.strip()]
+    root = Path(tempfile.mkdtemp(prefix="streamdi-bench-bootstrap-"))
+    workdir = build_state(args, settings, root)
+    flow = build_flow().build()
+    layout = WarehouseLayout(flow, "tpcdi")
+    raw_layout = WarehouseLayout(flow, "tpcdi_raw")
+    store = StagingStore(workdir / "staging.duckdb", flow, memory_limit="4GB", threads=2)
+    peer = DuckDBTarget(layout, workdir / "warehouse.duckdb", memory_limit="4GB")
+    results: dict[str, Any] = {}
+    try:
+        staged = StagedDeltas(store)
+        released, watermark = staged.released_through(), store.watermark
+        rows = read_rows(store, peer)
+        counts = {n: sum(p.num_rows for p in parts) for n, parts in rows.items()}
+        total = sum(counts.values())
+        print(
+            f"state: staging at batch {watermark} (released through {released}); "
+            f"{total:,} rows in {len(counts)} relations",
+            flush=True,
+        )
+        with _postgres(settings, root, "postgres" in kinds) as dsn:
+            for kind in kinds:
+                places = Warehouses(kind, layout, root, dsn)
+                raw_s: list[float] = []
+                boot_s: list[float] = []
+                steps: list[dict[str, float]] = []
+                try:
+                    for rep in range(args.repeat):
+                        order = ("raw", "bootstrap") if rep % 2 == 0 else ("bootstrap", "raw")
+                        for which in order:
+                            if which == "raw":
+                                target = places.fresh("raw", raw_layout)
+                                raw_s.append(raw_load(target, rows))
+                                target.close()
+                            else:
+                                target = places.fresh("boot")
+                                seconds, progress = bootstrap_load(target, store, peer)
+                                boot_s.append(seconds)
+                                steps.append(
+                                    {
+                                        n: round(r.rows / max(seconds, 1e-9))
+                                        for n, r in progress.relations.items()
+                                    }
+                                )
+                                _check(target, rows)
+                        print(
+                            f"  {kind} repetition {rep + 1}: raw {raw_s[-1]:.1f} s, "
+                            f"bootstrap {boot_s[-1]:.1f} s, ratio {raw_s[-1] / boot_s[-1]:.2f}",
+                            flush=True,
+                        )
+                finally:
+                    places.drop_all()
+                ratios = [r / b for r, b in zip(raw_s, boot_s, strict=True)]
+                results[kind] = {
+                    "rows": total,
+                    "raw_s": raw_s,
+                    "bootstrap_s": boot_s,
+                    "raw_s_median": statistics.median(raw_s),
+                    "bootstrap_s_median": statistics.median(boot_s),
+                    "raw_rows_per_s": total / statistics.median(raw_s),
+                    "bootstrap_rows_per_s": total / statistics.median(boot_s),
+                    "ratios": ratios,
+                    "ratio_median": statistics.median(ratios),
+                    "ratio_min": min(ratios),
+                    "ratio_max": max(ratios),
+                    "bulk_path": "COPY FROM STDIN (csv)" if kind == "postgres" else "Arrow insert",
+                }
+    finally:
+        peer.close()
+        store.close()
+    return {
+        "bench": "bootstrap",
+        "state": str(workdir),
+        "staged_watermark": watermark,
+        "released_through": released,
+        "relations": counts,
+        "repeat": args.repeat,
+        "results": results,
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+    }
+
+
+# -- 3. the report ---------------------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any]) -> str:
+    total = sum(data["relations"].values())
+    lines = [
+        "# streamdi bench bootstrap",
+        "",
+        f"A warehouse added after staging released batches 1..{data['released_through']}, "
+        f"bootstrapped from TPC-DI state ({total:,} rows in {len(data['relations'])} relations: "
+        "state tables from staging, sinks from the DuckDB warehouse), against a raw bulk load "
+        f"of the same rows, {data['repeat']} repetitions taking turns. Load average "
+        f"{_load(data['load_average']['before'])} before, "
+        f"{_load(data['load_average']['after'])} after.",
+        "",
+        "| new warehouse | bulk path | raw s (median, min-max) | bootstrap s (median, min-max) "
+        "| raw rows/s | bootstrap rows/s | ratio raw/bootstrap (median, min-max) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, r in data["results"].items():
+        lines.append(
+            f"| {kind} | {r['bulk_path']} | {_spread(r['raw_s'])} | {_spread(r['bootstrap_s'])} "
+            f"| {r['raw_rows_per_s']:,.0f} | {r['bootstrap_rows_per_s']:,.0f} "
+            f"| {r['ratio_median']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |"
+        )
+    lines += ["", "Rows per relation:", ""]
+    lines += [f"- {n}: {c:,}" for n, c in sorted(data["relations"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _load(values: list[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in values)
+
+
+def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    data = run_bench(args, settings)
+    out = Path(args.out) if args.out else settings.streamdi.state_dir / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-bootstrap.json").write_text(json.dumps(data, indent=2) + "\n")
+    report = markdown(data)
+    (out / "bench-bootstrap.md").write_text(report)
+    print(report)
+    print(f"wrote {out / 'bench-bootstrap.json'} and {out / 'bench-bootstrap.md'}")
+    return EXIT_OK if data["results"] else EXIT_FAILED
+
+
+def register(benches: Commands) -> None:
+    bench = benches.add_parser(
+        "bootstrap",
+        help="a warehouse added later, bootstrapped from TPC-DI state, vs a raw bulk load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = bench.add_mutually_exclusive_group()
+    source.add_argument("--sf", type=float, help="generate a TPC-DI data set at this scale factor")
+    source.add_argument("--data", help=f"TPC-DI files to run (default {DIGEN_SF3})")
+    source.add_argument("--state", help="the work directory of a finished TPC-DI run (DuckDB)")
+    bench.add_argument(
+        "--targets", default="postgres,duckdb", help="new warehouses to bootstrap (comma-separated)"
+    )
+    bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    bench.add_argument("--out", help="report directory (default <state_dir>/reports)")
+    bench.set_defaults(handler=_run)
