@@ -4,9 +4,12 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
 1. **State**: a TPC-DI run into a DuckDB warehouse (``streamdi tpcdi run``: DIGen's SF=3 data by
    default, ``--sf N`` a generated data set, ``--data DIR`` other files; ``--state DIR`` reuses
    the work directory of a finished run). Staging then holds the engine's state tables (seeded by
-   the historical load, changed by the two incremental updates) and has released every batch
-   into the DuckDB warehouse, which holds the sinks (FactHoldings, FactMarketHistory,
-   DImessages): exactly the situation of a warehouse added later.
+   the historical load with its working set, changed by the two incremental updates) and has
+   released every batch into the DuckDB warehouse, which holds the sinks (FactHoldings,
+   FactMarketHistory, DImessages) and every row of the dimensions and facts (the seed left out
+   closed versions, completed trades...): exactly the situation of a warehouse added later. The
+   bootstrap therefore copies the state tables from the DuckDB warehouse too (staging was
+   seeded), and the sinks.
 2. Per repetition (``--repeat``, default 3) and per new warehouse (``--targets``: PostgreSQL, a
    fresh database on a throw-away embedded server or ``POSTGRES__DSN``; DuckDB, a fresh file),
    taking turns which runs first:
@@ -17,7 +20,8 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
      relation, the ledger row;
    * **raw**: the same rows, read into memory beforehand (untimed), bulk-loaded into an empty
      copy of the same layout in another fresh database or file, in one transaction, in the same
-     pieces (``bulk_insert``: COPY / Arrow): the ceiling of the bulk path.
+     pieces (``bulk_insert``: COPY / Arrow), the connection closed (a bootstrap closes its
+     target too; DuckDB checkpoints the file then): the ceiling of the bulk path.
 
 3. Reported per warehouse: rows, seconds of each repetition, their median and spread
    (min-max), rows/s, and the ratio raw seconds / bootstrap seconds per repetition (1.0: the
@@ -56,6 +60,9 @@ from staging.snapshot import open_snapshot
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
 from warehouse.postgres import PostgresDriver
+
+#: The TPC-DI run's DuckDB warehouse, the peer of every bootstrap here.
+PEER = "tpcdi-run"
 
 #: DIGen's SF=3 data set beside the repository (docs/tpcdi.md).
 DIGEN_SF3 = Path(__file__).resolve().parents[1].parent / "shared" / "tpcdi" / "digen-sf3.tar.xz"
@@ -131,18 +138,23 @@ class Warehouses:
 
 
 def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Table]]:
-    """Every row a bootstrap copies, per relation, in its pieces: staging's state tables, the
-    peer's sinks (and staging's outputs above the peer, none after a TPC-DI run)."""
+    """Every row a bootstrap copies, per relation, in its pieces: the state tables (staging's;
+    the peer's when staging was seeded, as after a TPC-DI run), the peer's sinks (and staging's
+    outputs above the peer: none after a TPC-DI run, whose peer holds every batch)."""
     layout = peer.layout
     out: dict[str, list[pa.Table]] = {}
     with ExitStack() as stack:
-        snap_peer = open_peer({"duckdb": peer}, 0)
+        snap_peer = open_peer({PEER: peer}, 0)
         assert snap_peer is not None
         stack.callback(snap_peer.close)
         snap = stack.enter_context(open_snapshot(store))
+        if snap_peer.watermark != snap.watermark:
+            raise SystemExit("the TPC-DI run's warehouse is behind its staging: run it again")
         for name, table in layout.tables.items():
-            if table.kind == "state":
-                batches: Iterator[pa.RecordBatch] = snap.table_batches(name)
+            if table.kind == "state" and store.seeded:
+                batches: Iterator[pa.RecordBatch] = snap_peer.table_batches(name)
+            elif table.kind == "state":
+                batches = snap.table_batches(name)
             else:
                 batches = iter(
                     [
@@ -157,7 +169,8 @@ def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Tabl
 
 
 def raw_load(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> float:
-    """Seconds to bulk-load ``rows`` into ``target``'s empty full tables in one transaction."""
+    """Seconds to bulk-load ``rows`` into ``target``'s empty full tables in one transaction and
+    close it (as a bootstrap closes its target: DuckDB checkpoints the file then)."""
     layout = target.layout
     started = time.perf_counter()
     target.begin()
@@ -165,6 +178,7 @@ def raw_load(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> float:
         for part in parts:
             target.bulk_insert(layout.full_name(name), part)
     target.commit()
+    target.close()
     return time.perf_counter() - started
 
 
@@ -173,7 +187,7 @@ def bootstrap_load(
 ) -> tuple[float, BootstrapProgress]:
     """Seconds to bootstrap the empty ``target`` (opened already) from staging and the peer."""
     progress = BootstrapProgress(target.name)
-    copy = Bootstrap(target, StagedDeltas(store), {"duckdb": peer}, progress)
+    copy = Bootstrap(target, StagedDeltas(store), {PEER: peer}, progress)
     started = time.perf_counter()
     copy.run()
     return time.perf_counter() - started, progress
@@ -214,7 +228,7 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
     results: dict[str, Any] = {}
     try:
         staged = StagedDeltas(store)
-        released, watermark = staged.released_through(), store.watermark
+        released, watermark, seeded = staged.released_through(), store.watermark, store.seeded
         rows = read_rows(store, peer)
         counts = {n: sum(p.num_rows for p in parts) for n, parts in rows.items()}
         total = sum(counts.values())
@@ -236,7 +250,6 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
                             if which == "raw":
                                 target = places.fresh("raw", raw_layout)
                                 raw_s.append(raw_load(target, rows))
-                                target.close()
                             else:
                                 target = places.fresh("boot")
                                 seconds, progress = bootstrap_load(target, store, peer)
@@ -279,6 +292,7 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
         "staged_watermark": watermark,
         "released_through": released,
         "relations": counts,
+        "seeded_staging": seeded,
         "repeat": args.repeat,
         "results": results,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
@@ -294,9 +308,10 @@ def markdown(data: dict[str, Any]) -> str:
         "# streamdi bench bootstrap",
         "",
         f"A warehouse added after staging released batches 1..{data['released_through']}, "
-        f"bootstrapped from TPC-DI state ({total:,} rows in {len(data['relations'])} relations: "
-        "state tables from staging, sinks from the DuckDB warehouse), against a raw bulk load "
-        f"of the same rows, {data['repeat']} repetitions taking turns. Load average "
+        f"bootstrapped from TPC-DI state ({total:,} rows in {len(data['relations'])} relations, "
+        f"{(data['seeded_staging'] and 'state tables and ') or 'state tables from staging, '}"
+        "sinks from the DuckDB warehouse), against a raw bulk load of the same rows, "
+        f"{data['repeat']} repetitions taking turns. Load average "
         f"{_load(data['load_average']['before'])} before, "
         f"{_load(data['load_average']['after'])} after.",
         "",

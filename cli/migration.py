@@ -196,13 +196,13 @@ def bootstrap_line(b: dict[str, Any]) -> str:
         if b["sinks_from"] > 1
         else ""
     )
+    took = f" in {b['seconds']:.1f} s" if b["seconds"] else ""
     head = {
         "copying": f"BOOTSTRAPPING: {done} copied ({b['rows']:,} rows) at {at}",
         "failed": f"BOOTSTRAP STOPPED ({b['error']}; it resumes): {done} copied at {at}",
-        "loaded": f"bootstrapped at {at} ({b['rows']:,} rows in {b['seconds']:.1f} s), "
-        "catching up: not read by queries yet",
-        "caught_up": f"bootstrapped at {at} ({b['rows']:,} rows in {b['seconds']:.1f} s), "
-        "caught up",
+        "loaded": f"bootstrapped at {at} ({b['rows']:,} rows{took}), catching up: not read by "
+        "queries yet",
+        "caught_up": f"bootstrapped at {at} ({b['rows']:,} rows{took}), caught up",
     }[b["state"]]
     return head + peer + gap
 

@@ -31,7 +31,9 @@ class BootstrapProgress:
     copied at; the ledger says it once loaded), the peer the sinks come from and its watermark,
     the first batch whose sink rows the target will hold (``sinks_from``; above 1 when staging
     had released older ones and no peer held them), per relation what was copied, and the error
-    that stopped it, if one did. Updated by the copy, read by ``status`` (a copy under a lock)."""
+    that stopped it, if one did; ``seconds`` it took (0 when read from a target's record: a
+    bootstrap may have run in several attempts). Updated by the copy, read by ``status`` (a copy
+    under a lock)."""
 
     target: str
     state: ProgressState = "copying"
@@ -88,10 +90,11 @@ class BootstrapProgress:
 def progress_of(target: str, record: BootstrapRecord, relations: list[str]) -> BootstrapProgress:
     """What a target's record says (a bootstrap this process is not running): ``relations`` are
     every relation the layout has, in copy order."""
+    marked = [m.through for m in record.relations.values()]
     progress = BootstrapProgress(
         target,
         state=record.state,
-        through=record.through,
+        through=record.through if record.through is not None else max(marked, default=None),
         peer=record.peer,
         peer_watermark=record.peer_watermark,
         sinks_from=record.sinks_from,
@@ -103,6 +106,4 @@ def progress_of(target: str, record: BootstrapRecord, relations: list[str]) -> B
             if mark is not None
             else RelationProgress()
         )
-    if record.loaded_at is not None:
-        progress.seconds = (record.loaded_at - record.started_at).total_seconds()
     return progress
