@@ -395,6 +395,7 @@ class StagingStore:
                 f"dataflow {self.flow.name!r} changed its tables, sources or sinks since the file "
                 "was created",
             )
+        self._seeded = SEEDED in rows
 
     def close(self) -> None:
         if self._merger is not None:
@@ -456,8 +457,8 @@ class StagingStore:
     @property
     def seeded(self) -> bool:
         """Whether :meth:`seed` loaded a starting state into this file (a file seeded by an
-        earlier streamdi kept no note of it)."""
-        return self.meta(SEEDED) is not None
+        earlier streamdi kept no note of it). Known from the opening on, so any thread may ask."""
+        return self._seeded
 
     def meta(self, key: str) -> str | None:
         """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
@@ -587,6 +588,7 @@ class StagingStore:
                 with suppress(duckdb.Error):
                     con.execute("ROLLBACK")
                 raise StagingCommitFailed([0], f"seeding failed: {exc}") from exc
+            self._seeded = True
         logger.info(
             "seeded staging tables=%s rows=%s",
             len(rows),
