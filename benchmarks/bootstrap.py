@@ -21,12 +21,14 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
    * **raw**: the same rows, read into memory beforehand (untimed), bulk-loaded into an empty
      copy of the same layout in another fresh database or file, in one transaction, in the same
      pieces (``bulk_insert``: COPY / Arrow), the connection closed (a bootstrap closes its
-     target too; DuckDB checkpoints the file then): the ceiling of the bulk path.
+     target too; DuckDB checkpoints the file then): the ceiling of the bulk path;
+   * **export**: the same rows read from the same sources (timed), then loaded as *raw*: a copy
+     without the bootstrap's protocol (snapshots, per-relation transactions and marks, ledger).
 
 3. Reported per warehouse: rows, seconds of each repetition, their median and spread
-   (min-max), rows/s, and the ratio raw seconds / bootstrap seconds per repetition (1.0: the
-   bootstrap is as fast as a raw load of its rows; the goal is at least 0.8), with the load
-   average before and after. JSON and Markdown go to ``--out`` (default
+   (min-max), rows/s, and per repetition the ratios raw seconds / bootstrap seconds (1.0: the
+   bootstrap is as fast as a raw load of its rows; the goal is at least 0.8) and export seconds
+   / bootstrap seconds (what the protocol costs), with the load average before and after. JSON and Markdown go to ``--out`` (default
    ``<STREAMDI__STATE_DIR>/reports/bench-bootstrap.*``).
 """
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -107,13 +110,16 @@ class Warehouses:
         self.root = root
         self.dsn = dsn
         self.made: list[str] = []
+        self.files: list[Path] = []
 
     def fresh(self, label: str, layout: WarehouseLayout | None = None) -> BaseTarget:
         name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
         chosen = layout or self.layout
         target: BaseTarget
         if self.kind == "duckdb":
-            target = DuckDBTarget(chosen, self.root / f"{name}.duckdb", memory_limit="4GB")
+            path = self.root / f"{name}.duckdb"
+            self.files += [path, path.with_name(path.name + ".wal")]
+            target = DuckDBTarget(chosen, path, memory_limit="4GB")
         else:
             assert self.dsn is not None
             admin = PostgresDriver(self.dsn)
@@ -127,6 +133,10 @@ class Warehouses:
         return target
 
     def drop_all(self) -> None:
+        """Delete every warehouse made (databases, files)."""
+        for path in self.files:
+            path.unlink(missing_ok=True)
+        self.files = []
         if self.kind != "postgres" or not self.made or self.dsn is None:
             return
         admin = PostgresDriver(self.dsn)
@@ -135,6 +145,7 @@ class Warehouses:
         for name in self.made:
             admin.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+        self.made = []
 
 
 def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Table]]:
@@ -204,6 +215,63 @@ def _check(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> None:
     target.close()
 
 
+MODES = ("raw", "export", "bootstrap")
+
+
+def measure(
+    places: Warehouses,
+    raw_layout: WarehouseLayout,
+    store: StagingStore,
+    peer: DuckDBTarget,
+    rows: dict[str, list[pa.Table]],
+    repeat: int,
+) -> dict[str, Any]:
+    """``repeat`` repetitions of the three loads into fresh warehouses of one kind, their order
+    rotating: **raw** (the rows in memory, bulk-loaded), **export** (the same rows read from
+    staging and the peer first, then bulk-loaded: a copy without the bootstrap's protocol),
+    **bootstrap**."""
+    seconds: dict[str, list[float]] = {m: [] for m in MODES}
+    total = sum(p.num_rows for parts in rows.values() for p in parts)
+    for rep in range(repeat):
+        for mode in MODES[rep % 3 :] + MODES[: rep % 3]:
+            if mode == "raw":
+                seconds[mode].append(raw_load(places.fresh("raw", raw_layout), rows))
+            elif mode == "export":
+                started = time.perf_counter()
+                read = read_rows(store, peer)
+                raw_load(places.fresh("export", raw_layout), read)
+                seconds[mode].append(time.perf_counter() - started)
+                del read
+            else:
+                target = places.fresh("boot")
+                seconds[mode].append(bootstrap_load(target, store, peer)[0])
+                _check(target, rows)
+        s = {m: v[-1] for m, v in seconds.items()}
+        print(
+            f"  {places.kind} repetition {rep + 1}: raw {s['raw']:.2f} s, export "
+            f"{s['export']:.2f} s, bootstrap {s['bootstrap']:.2f} s, ratio "
+            f"{s['raw'] / s['bootstrap']:.2f} (to export {s['export'] / s['bootstrap']:.2f})",
+            flush=True,
+        )
+        places.drop_all()
+    out: dict[str, Any] = {
+        "rows": total,
+        "bulk_path": "COPY FROM STDIN (csv)" if places.kind == "postgres" else "Arrow insert",
+    }
+    for mode, values in seconds.items():
+        out[f"{mode}_s"] = values
+        out[f"{mode}_rows_per_s"] = total / statistics.median(values)
+    for base in ("raw", "export"):
+        ratios = [r / b for r, b in zip(seconds[base], seconds["bootstrap"], strict=True)]
+        out[f"ratio_to_{base}"] = {
+            "values": ratios,
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+        }
+    return out
+
+
 @contextmanager
 def _postgres(settings: StreamdiSettings, root: Path, wanted: bool) -> Iterator[str | None]:
     if not wanted:
@@ -240,52 +308,17 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
         with _postgres(settings, root, "postgres" in kinds) as dsn:
             for kind in kinds:
                 places = Warehouses(kind, layout, root, dsn)
-                raw_s: list[float] = []
-                boot_s: list[float] = []
-                steps: list[dict[str, float]] = []
                 try:
-                    for rep in range(args.repeat):
-                        order = ("raw", "bootstrap") if rep % 2 == 0 else ("bootstrap", "raw")
-                        for which in order:
-                            if which == "raw":
-                                target = places.fresh("raw", raw_layout)
-                                raw_s.append(raw_load(target, rows))
-                            else:
-                                target = places.fresh("boot")
-                                seconds, progress = bootstrap_load(target, store, peer)
-                                boot_s.append(seconds)
-                                steps.append(
-                                    {
-                                        n: round(r.rows / max(seconds, 1e-9))
-                                        for n, r in progress.relations.items()
-                                    }
-                                )
-                                _check(target, rows)
-                        print(
-                            f"  {kind} repetition {rep + 1}: raw {raw_s[-1]:.1f} s, "
-                            f"bootstrap {boot_s[-1]:.1f} s, ratio {raw_s[-1] / boot_s[-1]:.2f}",
-                            flush=True,
-                        )
+                    results[kind] = measure(places, raw_layout, store, peer, rows, args.repeat)
                 finally:
                     places.drop_all()
-                ratios = [r / b for r, b in zip(raw_s, boot_s, strict=True)]
-                results[kind] = {
-                    "rows": total,
-                    "raw_s": raw_s,
-                    "bootstrap_s": boot_s,
-                    "raw_s_median": statistics.median(raw_s),
-                    "bootstrap_s_median": statistics.median(boot_s),
-                    "raw_rows_per_s": total / statistics.median(raw_s),
-                    "bootstrap_rows_per_s": total / statistics.median(boot_s),
-                    "ratios": ratios,
-                    "ratio_median": statistics.median(ratios),
-                    "ratio_min": min(ratios),
-                    "ratio_max": max(ratios),
-                    "bulk_path": "COPY FROM STDIN (csv)" if kind == "postgres" else "Arrow insert",
-                }
     finally:
         peer.close()
         store.close()
+        if args.state:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"the TPC-DI state stays in {workdir} (--state {workdir} reuses it)")
     return {
         "bench": "bootstrap",
         "state": str(workdir),
@@ -315,16 +348,22 @@ def markdown(data: dict[str, Any]) -> str:
         f"{_load(data['load_average']['before'])} before, "
         f"{_load(data['load_average']['after'])} after.",
         "",
-        "| new warehouse | bulk path | raw s (median, min-max) | bootstrap s (median, min-max) "
-        "| raw rows/s | bootstrap rows/s | ratio raw/bootstrap (median, min-max) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| new warehouse | bulk path | raw s | export s | bootstrap s | bootstrap rows/s "
+        "| raw / bootstrap | export / bootstrap |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for kind, r in data["results"].items():
         lines.append(
-            f"| {kind} | {r['bulk_path']} | {_spread(r['raw_s'])} | {_spread(r['bootstrap_s'])} "
-            f"| {r['raw_rows_per_s']:,.0f} | {r['bootstrap_rows_per_s']:,.0f} "
-            f"| {r['ratio_median']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f}) |"
+            f"| {kind} | {r['bulk_path']} | {_spread(r['raw_s'])} | {_spread(r['export_s'])} "
+            f"| {_spread(r['bootstrap_s'])} | {r['bootstrap_rows_per_s']:,.0f} "
+            f"| {_ratio(r['ratio_to_raw'])} | {_ratio(r['ratio_to_export'])} |"
         )
+    lines += [
+        "",
+        "Seconds: median (min-max). Ratios per repetition, median (min-max); 1.0 = as fast. "
+        "*raw*: the rows already in memory, bulk-loaded in one transaction; *export*: read from "
+        "staging and the peer, then bulk-loaded (no bootstrap protocol).",
+    ]
     lines += ["", "Rows per relation:", ""]
     lines += [f"- {n}: {c:,}" for n, c in sorted(data["relations"].items())]
     return "\n".join(lines) + "\n"
@@ -332,6 +371,10 @@ def markdown(data: dict[str, Any]) -> str:
 
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _ratio(r: dict[str, Any]) -> str:
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
 
 
 def _load(values: list[float]) -> str:
