@@ -217,7 +217,8 @@ class DeadLetterNotFound(ApiError, TerminalError):
 
 
 class TargetUnreachable(ApiError, TransientError):
-    """A warehouse could not be reached; staging keeps buffering, ask again later."""
+    """A warehouse could not be reached, or is being bootstrapped and has not caught up yet
+    (``detail.bootstrapping``); staging keeps buffering, ask again later."""
 
     status = 503
     code: ErrorCode = "target_unavailable"

@@ -67,11 +67,42 @@ class DeadLetter(BaseModel):
 # -- migration ---------------------------------------------------------------------------------
 
 
+class BootstrapRelation(BaseModel):
+    """One relation of a bootstrap: rows copied, the staging watermark it is copied at, whether
+    its copy committed, where its rows came from."""
+
+    rows: int
+    through: int | None = None
+    done: bool
+    source: str
+
+
+class BootstrapStatus(BaseModel):
+    """A target's bootstrap (a target added after staging released batches): ``state``
+    (``copying``, ``loaded``: its ledger holds the snapshot ``through``, later batches are
+    loading; ``caught_up``: queries read it; ``failed``: it resumes), the peer the sinks came
+    from and its watermark, ``sinks_from`` (sink rows of earlier batches were not available),
+    relations copied of all, rows, seconds, the error that stopped it."""
+
+    state: Literal["copying", "loaded", "caught_up", "failed"]
+    through: int | None = None
+    peer: str | None = None
+    peer_watermark: int | None = None
+    sinks_from: int
+    relations_copied: int
+    relations_total: int
+    rows: int
+    seconds: float
+    error: str | None = None
+    relations: dict[str, BootstrapRelation]
+
+
 class TargetStatus(BaseModel):
     """What one warehouse target holds: reachable ones have their watermark, the batches still
     pending, what is merged into the full tables and the rows waiting in the delta tables;
     unreachable ones have the ``error``. ``mode`` says whether the pipeline pushes to it or it
-    pulls."""
+    pulls; ``readable`` whether queries read it (not while it is bootstrapped and has not caught
+    up), ``bootstrap`` its bootstrap, if it had one."""
 
     acknowledged: int
     reachable: bool
@@ -81,6 +112,8 @@ class TargetStatus(BaseModel):
     merged_at: str | None = None
     unmerged_rows: int | None = None
     busy: bool | None = None
+    readable: bool | None = None
+    bootstrap: BootstrapStatus | None = None
     error: str | None = None
     mode: Literal["push", "pull"] | None = None
 
@@ -106,6 +139,7 @@ class TargetRoundInfo(BaseModel):
     rows: int
     merged_rows: int | None
     error: str | None
+    bootstrap: BootstrapStatus | None = None
 
 
 class MigrationRound(BaseModel):
@@ -135,6 +169,7 @@ class MigrationRound(BaseModel):
                         "rows": r.rows,
                         "merged_rows": r.merge.rows if r.merge else None,
                         "error": r.error,
+                        "bootstrap": r.bootstrap.as_dict() if r.bootstrap else None,
                     }
                 )
                 for n, r in report.targets.items()

@@ -186,7 +186,10 @@ class UnionPlanner:
     # -- targets -----------------------------------------------------------------------------------
 
     def target(self, name: str | None) -> str | None:
-        """The warehouse a query reads: ``name``, ``API__DEFAULT_TARGET`` or the first one."""
+        """The warehouse a query reads: ``name``, ``API__DEFAULT_TARGET`` or the first one, among
+        those that are readable: a target being bootstrapped is read only once it caught up
+        (:meth:`~migration.migrator.Migrator.ready`). Naming one that is not, or having none
+        that is, raises :class:`~api.exceptions.TargetUnreachable` (ask again later)."""
         if name is not None:
             if name not in self.readers:
                 raise UnknownTarget(
@@ -194,11 +197,30 @@ class UnionPlanner:
                     f"{sorted(self.readers)}",
                     target=name,
                 )
+            if not self._readable(name):
+                raise TargetUnreachable(
+                    f"warehouse {name} is being bootstrapped and has not caught up yet; ask "
+                    "again later, or read another target",
+                    target=name,
+                    bootstrapping=True,
+                )
             return name
+        readable = [n for n in self.readers if self._readable(n)]
         default = self.settings.default_target
-        if default is not None and default in self.readers:
+        if default is not None and default in readable:
             return default
-        return next(iter(self.readers), None)
+        if readable:
+            return readable[0]
+        if self.readers:
+            raise TargetUnreachable(
+                f"every warehouse ({', '.join(self.readers)}) is being bootstrapped and none has "
+                "caught up yet; ask again later",
+                bootstrapping=True,
+            )
+        return None
+
+    def _readable(self, name: str) -> bool:
+        return self.migrator is None or self.migrator.ready(name)
 
     # -- running -----------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.ingest",
     "benchmarks.broker",
     "benchmarks.migration",
+    "benchmarks.bootstrap",
     "benchmarks.spark",
     "benchmarks.tpcdi",
     "benchmarks.audit",

@@ -17,7 +17,16 @@ from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import MIGRATION_TARGETS, StreamdiSettings
 
-CRASH_PHASES = ("copy", "loaded", "rejects", "committed", "acked", "merge", "merged")
+CRASH_PHASES = (
+    "copy",
+    "loaded",
+    "rejects",
+    "committed",
+    "acked",
+    "merge",
+    "merged",
+    *("bootstrap-copy", "bootstrap-table", "bootstrap-ledger", "bootstrapped"),
+)
 
 
 def _crash_hook(text: str | None) -> Any:
@@ -112,6 +121,8 @@ def _move(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         if r.error is not None:
             print(f"streamdi migrate {via}: {name}: NOT migrated: {r.error}", file=sys.stderr)
             continue
+        if r.bootstrap is not None:
+            print(f"streamdi migrate {via}: {name}: {bootstrap_line(r.bootstrap.as_dict())}")
         merged = (
             f", merged {r.merge.rows:,} rows through batch {r.merge.through}" if r.merge else ""
         )
@@ -161,7 +172,40 @@ def _status(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             f"({e['pending_batches']} pending), merged through {e['merged_through']}, "
             f"{e['unmerged_rows']:,} unmerged rows, acknowledged {e['acknowledged']}"
         )
+        boot = e.get("bootstrap")
+        if boot is not None:
+            print(f"    {bootstrap_line(boot)}")
+            for relation, r in boot["relations"].items() if boot["state"] != "caught_up" else ():
+                where = f" at batch {r['through']} from {r['source']}" if r["done"] else ""
+                state = "copied" if r["done"] else "copying" if r["rows"] else "waiting"
+                print(f"      {relation}: {state}, {r['rows']:,} rows{where}")
     return EXIT_OK
+
+
+def bootstrap_line(b: dict[str, Any]) -> str:
+    """One line about a target's bootstrap (``BootstrapProgress.as_dict``)."""
+    done = f"{b['relations_copied']} of {b['relations_total']} relations"
+    at = f"staging batch {b['through']}" if b["through"] is not None else "a staging snapshot"
+    peer = (
+        f"; sinks from {b['peer']} through batch {b['peer_watermark']}"
+        if b["peer"] is not None
+        else ""
+    )
+    gap = (
+        f"; sink rows of batches 1..{b['sinks_from'] - 1} NOT available (released from staging "
+        "before it was added, and no peer target held them)"
+        if b["sinks_from"] > 1
+        else ""
+    )
+    took = f" in {b['seconds']:.1f} s" if b["seconds"] else ""
+    head = {
+        "copying": f"BOOTSTRAPPING: {done} copied ({b['rows']:,} rows) at {at}",
+        "failed": f"BOOTSTRAP STOPPED ({b['error']}; it resumes): {done} copied at {at}",
+        "loaded": f"bootstrapped at {at} ({b['rows']:,} rows{took}), catching up: not read by "
+        "queries yet",
+        "caught_up": f"bootstrapped at {at} ({b['rows']:,} rows{took}), caught up",
+    }[b["state"]]
+    return head + peer + gap
 
 
 def register(commands: Commands) -> None:

@@ -8,7 +8,7 @@ whose contents contradict staging is terminal (someone must decide).
 
 from __future__ import annotations
 
-from streamdi.errors import StreamdiError, TerminalError
+from streamdi.errors import StreamdiError, TerminalError, TransientError
 
 
 class MigrationError(StreamdiError):
@@ -25,6 +25,15 @@ class TargetMismatch(MigrationError, TerminalError):
     def __init__(self, target: str, detail: str) -> None:
         self.target = target
         super().__init__(f"migration target {target}: {detail}")
+
+
+class BootstrapStopped(MigrationError, TransientError):
+    """A bootstrap was asked to stop (the migrator closes); the relation in hand rolled back and
+    the next run resumes with it."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        super().__init__(f"bootstrap of migration target {target} stopped")
 
 
 class StagingBusy(MigrationError, TerminalError):

@@ -9,7 +9,10 @@ freely. A round, in order:
 2. For each target: open it (a target that cannot be reached is skipped and retried in a later
    round: staging keeps buffering) and read its watermark ``w`` from its own ledger, the truth
    about what it holds. A target ahead of staging, or behind what staging already released, is a
-   :class:`~migration.exceptions.TargetMismatch`.
+   :class:`~migration.exceptions.TargetMismatch` — unless it holds no batch at all: a target
+   added later is *bootstrapped* (:mod:`migration.bootstrap`: a snapshot of every full table
+   copied in bulk, its ledger then at the snapshot's watermark ``S``), inline or in the background
+   (then it is skipped until the bootstrap is done), and goes on from ``S`` like any target.
 3. Until every reachable target is at ``W``: take the targets with the lowest ``w``, read the
    staged changes of batches ``(w, min(w + max_batches_per_load, W)]`` once, and load them into
    each of those targets (one target transaction with the rows and the ledger rows,
@@ -41,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from migration.bootstrap import BootstrapMode, Bootstrapper, BootstrapProgress
 from migration.exceptions import TargetMismatch
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget, MergeResult
@@ -69,6 +73,8 @@ class TargetRound:
     load_ms: float = 0.0
     merge: MergeResult | None = None
     error: str | None = None
+    bootstrap: BootstrapProgress | None = None
+    """Its bootstrap, when the round ran or looked at one."""
 
 
 @dataclass
@@ -89,6 +95,15 @@ class MigrationReport:
     @property
     def failed(self) -> list[str]:
         return [t for t, r in self.targets.items() if r.error is not None]
+
+    @property
+    def bootstrapping(self) -> list[str]:
+        """Targets skipped because their bootstrap runs (in the background)."""
+        return [
+            t
+            for t, r in self.targets.items()
+            if r.bootstrap is not None and r.bootstrap.state in ("copying", "failed")
+        ]
 
 
 def build_targets(
@@ -141,7 +156,9 @@ def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]
 
 class Migrator:
     """See the module docstring. ``release_targets`` are the targets every release waits for
-    (all configured targets; default: the keys of ``targets``)."""
+    (all configured targets; default: the keys of ``targets``). ``bootstrap``: run a target's
+    bootstrap ``inline`` in the round (``streamdi migrate``) or in the ``background`` (the
+    pipeline and the service: the other targets' rounds go on meanwhile)."""
 
     def __init__(
         self,
@@ -151,6 +168,7 @@ class Migrator:
         *,
         release_targets: Sequence[str] | None = None,
         hook: MigrationHook | None = None,
+        bootstrap: BootstrapMode = "inline",
     ) -> None:
         self.staged = staged
         self.targets = targets
@@ -165,9 +183,13 @@ class Migrator:
         self._releasing: dict[str, int] = {}
         self._round_since_release = False
         self._releaser: threading.Thread | None = None
+        self.bootstraps = Bootstrapper(
+            staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
+        )
 
     def close(self) -> None:
         """Write the noted acknowledgements, release what they allow, close every target."""
+        self.bootstraps.close()
         with self._lock:
             try:
                 self.wait_for_release()
@@ -219,6 +241,13 @@ class Migrator:
             self._releaser.join()
             self._releaser = None
 
+    def hold_release(self, name: str) -> None:
+        """From now on staging keeps every batch for target ``name`` (before its bootstrap reads
+        anything): a release in flight ends first, then its acknowledgement is set back to 0."""
+        self.wait_for_release()
+        self._noted.pop(name, None)
+        self.staged.retract(name)
+
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
         # memory before staging: an acknowledgement leaves memory only once staging holds it
@@ -243,6 +272,9 @@ class Migrator:
         if first:
             self._unmerged[name] = target.delta_rows()
             self._last_merge.setdefault(name, time.monotonic())
+            self.bootstraps.observe(
+                name, target, target.watermark(), self.staged.released_through()
+            )
         return target
 
     def migrate(
@@ -287,6 +319,16 @@ class Migrator:
                     f"committed {top}: the staging file was replaced; migrate into a new schema "
                     "(MIGRATION__SCHEMA_NAME) or database",
                 )
+            if w == 0 and self.bootstraps.wanted(name, self.targets[name], released):
+                try:
+                    booting = result.bootstrap = self.bootstraps.run(name)
+                    if booting.state != "loaded":  # runs in the background: skipped meanwhile
+                        continue
+                    w = self.targets[name].watermark()
+                except WarehouseUnavailable as exc:
+                    result.error = str(exc)
+                    logger.warning("bootstrap failed target=%s: %s", name, exc)
+                    continue
             if w < released:
                 raise TargetMismatch(
                     name,
@@ -324,9 +366,13 @@ class Migrator:
                     self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
                 self._note_ack(name, w, acks)
                 progress[name] = result.watermark = w
+        for name, w in progress.items():
+            self.bootstraps.caught_up(name, self.targets[name], w, top)
         # 4.
         for name in names:
             result = report.targets[name]
+            if name not in progress and result.error is None:
+                continue  # its bootstrap runs
             if result.error is None and self._merge_due(name, merge):
                 try:
                     result.merge = self.targets[name].merge(self._target_hook(name))
@@ -401,6 +447,21 @@ class Migrator:
         with self._lock:
             return self._open(name).busy()
 
+    def ready(self, name: str) -> bool:
+        """Whether the query service may read target ``name``: no bootstrap of it is under way
+        or waiting to catch up, and it holds every batch staging released. An unknown or
+        unreachable target counts as ready (reading it says what is wrong)."""
+        if name not in self.targets:
+            return True
+        known = self.bootstraps.readable(name)
+        if known is None:
+            try:
+                self.opened(name)
+            except WarehouseUnavailable:
+                return True
+            known = self.bootstraps.readable(name)
+        return known is not False
+
     def pending_batches(self, name: str) -> int:
         """Staged batches target ``name`` has not acknowledged."""
         return max(0, self.staged.watermark() - self.acknowledged().get(name, 0))
@@ -441,7 +502,11 @@ class Migrator:
                         merged_at=None if merged_at is None else str(merged_at),
                         unmerged_rows=target.delta_rows(),
                         busy=target.busy(),
+                        readable=self.bootstraps.readable(name) is not False,
                     )
+                    boot = self.bootstraps.status(name, target)
+                    if boot is not None:
+                        entry["bootstrap"] = boot
             except WarehouseUnavailable as exc:
                 entry.update(reachable=False, error=str(exc))
             out["targets"][name] = entry

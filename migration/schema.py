@@ -31,6 +31,11 @@ reserved: a dataflow with a state table or sink named ``dead_letters`` or ``abor
 (:class:`~migration.exceptions.WarehouseLayoutError`) rather than given other names, so the
 rejects are always where analysts (and staging's ``streamdi.dead_letters``) say they are.
 
+A target added after staging released batches is bootstrapped (:mod:`migration.bootstrap`):
+``streamdi_migration.bootstraps`` holds its bootstrap's state, snapshot watermark and peer, and
+``streamdi_migration.bootstrap_tables`` one row per relation the bootstrap copied (its resume
+marker).
+
 A *plain* sink (:func:`declare_plain_sinks`) keeps only its output columns in ``S.<sink>`` — no
 ``batch_id`` and no ``_ts``/``_pos``/``_src`` — for a warehouse table whose columns are fixed by
 someone else (TPC-DI's DImessages, which the official validation query fills with a positional
@@ -297,6 +302,37 @@ class WarehouseLayout:
             _column("watermark", sa.BigInteger(), nullable=False),
             schema=LEDGER_SCHEMA,
         )
+        # a target added after staging released batches (migration.bootstrap)
+        self.bootstraps = _table(
+            "bootstraps",
+            self.metadata,
+            _column("stream", sa.Text(), primary_key=True),
+            _column("state", sa.Text(), nullable=False),
+            _column("through_batch", sa.BigInteger()),
+            _column("peer", sa.Text()),
+            _column("peer_watermark", sa.BigInteger()),
+            _column("sinks_from", sa.BigInteger(), nullable=False),
+            _column("rows", sa.BigInteger(), nullable=False),
+            _column("started_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            _column("loaded_at", sa.TIMESTAMP(timezone=False)),
+            _column("caught_up_at", sa.TIMESTAMP(timezone=False)),
+            schema=LEDGER_SCHEMA,
+        )
+        self.bootstrap_tables = _table(
+            "bootstrap_tables",
+            self.metadata,
+            _column("stream", sa.Text(), primary_key=True),
+            _column("relation", sa.Text(), primary_key=True),
+            _column("through_batch", sa.BigInteger(), nullable=False),
+            _column("first_batch", sa.BigInteger(), nullable=False),
+            _column("rows", sa.BigInteger(), nullable=False),
+            _column("peer", sa.Text()),
+            _column("peer_watermark", sa.BigInteger()),
+            _column("ms", sa.Double(), nullable=False),
+            _column("note", sa.Text()),
+            _column("copied_at", sa.TIMESTAMP(timezone=False), nullable=False),
+            schema=LEDGER_SCHEMA,
+        )
 
     @property
     def schemas(self) -> tuple[str, ...]:
@@ -340,6 +376,14 @@ class WarehouseLayout:
     @property
     def streams_name(self) -> str:
         return f"{q(LEDGER_SCHEMA)}.{q('streams')}"
+
+    @property
+    def bootstraps_name(self) -> str:
+        return f"{q(LEDGER_SCHEMA)}.{q('bootstraps')}"
+
+    @property
+    def bootstrap_tables_name(self) -> str:
+        return f"{q(LEDGER_SCHEMA)}.{q('bootstrap_tables')}"
 
     def current_sql(self, name: str) -> str:
         """A SELECT of state table ``name`` as of the last loaded batch: the full table's rows

@@ -13,6 +13,8 @@ its connection) and writes acknowledgements and releases under the store's write
 * A target that cannot be reached is retried every ``retry_ms``; staging keeps its deltas until
   it is back. A terminal error (a target that contradicts staging) stops the worker and is raised
   by the pipeline.
+* A target added later is bootstrapped in the background (:mod:`migration.bootstrap`); rounds
+  look at it every ``retry_ms`` until it is done.
 * On a clean stop the worker pushes what is pending (``push_on_stop``).
 """
 
@@ -137,7 +139,8 @@ class MigrationWorker:
     def _round(self, names: Sequence[str], via: Via) -> None:
         report = self.migrator.migrate(names, via=via, merge="auto" if via == "push" else "force")
         self.rounds += 1
-        self._retry_at = time.monotonic() + self.settings.retry_ms / 1000 if report.failed else None
+        again = report.failed or report.bootstrapping  # a bootstrap's end is not a commit
+        self._retry_at = time.monotonic() + self.settings.retry_ms / 1000 if again else None
 
     def _pull_due(self, name: str, now: float) -> bool:
         idle_ms = self.settings.pull_idle_ms
@@ -169,7 +172,10 @@ def start_migration_worker(
     if migrator is None:
         layout = WarehouseLayout(store.flow, settings.migration.schema_name, history=store.history)
         migrator = Migrator(
-            StagedDeltas(store), build_targets(settings, layout), settings.migration
+            StagedDeltas(store),
+            build_targets(settings, layout),
+            settings.migration,
+            bootstrap="background",
         )
     worker = MigrationWorker(migrator, settings.migration)
     worker.start()

@@ -156,7 +156,10 @@ def serve(
                 spec.flow, settings.migration.schema_name, history=store.history
             )
             migrator = Migrator(
-                StagedDeltas(store), build_targets(settings, layout), settings.migration
+                StagedDeltas(store),
+                build_targets(settings, layout),
+                settings.migration,
+                bootstrap="background",
             )
         # 4.
         runner = _PipelineThread(

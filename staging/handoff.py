@@ -11,7 +11,8 @@ command opened) so it never opens the file a second time:
   letter's ``replayed_in``, set once by a later batch; a read shows it only when that batch is in
   the range or before it), so a range read needs no coordination with the committer.
 * :meth:`StagedDeltas.acknowledge` records, per warehouse target, the last batch the target has
-  committed (``streamdi.migration_acks``). An acknowledgement only moves forward.
+  committed (``streamdi.migration_acks``). An acknowledgement only moves forward, but for
+  :meth:`StagedDeltas.retract` (a target replaced by an empty one, which is being bootstrapped).
 * :meth:`StagedDeltas.release` deletes the delta-log and output rows of batches every configured
   target has acknowledged and that are older than the retention, in one transaction, and records
   ``released_through`` in ``streamdi.meta``. A release never goes past the lowest acknowledgement,
@@ -215,6 +216,22 @@ class StagedDeltas:
                     "batch_id = greatest(batch_id, excluded.batch_id), "
                     "acked_at = excluded.acked_at",
                     [target, int(batch_id), now],
+                )
+            finally:
+                cursor.close()
+
+    def retract(self, target: str, batch_id: int = 0) -> None:
+        """Set ``target``'s acknowledgement back to ``batch_id`` (the one write that moves it
+        backwards): a target that holds less than staging last heard (an empty warehouse put in
+        place of one that was acknowledged, about to be bootstrapped) must hold back the release
+        again, from now on."""
+        with self.store.write_lock:
+            cursor = self.store.cursor()
+            try:
+                cursor.execute(
+                    f"UPDATE {qualified(SYSTEM, 'migration_acks')} SET batch_id = ? "
+                    "WHERE target = ? AND batch_id > ?",
+                    [int(batch_id), target, int(batch_id)],
                 )
             finally:
                 cursor.close()

@@ -1,10 +1,11 @@
-"""A consistent read of staging at a batch watermark, for the query service.
+"""A consistent read of staging at a batch watermark, for the query service and a bootstrap.
 
 ``with open_snapshot(store) as snap:`` opens a DuckDB read transaction on its own connection: every
 read inside sees the staging file exactly as of one committed batch, ``snap.watermark``, while the
 pipeline goes on committing. A union query that reads a warehouse up to batch ``W`` reads
 :meth:`StagingSnapshot.changes` with ``after=W`` from staging, so every row is seen once, in its
-newest version.
+newest version. A warehouse added later copies the state tables whole from one snapshot
+(:meth:`StagingSnapshot.table_batches`, in bounded pieces; :mod:`migration.bootstrap`).
 """
 
 from __future__ import annotations
@@ -113,6 +114,47 @@ class StagingSnapshot:
                 f"{self._range(after, upto)} ORDER BY batch_id, _pos"
             )
         )
+
+    # -- bulk reads in bounded pieces (a warehouse's bootstrap, migration.bootstrap) ------------
+
+    def table_batches(self, name: str, *, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+        """State table ``name`` at the watermark, in no particular order, as record batches of
+        at most ``batch_rows`` rows: the image columns, as :meth:`table` has them."""
+        self._table_name(name)
+        return self._batches(f"SELECT * FROM {qualified(STATE, name)}", batch_rows)
+
+    def change_batches(
+        self, name: str, *, after: int, upto: int | None = None, batch_rows: int = 1 << 20
+    ) -> Iterator[pa.RecordBatch]:
+        """Every delta-log row of state table ``name`` in batches ``(after, upto]`` (``batch_id``,
+        ``op``, the image; all of them, not only the newest per row) as record batches."""
+        self._table_name(name)
+        sql = f"SELECT * FROM {qualified(DELTA, name)} WHERE {self._range(after, upto)}"
+        return self._batches(sql, batch_rows)
+
+    def output_batches(
+        self,
+        sink: str,
+        *,
+        after: int,
+        upto: int | None = None,
+        columns: Sequence[str] | None = None,
+        batch_rows: int = 1 << 20,
+    ) -> Iterator[pa.RecordBatch]:
+        """Output rows of ``sink`` from batches ``(after, upto]`` (every column, or ``columns``
+        in that order) as record batches."""
+        if sink not in self._store.flow.sinks:
+            raise KeyError(f"no sink {sink!r}; the dataflow has {list(self._store.flow.sinks)}")
+        picked = "*" if columns is None else ", ".join(q(c) for c in columns)
+        sql = f"SELECT {picked} FROM {qualified(OUTPUTS, sink)} WHERE {self._range(after, upto)}"
+        return self._batches(sql, batch_rows)
+
+    def _batches(self, sql: str, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        reader = self._con.sql(sql).to_arrow_reader(batch_rows)
+        try:
+            yield from reader
+        finally:
+            reader.close()
 
     def change_count(self, name: str, *, after: int = 0, upto: int | None = None) -> int:
         """Staged rows of state table or sink ``name`` in batches ``(after, upto]`` (delta-log

@@ -75,6 +75,9 @@ logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[str], None]
 
+#: ``streamdi.meta`` key: the rows :meth:`StagingStore.seed` loaded (absent: never seeded).
+SEEDED = "seeded"
+
 
 @dataclass(frozen=True)
 class StreamProgress:
@@ -405,12 +408,14 @@ class StagingStore:
         :class:`~staging.exceptions.StagingUpgradeNeeded` with the upgrade plan. A change of
         step logic or defaults only is made in place: the plan is returned, to be recorded as a
         new version. Returns what :meth:`_create` records (False: nothing)."""
+        self._seeded = False
         try:
             rows = dict(self._con.execute(f"SELECT key, value FROM {_sys('meta')}").fetchall())
         except duckdb.CatalogException as exc:
             if self.read_only:
                 raise StagingMismatch(self.path, "it has no streamdi layout") from exc
             return True
+        self._seeded = SEEDED in rows
         if rows.get("dataflow") != self.flow.name:
             raise StagingMismatch(
                 self.path, f"it holds dataflow {rows.get('dataflow')!r}, not {self.flow.name!r}"
@@ -518,6 +523,12 @@ class StagingStore:
             for s, t, p, b, m, h in rows
         }
 
+    @property
+    def seeded(self) -> bool:
+        """Whether :meth:`seed` loaded a starting state into this file (a file seeded by an
+        earlier streamdi kept no note of it). Known from the opening on, so any thread may ask."""
+        return self._seeded
+
     def meta(self, key: str) -> str | None:
         """A value of the file's ``streamdi.meta`` table (e.g. ``kafka_log``)."""
         value = self._scalar(f"SELECT value FROM {_sys('meta')} WHERE key = ?", [key])
@@ -589,7 +600,10 @@ class StagingStore:
         2. Check every image against its table's image schema (casting, names in order).
         3. BEGIN.
         4. Append each table's rows (one Arrow insert per table).
-        5. Replace the sequences with the image's.
+        5. Replace the sequences with the image's; note ``seeded`` (the rows seeded) in
+           ``streamdi.meta``: from now on a warehouse may hold rows staging never had (those the
+           seed left out), so a warehouse added later copies its state tables from another
+           warehouse, not from staging (:mod:`migration.bootstrap`).
         6. COMMIT: the state appears whole, or not at all.
         """
         if self.read_only:
@@ -633,12 +647,17 @@ class StagingStore:
                 con.execute(f"DELETE FROM {_sys('sequences')}")
                 for name, value in sorted(image.sequences.items()):
                     con.execute(f"INSERT INTO {_sys('sequences')} VALUES (?, ?)", [name, value])
+                con.execute(
+                    f"INSERT OR REPLACE INTO {_sys('meta')} VALUES (?, ?)",
+                    [SEEDED, str(sum(t.num_rows for t in rows.values()))],
+                )
                 # 6.
                 con.execute("COMMIT")
             except Exception as exc:
                 with suppress(duckdb.Error):
                     con.execute("ROLLBACK")
                 raise StagingCommitFailed([0], f"seeding failed: {exc}") from exc
+            self._seeded = True
         logger.info(
             "seeded staging tables=%s rows=%s",
             len(rows),

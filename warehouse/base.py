@@ -11,7 +11,9 @@ A driver owns everything that differs between PostgreSQL and DuckDB below the SQ
   :meth:`~BaseWarehouseDriver.commit`, :meth:`~BaseWarehouseDriver.rollback`) and statements inside
   them (:meth:`~BaseWarehouseDriver.execute`, :meth:`~BaseWarehouseDriver.fetch`);
 * bulk loads (:meth:`~BaseWarehouseDriver.bulk_insert`: ``COPY`` on PostgreSQL, an Arrow scan on
-  DuckDB; never row by row);
+  DuckDB; never row by row) and bulk reads of results of any size in bounded pieces
+  (:meth:`~BaseWarehouseDriver.export`: ``COPY ... TO STDOUT`` on PostgreSQL, an Arrow stream on
+  DuckDB), inside a snapshot (:meth:`~BaseWarehouseDriver.begin_snapshot`);
 * the one set of errors (:mod:`warehouse.exceptions`): :meth:`~BaseWarehouseDriver.guard` maps a
   driver error to :class:`~warehouse.exceptions.WarehouseUnavailable` (and drops a broken
   connection), :meth:`~BaseWarehouseDriver.error_for` tells a rejected statement
@@ -24,7 +26,7 @@ each driver: :mod:`warehouse.postgres_reads` and :class:`warehouse.duckdb.DuckDB
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
@@ -143,6 +145,21 @@ class BaseWarehouseDriver(ABC):
         the table's columns ``columns`` (SQL, written as given) or, by default, into the columns
         named as theirs. With a ``hook``, ``hook("copy")`` runs once about half of the rows are
         in."""
+
+    @abstractmethod
+    def begin_snapshot(self) -> None:
+        """Open a read-only transaction whose statements all see one committed state of the
+        warehouse (PostgreSQL: ``REPEATABLE READ READ ONLY``; a DuckDB transaction is a
+        snapshot); end it with :meth:`rollback`."""
+
+    @abstractmethod
+    def export(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The rows of query ``sql``, of any size, as record batches of ``schema`` (its names
+        and types, by position) read through the dialect's bulk path out (``COPY ... TO
+        STDOUT`` on PostgreSQL, an Arrow stream on DuckDB), in bounded pieces: never the whole
+        result in memory. Runs in the open transaction (:meth:`begin_snapshot`); a caller that
+        stops early closes the generator. Raises
+        :class:`~warehouse.exceptions.WarehouseUnavailable` when the read fails."""
 
     @abstractmethod
     def savepoint(self) -> AbstractContextManager[None]:

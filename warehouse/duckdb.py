@@ -45,6 +45,9 @@ from warehouse.exceptions import (
 
 logger = logging.getLogger(__name__)
 
+#: Most rows per record batch :meth:`DuckDBDriver.export` asks for.
+EXPORT_BATCH_ROWS = 1 << 20
+
 
 class DuckDBDriver(BaseWarehouseDriver):
     """See the module docstring. ``memory_limit``/``threads`` are set on the instance when given;
@@ -235,6 +238,30 @@ class DuckDBDriver(BaseWarehouseDriver):
                 con.execute(f"INSERT INTO {qualified} ({into}) SELECT {cols} FROM {view}")
             finally:
                 con.unregister(view)
+
+    def begin_snapshot(self) -> None:
+        """BEGIN: every DuckDB transaction reads one snapshot (read-only by use: nothing here
+        writes in it)."""
+        self.begin()
+
+    def export(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """DuckDB's Arrow stream of ``sql`` (vectors of its own size, at most
+        :data:`EXPORT_BATCH_ROWS` rows per batch)."""
+        with self.guard():
+            reader = self.connection.sql(sql).to_arrow_reader(EXPORT_BATCH_ROWS)
+        try:
+            while True:
+                with self.guard():
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        return
+                yield pa.RecordBatch.from_arrays(
+                    [c.cast(t) for c, t in zip(batch.columns, schema.types, strict=True)],
+                    schema=schema,
+                )
+        finally:
+            reader.close()
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

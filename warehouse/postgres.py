@@ -29,6 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from warehouse.base import BaseWarehouseDriver, Dialect, Hook, Params, quote_identifier
 from warehouse.exceptions import WarehouseQueryFailed, WarehouseUnavailable, first_line
+from warehouse.postgres_export import copy_out_batches
 
 logger = logging.getLogger(__name__)
 
@@ -284,6 +285,17 @@ class PostgresDriver(BaseWarehouseDriver):
             cur.copy_expert(
                 f"COPY {qualified} ({cols}) FROM STDIN WITH (FORMAT csv)", source, size=1 << 20
             )
+
+    def begin_snapshot(self) -> None:
+        """The first statement of the transaction psycopg2 opens makes it a snapshot."""
+        self.begin()
+        self.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    def export(self, sql: str, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """``COPY (sql) TO STDOUT`` streamed into Arrow (:mod:`warehouse.postgres_export`)."""
+        if self._con is None:
+            raise WarehouseUnavailable(self.name, "not connected")
+        return copy_out_batches(self._con, sql, schema, target=self.name)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

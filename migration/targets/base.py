@@ -477,6 +477,12 @@ class BaseTarget(ABC):
         self._after_merge()
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
 
+    def merge_table(self, name: str) -> int:
+        """Fold the delta rows of ``name`` into its full table, in the open transaction (steps 2
+        and 3 of the merge protocol for one relation; the caller empties its delta table and
+        records the merge). The rows written. A bootstrap catching relations up uses it."""
+        return self._merge_table(name)
+
     def _after_merge(self) -> None:  # noqa: B027 - optional hook
         """Housekeeping after a committed merge (the DuckDB target checkpoints here)."""
 

@@ -119,6 +119,7 @@ def test_the_wire_keeps_its_keys(client: TestClient) -> None:
         "merged_at",
         "unmerged_rows",
         "busy",
+        "readable",
         "mode",
     }
     pushed = client.post("/migration/push", json={"merge": "never"}).json()
@@ -130,6 +131,7 @@ def test_the_wire_keeps_its_keys(client: TestClient) -> None:
         "rows",
         "merged_rows",
         "error",
+        "bootstrap",
     }
     assert pushed["targets"]["duckdb"]["error"] is None
     status = client.get("/status").json()
