@@ -181,6 +181,9 @@ class Migrator:
         self._last_release = float("-inf")
         self._noted: dict[str, int] = {}
         self._releasing: dict[str, int] = {}
+        #: Guards the swaps of ``_noted`` and ``_releasing`` against :meth:`acknowledged`, which
+        #: reads both from other threads (the query service's status and metrics).
+        self._memory_lock = threading.Lock()
         self._round_since_release = False
         self._releaser: threading.Thread | None = None
         self.bootstraps = Bootstrapper(
@@ -203,12 +206,14 @@ class Migrator:
 
     def _note_ack(self, name: str, batch_id: int, acks: dict[str, int]) -> None:
         if batch_id > max(acks.get(name, 0), self._noted.get(name, 0)):
-            self._noted[name] = batch_id
+            with self._memory_lock:
+                self._noted[name] = batch_id
 
     def _take_noted(self) -> dict[str, int]:
-        noted = dict(self._noted)
-        self._releasing = noted  # still visible to acknowledged() until staging holds them
-        self._noted.clear()
+        with self._memory_lock:
+            noted = dict(self._noted)
+            self._releasing = noted  # still visible to acknowledged() until staging holds them
+            self._noted.clear()
         self._last_release = time.monotonic()
         self._round_since_release = False
         return noted
@@ -220,7 +225,8 @@ class Migrator:
             staged.acknowledge(name, batch_id)
             if self.hook is not None:
                 self.hook("acked", name)
-        self._releasing = {}
+        with self._memory_lock:
+            self._releasing = {}
         staged.release(self.release_targets, self.settings.retention_s)
 
     def _release_in_background(self, noted: dict[str, int]) -> None:
@@ -245,13 +251,15 @@ class Migrator:
         """From now on staging keeps every batch for target ``name`` (before its bootstrap reads
         anything): a release in flight ends first, then its acknowledgement is set back to 0."""
         self.wait_for_release()
-        self._noted.pop(name, None)
+        with self._memory_lock:
+            self._noted.pop(name, None)
         self.staged.retract(name)
 
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
         # memory before staging: an acknowledgement leaves memory only once staging holds it
-        noted = {**self._releasing, **self._noted}
+        with self._memory_lock:
+            noted = {**self._releasing, **self._noted}
         acks = self.staged.acks()
         return {n: max(acks.get(n, 0), noted.get(n, 0)) for n in {*acks, *noted}}
 

@@ -40,16 +40,7 @@ logger = logging.getLogger(__name__)
 
 def twin(target: BaseTarget) -> BaseTarget:
     """A new, unopened target on the same warehouse as ``target`` (a connection of its own)."""
-    from migration.targets.duckdb_file import DuckDBTarget
-    from migration.targets.postgres import PostgresTarget
-
-    if isinstance(target, DuckDBTarget):
-        return DuckDBTarget(
-            target.layout, target.path, memory_limit=target.memory_limit, threads=target.threads
-        )
-    if isinstance(target, PostgresTarget):
-        return PostgresTarget(target.layout, target.dsn, target.connect_args)
-    raise TypeError(f"cannot bootstrap from or into a {type(target).__name__}")
+    return target.twin()
 
 
 def relation_schema(layout: WarehouseLayout, name: str) -> pa.Schema:

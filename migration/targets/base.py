@@ -122,6 +122,11 @@ class BaseTarget(ABC):
         """Whether another client is running a query on the target right now."""
 
     @abstractmethod
+    def twin(self) -> BaseTarget:
+        """A new, unopened target on the same warehouse and layout with a connection of its own
+        (a bootstrap reads a peer through one beside the migrator's rounds)."""
+
+    @abstractmethod
     def reader(
         self, ensure_layout: Callable[[], object], options: ReaderOptions
     ) -> WarehouseReader:

@@ -58,6 +58,12 @@ class DuckDBTarget(BaseTarget):
         self._lock = threading.RLock()
         self._busy_until = 0.0
 
+    def twin(self) -> DuckDBTarget:
+        """Another target on the same file (it joins the DuckDB instance this process holds)."""
+        return DuckDBTarget(
+            self.layout, self.path, memory_limit=self.memory_limit, threads=self.threads
+        )
+
     def _connect(self) -> None:
         from duckdb_engine import Dialect
 

@@ -33,6 +33,10 @@ class PostgresTarget(BaseTarget):
         self._driver = PostgresDriver(dsn, connect_args)
         super().__init__(layout, self._driver)
 
+    def twin(self) -> PostgresTarget:
+        """Another target on the same database (a connection of its own)."""
+        return PostgresTarget(self.layout, self.dsn, self.connect_args)
+
     @property
     def dsn(self) -> str:
         """The libpq DSN this target connects with (readers of the same warehouse reuse it)."""
