@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks.postgres import bench_postgres
+from benchmarks.staged import upsert_commit
 from cli.commands import EXIT_OK, Commands, write_json
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
 from migration.migrator import Migrator
@@ -37,8 +37,8 @@ from migration.targets.base import BaseTarget
 from migration.targets.duckdb_file import DuckDBTarget
 from migration.targets.postgres import PostgresTarget
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA, q
-from staging.store import BatchCommit, StagingStore, StreamProgress
+from staging.layout import q
+from staging.store import BatchCommit, StagingStore
 from streamdi.settings import MigrationSettings, StreamdiSettings
 
 BATCH_ROWS = 10_000
@@ -97,24 +97,15 @@ def _batch(flow: CompiledDataflow, batch_id: int, rng: np.random.Generator) -> B
             "_src": pa.array(np.zeros(BATCH_ROWS, dtype=np.int64)),
         }
     )
-    result = BatchResult(
-        batch_id=batch_id,
-        outputs={"trades": events},
-        dead_letters=pa.table({}),
-        aborts=ABORT_SCHEMA.empty_table(),
-        deltas={"positions": TableDelta(upserts, upserts.select(["id"]).slice(0, 0))},
-        sequences={},
-    )
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={("bench", 0): batch_id},
-        streams={"events": StreamProgress(batch_id, None, batch_id * BATCH_ROWS, -1)},
+    return upsert_commit(
+        batch_id,
+        "positions",
+        upserts,
+        "id",
+        stream="events",
         events=BATCH_ROWS,
-        records=1,
-        arrived_at=time.time(),
-        executed_ms=0.0,
+        position=batch_id * BATCH_ROWS,
+        outputs={"trades": events},
     )
 
 

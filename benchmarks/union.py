@@ -42,8 +42,8 @@ from api.models import QueryBody
 from api.planner import PlanModel
 from api.service import QueryService
 from benchmarks.postgres import bench_postgres
+from benchmarks.staged import upsert_commit
 from cli.commands import EXIT_OK, Commands, write_json
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.state import image_schema
 from migration.migrator import Migrator
@@ -52,8 +52,8 @@ from migration.targets.base import BaseTarget
 from migration.targets.duckdb_file import DuckDBTarget
 from migration.targets.postgres import PostgresTarget
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA, q
-from staging.store import BatchCommit, StagingStore, StreamProgress
+from staging.layout import q
+from staging.store import BatchCommit, StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 
 PLANS = ("island", "migrate", "auto")
@@ -97,24 +97,8 @@ def _batch(flow: CompiledDataflow, batch_id: int, first: int, rows: int) -> Batc
             "o_all_local": rng.random(rows) < 0.99,
         }
     ).cast(image_schema(flow.tables["orders"]))
-    result = BatchResult(
-        batch_id=batch_id,
-        outputs={},
-        dead_letters=pa.table({}),
-        aborts=ABORT_SCHEMA.empty_table(),
-        deltas={"orders": TableDelta(upserts, upserts.select(["o_id"]).slice(0, 0))},
-        sequences={},
-    )
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={("bench", 0): batch_id},
-        streams={"new_orders": StreamProgress(batch_id, None, first + rows, -1)},
-        events=rows,
-        records=1,
-        arrived_at=time.time(),
-        executed_ms=0.0,
+    return upsert_commit(
+        batch_id, "orders", upserts, "o_id", stream="new_orders", events=rows, position=first + rows
     )
 
 

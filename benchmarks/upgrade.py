@@ -33,16 +33,16 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.staged import upsert_commit
 from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows import Dataflow, col
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.state import image_schema
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from staging.handoff import StagedDeltas
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA, arrow_of
-from staging.store import BatchCommit, StagingStore, StreamProgress
+from staging.layout import arrow_of
+from staging.store import BatchCommit, StagingStore
 from staging.upgrade import upgrade_staging
 from streamdi.settings import load_settings
 
@@ -82,24 +82,8 @@ def _commit(flow: CompiledDataflow, batch_id: int, rng: np.random.Generator) -> 
             "name": pa.array([f"customer {i}" for i in range(first, first + n)], pa.string()),
         }
     ).cast(image_schema(flow.tables["accounts"]))
-    result = BatchResult(
-        batch_id=batch_id,
-        outputs={},
-        dead_letters=pa.table({}),
-        aborts=ABORT_SCHEMA.empty_table(),
-        deltas={"accounts": TableDelta(rows, rows.select(["id"]).slice(0, 0))},
-        sequences={},
-    )
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={("bench", 0): batch_id},
-        streams={"events": StreamProgress(batch_id, None, batch_id * n, -1)},
-        events=n,
-        records=1,
-        arrived_at=time.time(),
-        executed_ms=0.0,
+    return upsert_commit(
+        batch_id, "accounts", rows, "id", stream="events", events=n, position=batch_id * n
     )
 
 
