@@ -1,11 +1,11 @@
-"""``streamdi upgrade plan`` and ``streamdi upgrade apply``: change a running dataflow."""
+"""``streamdi upgrade plan``, ``apply`` and ``reprocess``: change a running dataflow."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, Commands, write_json
 from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
 
@@ -38,9 +38,34 @@ def _apply(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     return EXIT_OK
 
 
+def _reprocess(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from ingest.broker import open_broker
+    from runtime.reprocess import check_request, reprocess
+    from runtime.runspec import load_run_spec
+
+    spec = load_run_spec(args.spec)
+    check_request(spec, args.tables)  # before a broker starts
+    with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
+        report = reprocess(spec, settings, broker, args.tables, hook=_crash_hook(args.crash_at))
+    if args.json:
+        write_json(report.to_json(), args.json)
+    if args.json != "-":
+        print(report.render())
+    return EXIT_OK if report.cut_over else EXIT_UNAVAILABLE
+
+
 #: Where ``upgrade apply --crash-at`` can kill the process (kill -9 tests; see
 #: :mod:`staging.upgrade` and :mod:`migration.evolution`).
-CRASH_PHASES = ("converted", "switching", "switched", "target-switching")
+CRASH_PHASES = (
+    "converted",
+    "switching",
+    "switched",
+    "target-switching",
+    # upgrade reprocess (runtime.reprocess)
+    "caught-up",
+    "committed",
+    "pushed",
+)
 
 
 def _crash_hook(phase: str | None) -> Callable[[str], None] | None:
@@ -87,3 +112,14 @@ def register(commands: Commands) -> None:
     apply.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
     apply.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)
     apply.set_defaults(handler=_apply)
+    again = actions.add_parser(
+        "reprocess",
+        help="recompute state tables from the input Kafka retains with the dataflow as it is "
+        "now, in a shadow, then cut over in one batch (exit 3: a pipeline runs on staging; "
+        "the shadow caught up, run again once it stopped)",
+    )
+    again.add_argument("spec", help="module:attribute naming the Dataflow or RunSpec staged now")
+    again.add_argument("tables", nargs="+", metavar="TABLE", help="state tables to recompute")
+    again.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
+    again.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)
+    again.set_defaults(handler=_reprocess)

@@ -113,6 +113,27 @@ def ensure_topics(kafka: KafkaSettings, bootstrap: str, topics: dict[str, int]) 
         admin.close()
 
 
+def group_offsets(kafka: KafkaSettings, bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The offsets consumer group ``group`` last committed, per ``(topic, partition)`` (empty when
+    it committed none). streamdi's pipelines commit theirs after staging did, for monitoring
+    (:meth:`ingest.consumer.RecordConsumer.commit_for_monitoring`), so they never pass staging's."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(**client_config(kafka, bootstrap))
+    try:
+        committed = admin.list_group_offsets({group: None}).get(group, {})
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"cannot read the offsets of group {group!r}: {exc}") from exc
+    finally:
+        admin.close()
+    return {
+        (tp.topic, tp.partition): int(meta.offset)
+        for tp, meta in committed.items()
+        if meta.offset is not None and meta.offset >= 0
+    }
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does
     not)."""

@@ -51,12 +51,12 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from etl_dataflows.executors import create_executor
-from ingest.assembler import AssembledBatch, BatchAssembler
+from ingest.assembler import AssembledBatch, BatchAssembler, TopicPartition
 from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, ResumePoint
 from ingest.consumer import MONITOR_TIMEOUT_MS, RecordConsumer
@@ -64,6 +64,7 @@ from ingest.eventtime import EventTimeBounds
 from ingest.topic_checks import check_topics
 from migration.migrator import Migrator
 from migration.worker import MigrationWorker, committed_rows, start_migration_worker
+from runtime.bounded_feed import BoundedFeed
 from runtime.committer import CommittedBatch, PipelineReport, StagingCommitter, execute_batch
 from runtime.consuming import ConsumingLoop, LoopRules, PauseControl
 from runtime.cutting import CutRules
@@ -98,6 +99,11 @@ class PipelineOptions:
     #: On stop, keep consuming what is already in Kafka for up to this long (``streamdi serve``:
     #: ``INGEST__DRAIN_S``); 0 stops after the batch in hand.
     drain_s: float = 0.0
+    #: A replay (:mod:`runtime.reprocess`): read each ``(topic, partition)`` up to this offset
+    #: only, starting where staging stopped or else at offset 0 (never at the log's start:
+    #: records retention deleted are :class:`~ingest.exceptions.RetentionGap`), through a
+    #: :class:`~runtime.bounded_feed.BoundedFeed`; no offsets are committed for monitoring.
+    replay_to: Mapping[TopicPartition, int] | None = None
 
 
 class Pipeline:
@@ -204,14 +210,16 @@ class Pipeline:
         }
         ensure_topics(settings.kafka, self.broker.bootstrap_servers, wanted)
         check_topics(settings.kafka, self.broker.bootstrap_servers, wanted)
+        replay_to = options.replay_to
         consumer = RecordConsumer(
             settings.kafka,
             self.broker.bootstrap_servers,
             list(topics),
-            start=offsets,
+            start=offsets if replay_to is None else {tp: offsets.get(tp, 0) for tp in replay_to},
             start_from=settings.ingest.start_from,
-            group_id=f"streamdi.{spec.flow.name}",
+            group_id=f"streamdi.{spec.flow.name}" if replay_to is None else None,
         )
+        feed: RecordFeed = consumer if replay_to is None else BoundedFeed(consumer, replay_to)
         assembler = BatchAssembler(
             spec.flow,
             topics,
@@ -241,7 +249,7 @@ class Pipeline:
         self._committer = committer
         committer.start(stop)
         loop = self.consuming_loop(
-            consumer,
+            feed,
             assembler,
             executor,
             committer,
@@ -258,7 +266,7 @@ class Pipeline:
             committer.close()
             if self._migration is not None:
                 self._migration.stop(push=None if self._failure() is None else False)
-            consumer.close()
+            feed.close()
             stop.set()
             for thread in collector_threads:
                 thread.join(timeout=60)

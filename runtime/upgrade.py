@@ -166,8 +166,24 @@ def apply_upgrade(
     )
     report = UpgradeReport(switch)
     # 2.
+    report.targets.update(migrate_once(flow, settings, hook=hook))
+    return report
+
+
+def migrate_once(
+    flow: CompiledDataflow,
+    settings: StreamdiSettings,
+    *,
+    hook: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """One migration round from the run's staging (opened with ``flow``; no pipeline may run on
+    it) into every configured warehouse: each reachable one switches to staging's version as it
+    opens and loads what it lacks. Per warehouse, what it holds now or why it could not be
+    reached (it catches up when the migration reaches it; staging keeps what it has not
+    acknowledged). ``hook``: the warehouses' upgrade hook (kill -9 tests)."""
     if not settings.migration.target_names:
-        return report
+        return {}
+    out: dict[str, str] = {}
     with StagingStore(
         settings.staging_path,
         flow,
@@ -183,11 +199,11 @@ def apply_upgrade(
         try:
             round_ = migrator.migrate(via="pull")
             for name, result in round_.targets.items():
-                report.targets[name] = (
-                    f"not reachable ({result.error}); switches when the migration reaches it"
+                out[name] = (
+                    f"not reachable ({result.error}); catches up when the migration reaches it"
                     if result.error is not None
                     else f"at version {store.version}, through batch {result.watermark}"
                 )
         finally:
             migrator.close()
-    return report
+    return out

@@ -543,20 +543,26 @@ class StagingStore:
     def load_state(self) -> StateImage:
         """The engine's state as of the last commit: every state table sorted by row id, plus the
         sequences."""
-        tables: dict[str, pa.Table] = {}
+        tables = {name: self.state_table(name) for name in self.flow.tables}
+        return StateImage(tables, self.sequences())
+
+    def state_table(self, name: str) -> pa.Table:
+        """State table ``name`` as of the last commit, in its image form, sorted by row id."""
+        table = self.flow.tables[name]
+        order = ", ".join(q(c) for c in table.row_id())
         # the state views read delta-log segment files: pinned, a release cannot delete them
         with self.segment_folder.pinned():
-            for name, table in self.flow.tables.items():
-                order = ", ".join(q(c) for c in table.row_id())
-                data = arrow_of(
-                    self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}")
-                )
-                tables[name] = data.cast(image_schema(table))
-        sequences = {
+            data = arrow_of(
+                self._con.sql(f"SELECT * FROM {qualified(STATE, name)} ORDER BY {order}")
+            )
+        return data.cast(image_schema(table))
+
+    def sequences(self) -> dict[str, int]:
+        """The sequences' values as of the last commit."""
+        return {
             str(n): int(v)
             for n, v in self._con.execute(f"SELECT name, value FROM {_sys('sequences')}").fetchall()
         }
-        return StateImage(tables, sequences)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
         """Run a read-only SQL query on a fresh cursor and return Arrow (for tools and tests)."""

@@ -226,8 +226,9 @@ def plan_upgrade(
                     step,
                     f"{was.logic or was.kind} -> {now.logic or now.kind}",
                     "in_place",
-                    "state is kept; batches after the switch run the new code (rows already "
-                    "stored are not recomputed)",
+                    "state is kept; batches after the switch run the new code; to recompute "
+                    "the rows stored before, run `streamdi upgrade reprocess "
+                    "<module:attribute> TABLE...` after the upgrade",
                 )
             )
     return plan

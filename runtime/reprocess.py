@@ -1,0 +1,385 @@
+"""Recomputing state tables from the input Kafka still holds: ``streamdi upgrade reprocess``.
+
+After ``streamdi upgrade apply`` a step whose logic changed keeps its state: batches after the
+switch run the new code, rows computed before keep what the old code made of them.
+:func:`reprocess` recomputes named state tables with the dataflow as it is now, from the first
+record of every partition, in a *shadow* while the old rows keep serving (in staging, in the
+warehouses and through the query service), then cuts over in one batch. The protocol:
+
+1. Check the request (:func:`check_request`): every name is a state table of the dataflow. A sink
+   is refused: its warehouse rows are append-only facts readers have already seen, and a
+   cut-over would have to retract them.
+2. Bound the catch-up. When staging can be opened (no pipeline runs on it), its offsets; else the
+   offsets the pipeline last committed to Kafka for monitoring, which it writes after staging
+   committed them, so they never pass staging's.
+3. Catch up: run the dataflow as a shadow pipeline, with a staging file of its own
+   (:func:`shadow_path`), no collectors and no migration, over the retained input from offset 0 of
+   every partition (or from where an earlier run left the shadow: it resumes) up to the bound
+   (:class:`~runtime.bounded_feed.BoundedFeed`). Records deleted by retention stop it
+   (:class:`ReprocessRefused`): a table cannot be recomputed from part of its input. If staging
+   was in use at step 2, the run ends here (:attr:`ReprocessReport.cut_over` false): stop the
+   pipeline and run again; the cut-over reads only what came since.
+4. Check staging (opened, so no pipeline runs): it holds the dataflow's version (else ``upgrade
+   apply`` first), was not seeded (a seeded state came from outside Kafka), and its offsets
+   belong to the broker's log. Catch the shadow up to staging's offsets (step 3 again); it must
+   then have read exactly what staging read.
+5. Per named table, the difference from staging's rows to the shadow's
+   (:func:`staging.difference.table_difference`), committed as batch ``W + 1``: no events, no
+   offsets moved, each sequence at the larger of the two values; staging's meta records
+   ``reprocessed:<W + 1>``. Every reader of staging sees the old or the new table, never half.
+6. Push: one migration round; each warehouse loads batch ``W + 1`` in one transaction, like any
+   batch, so it too holds the old or the new table. A warehouse not reachable takes it when the
+   migration reaches it (staging keeps the batch until every warehouse acknowledged it).
+7. Remove the shadow.
+
+A crash before step 5's commit changed nothing (running again resumes the shadow); after it, the
+shadow equals staging: running again finds no difference, commits nothing, pushes and removes the
+shadow. So the cut-over is applied exactly once.
+
+What it does not do: tables that read a reprocessed table keep their rows (name them too); a
+stream read from several partitions is merged by event time, and where partitions went idle the
+merge order can depend on timing, so the shadow may order such events differently than the live
+run did; ``--from BATCH|TIME`` (recompute from a later point) is not built.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
+from ingest.assembler import TopicPartition
+from ingest.broker import BrokerHandle
+from ingest.exceptions import RetentionGap
+from ingest.kafka_client import group_offsets
+from runtime.exceptions import RunError
+from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.runspec import RunSpec
+from runtime.upgrade import migrate_once
+from staging.difference import table_difference
+from staging.exceptions import StagingInUse, StagingMismatch
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.store import BatchCommit, StagingStore
+from staging.upgrade import plan_staging
+from streamdi.errors import TerminalError
+from streamdi.settings import StreamdiSettings
+
+logger = logging.getLogger(__name__)
+
+#: A shadow run ends once every partition reached its bound and nothing happened for this long.
+REPLAY_IDLE_S = 0.5
+#: Shadow runs in a row that may end short of the bound before the catch-up gives up.
+MAX_ROUNDS = 5
+
+#: Called at the protocol's dangerous points (``caught-up``, ``committed``, ``pushed``): kill -9
+#: tests.
+ReprocessHook = Callable[[str], None]
+
+
+class ReprocessRefused(RunError, TerminalError):
+    """The request cannot be served; the message says why and what to do."""
+
+
+@dataclass
+class ReprocessReport:
+    """What :func:`reprocess` did."""
+
+    tables: list[str]
+    cut_over: bool = False
+    watermark: int = 0
+    """Staging's last batch before the cut-over."""
+    batch: int | None = None
+    """The cut-over's batch (``watermark + 1``), or None when nothing differed."""
+    upserted: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+    shadow_batches: int = 0
+    shadow_events: int = 0
+    catch_up_s: float = 0.0
+    cut_over_s: float = 0.0
+    """From opening staging to the pushed cut-over: the time the pipeline has to stay stopped."""
+    targets: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tables": self.tables,
+            "cut_over": self.cut_over,
+            "watermark": self.watermark,
+            "batch": self.batch,
+            "upserted": self.upserted,
+            "deleted": self.deleted,
+            "shadow_batches": self.shadow_batches,
+            "shadow_events": self.shadow_events,
+            "catch_up_s": round(self.catch_up_s, 3),
+            "cut_over_s": round(self.cut_over_s, 3),
+            "targets": self.targets,
+        }
+
+    def render(self) -> str:
+        lines = [
+            f"shadow: {self.shadow_events:,} events replayed in {self.shadow_batches:,} batches "
+            f"({self.catch_up_s:.1f} s)"
+        ]
+        if not self.cut_over:
+            lines.append(
+                "staging is in use by a running pipeline, so the old tables keep serving: stop "
+                "the pipeline and run this command again to cut over (it replays only what "
+                "came since)"
+            )
+            return "\n".join(lines)
+        if self.batch is None:
+            lines.append(
+                f"staging: {', '.join(self.tables)} already equal the recomputed rows (batch "
+                f"{self.watermark}); nothing to cut over"
+            )
+        else:
+            changes = ", ".join(
+                f"{t} {self.upserted[t]:,} rows written, {self.deleted[t]:,} deleted"
+                for t in self.tables
+            )
+            lines.append(
+                f"staging: cut over in batch {self.batch} ({changes}; {self.cut_over_s:.2f} s)"
+            )
+        lines.extend(f"warehouse {n}: {m}" for n, m in sorted(self.targets.items()))
+        return "\n".join(lines)
+
+
+def shadow_path(settings: StreamdiSettings, flow_name: str) -> Path:
+    """Where the shadow of ``flow_name``'s reprocess keeps its staging file."""
+    return settings.streamdi.state_dir / "reprocess" / flow_name / "staging.duckdb"
+
+
+def check_request(spec: RunSpec, tables: Sequence[str]) -> None:
+    """Step 1: raise :class:`ReprocessRefused` unless every name is a state table of the
+    dataflow (at least one, no sink, none unknown)."""
+    flow = spec.flow
+    if not tables:
+        raise ReprocessRefused("name at least one state table to reprocess")
+    problems = []
+    for name in tables:
+        if name in flow.sinks:
+            problems.append(
+                f"{name!r} is a sink: its rows in the warehouses are append-only facts readers "
+                "have seen, and reprocessing would retract them; to deliver the new logic's "
+                "output, add a sink (`streamdi upgrade apply`): it delivers from the switch on"
+            )
+        elif name not in flow.tables:
+            problems.append(
+                f"{name!r} is not a state table of dataflow {flow.name!r} (its tables: "
+                f"{sorted(flow.tables)})"
+            )
+    if problems:
+        raise ReprocessRefused("cannot reprocess: " + "; ".join(problems))
+
+
+def reprocess(
+    spec: RunSpec,
+    settings: StreamdiSettings,
+    broker: BrokerHandle,
+    tables: Sequence[str],
+    *,
+    hook: ReprocessHook | None = None,
+) -> ReprocessReport:
+    """Recompute ``tables`` per the module docstring."""
+    # 1.
+    check_request(spec, tables)
+    flow = spec.flow
+    report = ReprocessReport(list(dict.fromkeys(tables)))
+    shadow = shadow_settings(settings, flow.name)
+    started = time.monotonic()
+    # 2.
+    try:
+        plan, _ = plan_staging(settings.staging_path, flow)
+        live_in_use = False
+    except StagingInUse:
+        live_in_use = True
+    if live_in_use:
+        bound = group_offsets(settings.kafka, broker.bootstrap_servers, f"streamdi.{flow.name}")
+        # 3.
+        _catch_up(spec, shadow, broker, bound, report)
+        report.catch_up_s = time.monotonic() - started
+        return report
+    if not plan.empty:
+        raise ReprocessRefused(
+            f"staging holds another version of dataflow {flow.name!r}; apply it first "
+            f"(`streamdi upgrade apply <module:attribute>`), then reprocess:\n{plan.render()}"
+        )
+    # 4.
+    cut_started = time.monotonic()
+    with StagingStore(
+        settings.staging_path,
+        flow,
+        memory_limit=settings.staging.memory_limit,
+        threads=settings.staging.threads,
+        background_merge=False,
+    ) as store:
+        _check_staging(store, broker)
+        bound = store.offsets()
+        _catch_up(spec, shadow, broker, bound, report)
+        report.catch_up_s = time.monotonic() - started
+        cut_started = time.monotonic()
+        if hook is not None:
+            hook("caught-up")
+        # 5.
+        report.cut_over = True
+        report.watermark = store.watermark
+        _cut_over(store, shadow.staging_path, report)
+        if hook is not None:
+            hook("committed")
+    # 6.
+    report.targets = migrate_once(flow, settings)
+    if hook is not None:
+        hook("pushed")
+    # 7.
+    shutil.rmtree(shadow.staging_path.parent, ignore_errors=True)
+    report.cut_over_s = time.monotonic() - cut_started
+    return report
+
+
+def shadow_settings(settings: StreamdiSettings, flow_name: str) -> StreamdiSettings:
+    """The run's settings for the shadow: its own staging file, no migration."""
+    return settings.model_copy(
+        update={
+            "staging": settings.staging.model_copy(
+                update={"path": shadow_path(settings, flow_name)}
+            ),
+            "migration": settings.migration.model_copy(update={"targets": ""}),
+        }
+    )
+
+
+def _check_staging(store: StagingStore, broker: BrokerHandle) -> None:
+    """Step 4's checks."""
+    if store.seeded:
+        raise ReprocessRefused(
+            f"staging {store.path} was seeded with a starting state (e.g. a historical load) "
+            "that is not in Kafka, so its tables cannot be recomputed from Kafka's records"
+        )
+    log = store.meta("kafka_log")
+    if log is not None and log != broker.log_id:
+        raise ReprocessRefused(
+            f"staging's offsets belong to another Kafka log ({log}, the broker's is "
+            f"{broker.log_id}): the input of its batches is not in this broker"
+        )
+
+
+def _catch_up(
+    spec: RunSpec,
+    shadow: StreamdiSettings,
+    broker: BrokerHandle,
+    bound: Mapping[TopicPartition, int],
+    report: ReprocessReport,
+) -> None:
+    """Step 3: run the shadow pipeline until it consumed every partition up to ``bound``."""
+    bound = {tp: end for tp, end in bound.items() if end > 0}
+    options = PipelineOptions(
+        executor=shadow.engine.executor,
+        until_idle_s=REPLAY_IDLE_S,
+        collect=False,
+        replay_to=bound,
+    )
+    for _ in range(MAX_ROUNDS):
+        behind = _behind(shadow, spec, bound)
+        if not behind:
+            return
+        logger.info("reprocess catches up shadow=%s behind=%s", shadow.staging_path, behind)
+        try:
+            done = Pipeline(spec, shadow, broker, options).run()
+        except RetentionGap as exc:
+            raise ReprocessRefused(
+                "the input is no longer all in Kafka, so the tables cannot be recomputed from "
+                f"it: {exc}. Reprocessing needs every record from offset 0; keep the topics of "
+                "tables you may reprocess with a retention that never deletes (retention.ms=-1)"
+            ) from exc
+        report.shadow_batches += done.batches
+        report.shadow_events += done.events
+    behind = _behind(shadow, spec, bound)
+    if behind:
+        raise ReprocessRefused(
+            f"the shadow did not reach staging's offsets after {MAX_ROUNDS} runs (behind: "
+            f"{behind}); the broker may be failing: run again"
+        )
+
+
+def _behind(
+    shadow: StreamdiSettings, spec: RunSpec, bound: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, tuple[int, int]]:
+    """Per partition the shadow has not read up to ``bound``: (shadow's offset, the bound).
+    Raises :class:`ReprocessRefused` when the shadow read past it."""
+    try:
+        with StagingStore(shadow.staging_path, spec.flow, background_merge=False) as store:
+            offsets = store.offsets()
+    except StagingMismatch:
+        # the shadow of another version of the dataflow: start over
+        logger.warning("reprocess discards a shadow of another version at %s", shadow.staging_path)
+        shutil.rmtree(shadow.staging_path.parent, ignore_errors=True)
+        offsets = {}
+    past = {tp: (o, bound.get(tp, 0)) for tp, o in offsets.items() if o > bound.get(tp, 0)}
+    if past:
+        raise ReprocessRefused(
+            f"the shadow {shadow.staging_path} read past staging's offsets ({past}); remove "
+            "it and run again"
+        )
+    return {tp: (offsets.get(tp, 0), end) for tp, end in bound.items() if offsets.get(tp, 0) < end}
+
+
+def _cut_over(store: StagingStore, shadow_file: Path, report: ReprocessReport) -> None:
+    """Step 5."""
+    with StagingStore(shadow_file, store.flow, background_merge=False) as shadow:
+        deltas = {
+            name: table_difference(
+                store.state_table(name),
+                shadow.state_table(name),
+                store.flow.tables[name].row_id(),
+            )
+            for name in report.tables
+        }
+        ours, theirs = store.sequences(), shadow.sequences()
+    for name, delta in deltas.items():
+        report.upserted[name] = delta.upserts.num_rows
+        report.deleted[name] = delta.deletes.num_rows
+    if all(d.empty for d in deltas.values()):
+        return
+    sequences = {n: max(ours.get(n, v), theirs.get(n, v)) for n, v in {**ours, **theirs}.items()}
+    batch_id = store.watermark + 1
+    store.commit([cut_over_commit(batch_id, deltas, sequences)])
+    store.set_meta(
+        f"reprocessed:{batch_id}",
+        json.dumps(
+            {"tables": report.tables, "upserted": report.upserted, "deleted": report.deleted}
+        ),
+    )
+    report.batch = batch_id
+    logger.info("reprocess cut over batch=%s tables=%s", batch_id, report.tables)
+
+
+def cut_over_commit(
+    batch_id: int, deltas: Mapping[str, TableDelta], sequences: Mapping[str, int]
+) -> BatchCommit:
+    """A batch of no events that changes state tables by ``deltas`` and sets ``sequences``."""
+    result = BatchResult(
+        batch_id=batch_id,
+        outputs={},
+        dead_letters=pa.table({}),
+        aborts=ABORT_SCHEMA.empty_table(),
+        deltas=dict(deltas),
+        sequences=dict(sequences),
+    )
+    return BatchCommit(
+        batch_id=batch_id,
+        result=result,
+        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+        offsets={},
+        streams={},
+        events=0,
+        records=0,
+        arrived_at=time.time(),
+        executed_ms=0.0,
+    )

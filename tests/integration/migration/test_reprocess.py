@@ -1,0 +1,173 @@
+"""``streamdi upgrade reprocess`` through a real broker and real processes: a step's logic changed
+in place (the tally dataflow adds twice the amount from version 2 on), so staging and the DuckDB
+warehouse hold totals of both versions; reprocessing recomputes them from Kafka's records in a
+shadow while a running pipeline keeps serving the old rows (exit 3), then, with the pipeline
+stopped, cuts over in one batch in staging and the warehouse, equal to version 2 over the whole
+input; running it again changes nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ingest.broker import EmbeddedKafka
+from migration.migrator import build_targets
+from migration.schema import WarehouseLayout
+from runtime.reprocess import shadow_path
+from staging import StagingStore
+from streamdi.settings import load_settings
+from tests.integration.conftest import (
+    run_streamdi,
+    staged_watermark,
+    start_streamdi,
+    streamdi_env,
+)
+from tests.integration.reprocess_run import tally
+
+pytestmark = pytest.mark.kafka
+
+V1 = "tests.integration.reprocess_run:v1"
+V2 = "tests.integration.reprocess_run:v2"
+EVENTS = 3_000
+
+
+def _write_events(path: Path) -> list[tuple[int, int]]:
+    rng = random.Random(18)
+    rows = [(rng.randrange(40), rng.randrange(1, 100)) for _ in range(EVENTS)]
+    lines = ["key,amount,ts", *(f"{k},{a},{1_000 + i}" for i, (k, a) in enumerate(rows))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return rows
+
+
+def _expected(rows: list[tuple[int, int]], factor: int) -> list[tuple[int, int, int]]:
+    """Version ``factor``'s totals over every event: (key, total, n)."""
+    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for key, amount in rows:
+        totals[key][0] += amount * factor
+        totals[key][1] += 1
+    return sorted((k, t, n) for k, (t, n) in totals.items())
+
+
+def _staged_totals(state: Path) -> list[tuple[int, int, int]]:
+    with StagingStore(state / "staging.duckdb", tally(2), background_merge=False) as store:
+        table = store.state_table("totals")
+    return sorted(zip(*(table.column(c).to_pylist() for c in ("key", "total", "n")), strict=True))
+
+
+def _warehouse_totals(state: Path) -> tuple[list[tuple[int, int, int]], int]:
+    settings = load_settings(streamdi={"state_dir": str(state)}, migration={"targets": "duckdb"})
+    layout = WarehouseLayout(tally(2), settings.migration.schema_name)
+    target = build_targets(settings, layout)["duckdb"]
+    target.open()
+    try:
+        columns = list(layout.tables["totals"].columns)
+        rows = [
+            dict(zip(columns, r, strict=True)) for r in target.table_rows("totals", current=True)
+        ]
+        return sorted((r["key"], r["total"], r["n"]) for r in rows), target.watermark()
+    finally:
+        target.close()
+
+
+def _wait_until_in_use(path: Path, process: subprocess.Popen[bytes]) -> None:
+    """Until the pipeline ``process`` holds the staging file (DuckDB refuses a second opener)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the pipeline stopped"
+        try:
+            duckdb.connect(str(path), read_only=True).close()
+        except duckdb.Error:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the pipeline did not open staging within 60 s")
+
+
+def test_reprocess_recomputes_a_table_whose_logic_changed(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.csv"
+    rows = _write_events(events)
+    state = tmp_path / "state"
+    env = streamdi_env(
+        broker,
+        state,
+        STREAMDI_TEST_TALLY_FILE=str(events),
+        ENGINE__BATCH_SIZE="500",
+        INGEST__BATCH_EVENTS="250",
+        MIGRATION__TARGETS="duckdb",
+    )
+    log = tmp_path / "run.log"
+
+    # version 1 over the first batches, version 2 over the rest
+    assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
+    args = ["run", V1, "--no-collect", "--no-progress", "--max-batches", "2", "--until-idle", "5"]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    assert run_streamdi(["upgrade", "apply", V2], env, log) == 0, log.read_text()
+    args = ["run", V2, "--no-collect", "--no-progress", "--until-idle", "1"]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    mixed = _staged_totals(state)
+    assert [(k, n) for k, _, n in mixed] == [(k, n) for k, _, n in _expected(rows, 2)]
+    assert mixed != _expected(rows, 2)  # the first batches' amounts were added once
+    watermark = staged_watermark(state / "staging.duckdb")
+
+    # a pipeline runs on staging: the shadow catches up, the old rows keep serving
+    live = start_streamdi(["run", V2, "--no-collect", "--no-progress"], env, log)
+    try:
+        _wait_until_in_use(state / "staging.duckdb", live)
+        out = tmp_path / "first.json"
+        code = run_streamdi(["upgrade", "reprocess", V2, "totals", "--json", str(out)], env, log)
+        assert code == 3, log.read_text()
+        first = json.loads(out.read_text())
+        assert first["cut_over"] is False
+        assert first["shadow_events"] > 0
+        assert shadow_path(load_settings(streamdi={"state_dir": str(state)}), "tally").exists()
+    finally:
+        live.send_signal(signal.SIGTERM)
+        assert live.wait(60) == 0, log.read_text()
+    assert _staged_totals(state) == mixed
+
+    # stopped: cut over in one batch, in staging and in the warehouse
+    out = tmp_path / "second.json"
+    code = run_streamdi(["upgrade", "reprocess", V2, "totals", "--json", str(out)], env, log)
+    assert code == 0, log.read_text()
+    second = json.loads(out.read_text())
+    assert second["cut_over"] is True
+    assert second["batch"] == watermark + 1
+    changed = [a for a, b in zip(mixed, _expected(rows, 2), strict=True) if a != b]
+    assert second["upserted"]["totals"] == len(changed) > 0
+    assert second["deleted"]["totals"] == 0
+    assert _staged_totals(state) == _expected(rows, 2)
+    assert staged_watermark(state / "staging.duckdb") == watermark + 1
+    assert _warehouse_totals(state) == (_expected(rows, 2), watermark + 1)
+    assert not shadow_path(load_settings(streamdi={"state_dir": str(state)}), "tally").exists()
+
+    # again: the shadow equals staging, nothing is committed twice
+    code = run_streamdi(["upgrade", "reprocess", V2, "totals", "--json", str(out)], env, log)
+    assert code == 0, log.read_text()
+    third = json.loads(out.read_text())
+    assert third["batch"] is None and third["upserted"] == {"totals": 0}
+    assert staged_watermark(state / "staging.duckdb") == watermark + 1
+    assert _warehouse_totals(state) == (_expected(rows, 2), watermark + 1)
+
+
+@pytest.mark.parametrize(
+    ("table", "reason"),
+    [("tallied", "is a sink"), ("nope", "is not a state table")],
+)
+def test_reprocess_refuses_what_it_cannot_recompute(
+    broker: EmbeddedKafka, tmp_path: Path, table: str, reason: str
+) -> None:
+    events = tmp_path / "events.csv"
+    _write_events(events)
+    env = streamdi_env(broker, tmp_path / "state", STREAMDI_TEST_TALLY_FILE=str(events))
+    log = tmp_path / "run.log"
+    assert run_streamdi(["upgrade", "reprocess", V2, table], env, log) != 0
+    assert reason in log.read_text()
