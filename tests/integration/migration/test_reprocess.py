@@ -90,9 +90,11 @@ def _wait_until_in_use(path: Path, process: subprocess.Popen[bytes]) -> None:
     raise AssertionError("the pipeline did not open staging within 60 s")
 
 
-def test_reprocess_recomputes_a_table_whose_logic_changed(
+def _mixed_run(
     broker: EmbeddedKafka, tmp_path: Path
-) -> None:
+) -> tuple[Path, dict[str, str], Path, list[tuple[int, int]], list[tuple[int, int, int]], int]:
+    """Version 1 over the first two batches, version 2 over the other four, in staging and in
+    the DuckDB warehouse: (state dir, env, log, the events, the staged totals, the watermark)."""
     events = tmp_path / "events.csv"
     rows = _write_events(events)
     state = tmp_path / "state"
@@ -105,8 +107,6 @@ def test_reprocess_recomputes_a_table_whose_logic_changed(
         MIGRATION__TARGETS="duckdb",
     )
     log = tmp_path / "run.log"
-
-    # version 1 over the first batches, version 2 over the rest
     assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
     args = ["run", V1, "--no-collect", "--no-progress", "--max-batches", "2", "--until-idle", "5"]
     assert run_streamdi(args, env, log) == 0, log.read_text()
@@ -116,7 +116,13 @@ def test_reprocess_recomputes_a_table_whose_logic_changed(
     mixed = _staged_totals(state)
     assert [(k, n) for k, _, n in mixed] == [(k, n) for k, _, n in _expected(rows, 2)]
     assert mixed != _expected(rows, 2)  # the first batches' amounts were added once
-    watermark = staged_watermark(state / "staging.duckdb")
+    return state, env, log, rows, mixed, staged_watermark(state / "staging.duckdb")
+
+
+def test_reprocess_recomputes_a_table_whose_logic_changed(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    state, env, log, rows, mixed, watermark = _mixed_run(broker, tmp_path)
 
     # a pipeline runs on staging: the shadow catches up, the old rows keep serving
     live = start_streamdi(["run", V2, "--no-collect", "--no-progress"], env, log)
@@ -171,3 +177,24 @@ def test_reprocess_refuses_what_it_cannot_recompute(
     log = tmp_path / "run.log"
     assert run_streamdi(["upgrade", "reprocess", V2, table], env, log) != 0
     assert reason in log.read_text()
+
+
+@pytest.mark.parametrize("phase", ["caught-up", "committed", "pushed"])
+def test_a_killed_reprocess_cuts_over_exactly_once_on_rerun(
+    broker: EmbeddedKafka, tmp_path: Path, phase: str
+) -> None:
+    state, env, log, rows, mixed, watermark = _mixed_run(broker, tmp_path)
+    args = ["upgrade", "reprocess", V2, "totals"]
+    code = run_streamdi([*args, "--crash-at", phase], env, log)
+    assert code == -signal.SIGKILL, log.read_text()
+    cut = phase != "caught-up"
+    assert _staged_totals(state) == (_expected(rows, 2) if cut else mixed)
+    assert staged_watermark(state / "staging.duckdb") == watermark + (1 if cut else 0)
+
+    out = tmp_path / "rerun.json"
+    assert run_streamdi([*args, "--json", str(out)], env, log) == 0, log.read_text()
+    rerun = json.loads(out.read_text())
+    assert rerun["batch"] == (None if cut else watermark + 1)
+    assert _staged_totals(state) == _expected(rows, 2)
+    assert staged_watermark(state / "staging.duckdb") == watermark + 1
+    assert _warehouse_totals(state) == (_expected(rows, 2), watermark + 1)
