@@ -46,7 +46,14 @@ def _reprocess(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     spec = load_run_spec(args.spec)
     check_request(spec, args.tables)  # before a broker starts
     with open_broker(settings.kafka, settings.streamdi.state_dir) as broker:
-        report = reprocess(spec, settings, broker, args.tables, hook=_crash_hook(args.crash_at))
+        report = reprocess(
+            spec,
+            settings,
+            broker,
+            args.tables,
+            start=args.start,
+            hook=_crash_hook(args.crash_at),
+        )
     if args.json:
         write_json(report.to_json(), args.json)
     if args.json != "-":
@@ -120,6 +127,15 @@ def register(commands: Commands) -> None:
     )
     again.add_argument("spec", help="module:attribute naming the Dataflow or RunSpec staged now")
     again.add_argument("tables", nargs="+", metavar="TABLE", help="state tables to recompute")
+    again.add_argument(
+        "--from",
+        dest="start",
+        default="start",
+        metavar="start|BATCH|TIME",
+        help="replay from the first record (default; a seeded staging file: from its seed), or "
+        "recompute batch BATCH on / the batches after TIME (ISO 8601, UTC) from the newest "
+        "checkpoint before it (STAGING__CHECKPOINT_EVERY_S)",
+    )
     again.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
     again.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)
     again.set_defaults(handler=_reprocess)

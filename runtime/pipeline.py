@@ -24,9 +24,12 @@ The run, in order:
    Kafka the committed offsets for monitoring, and the migration worker (``MIGRATION__TARGETS``)
    what it staged; the worker pushes to the warehouses in this process (see
    :mod:`migration.worker`).
+   A checkpointer thread writes a checkpoint of the state every ``STAGING__CHECKPOINT_EVERY_S``
+   (:mod:`staging.checkpoints`; not for a replay).
 6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand (with
    ``drain_s``, first consume what Kafka already holds, until a poll comes back empty or the
-   time is up), drain the queue, commit, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
+   time is up), drain the queue, commit, take a checkpoint when one is due, push what is pending
+   (``MIGRATION__PUSH_ON_STOP``), close.
 
 :meth:`Pipeline.pause` stops step 4 from polling (the batch in hand is still cut, run and
 committed; collectors keep producing into Kafka, so nothing is lost and the consumer lag grows);
@@ -71,6 +74,7 @@ from runtime.cutting import CutRules
 from runtime.faults import CRASH_PHASES, PipelineFaults
 from runtime.interfaces import BatchExecutor, RecordFeed
 from runtime.runspec import RunSpec
+from staging.checkpoints import Checkpointer
 from staging.store import BatchCommit, StagingStore
 from streamdi.errors import TransientError
 from streamdi.settings import StreamdiSettings
@@ -133,6 +137,7 @@ class Pipeline:
         self._error: BaseException | None = None
         self._committer: StagingCommitter | None = None
         self._migration: MigrationWorker | None = None
+        self._checkpointer: Checkpointer | None = None
         self.control = PauseControl()
         #: Set while ingest is paused (no polling); see :meth:`pause`.
         self.paused = self.control.paused
@@ -248,6 +253,10 @@ class Pipeline:
         )
         self._committer = committer
         committer.start(stop)
+        every = settings.staging.checkpoint_every_s
+        if every > 0 and options.replay_to is None:
+            self._checkpointer = Checkpointer(store, every, settings.staging.checkpoints_keep)
+            self._checkpointer.start()
         loop = self.consuming_loop(
             feed,
             assembler,
@@ -264,6 +273,8 @@ class Pipeline:
         finally:
             # 6.
             committer.close()
+            if self._checkpointer is not None:
+                self._checkpointer.stop()
             if self._migration is not None:
                 self._migration.stop(push=None if self._failure() is None else False)
             feed.close()
@@ -339,6 +350,8 @@ class Pipeline:
     def _notify_migration(self, commits: Sequence[BatchCommit]) -> None:
         if self._migration is not None:
             self._migration.notify(len(commits), committed_rows(commits))
+        if self._checkpointer is not None:
+            self._checkpointer.notify()
 
     def _failure(self) -> BaseException | None:
         """The first error of a collector or the committer, or None."""

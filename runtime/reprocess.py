@@ -2,27 +2,31 @@
 
 After ``streamdi upgrade apply`` a step whose logic changed keeps its state: batches after the
 switch run the new code, rows computed before keep what the old code made of them.
-:func:`reprocess` recomputes named state tables with the dataflow as it is now, from the first
-record of every partition, in a *shadow* while the old rows keep serving (in staging, in the
-warehouses and through the query service), then cuts over in one batch. The protocol:
+:func:`reprocess` recomputes named state tables with the dataflow as it is now, replaying the
+input from a start (``--from``: the first record, or a checkpoint, :mod:`runtime.replay_start`)
+in a *shadow* while the old rows keep serving (in staging, in the warehouses and through the
+query service), then cuts over in one batch. The protocol:
 
 1. Check the request (:func:`check_request`): every name is a state table of the dataflow. A sink
    is refused: its warehouse rows are append-only facts readers have already seen, and a
-   cut-over would have to retract them.
+   cut-over would have to retract them. Resolve the start and set the shadow up there: its own
+   staging file (:func:`shadow_path`), empty or seeded with the checkpoint's state and progress
+   (:func:`~runtime.replay_start.prepare_shadow`; a shadow of another start is discarded).
 2. Bound the catch-up. When staging can be opened (no pipeline runs on it), its offsets; else the
    offsets the pipeline last committed to Kafka for monitoring, which it writes after staging
    committed them, so they never pass staging's.
-3. Catch up: run the dataflow as a shadow pipeline, with a staging file of its own
-   (:func:`shadow_path`), no collectors and no migration, over the retained input from offset 0 of
-   every partition (or from where an earlier run left the shadow: it resumes) up to the bound
+3. Catch up: run the dataflow as a shadow pipeline (no collectors, no migration, no checkpoints)
+   over the retained input, from where the shadow stands (offset 0, the checkpoint's offsets, or
+   where an earlier run left it: it resumes) up to the bound
    (:class:`~runtime.bounded_feed.BoundedFeed`). Records deleted by retention stop it
-   (:class:`ReprocessRefused`): a table cannot be recomputed from part of its input. If staging
-   was in use at step 2, the run ends here (:attr:`ReprocessReport.cut_over` false): stop the
-   pipeline and run again; the cut-over reads only what came since.
+   (:class:`~runtime.replay_start.ReprocessRefused`): a table cannot be recomputed from part of
+   its input. If staging was in use at step 2, the run ends here
+   (:attr:`ReprocessReport.cut_over` false): stop the pipeline and run again; the cut-over
+   replays only what came since.
 4. Check staging (opened, so no pipeline runs): it holds the dataflow's version (else ``upgrade
-   apply`` first), was not seeded (a seeded state came from outside Kafka), and its offsets
-   belong to the broker's log. Catch the shadow up to staging's offsets (step 3 again); it must
-   then have read exactly what staging read.
+   apply`` first), a seeded file has its seed's checkpoint to start from, and its offsets belong
+   to the broker's log. Catch the shadow up to staging's offsets (step 3 again); it must then have
+   read exactly what staging read.
 5. Per named table, the difference from staging's rows to the shadow's
    (:func:`staging.difference.table_difference`), committed as batch ``W + 1``: no events, no
    offsets moved, each sequence at the larger of the two values; staging's meta records
@@ -36,10 +40,10 @@ A crash before step 5's commit changed nothing (running again resumes the shadow
 shadow equals staging: running again finds no difference, commits nothing, pushes and removes the
 shadow. So the cut-over is applied exactly once.
 
-What it does not do: tables that read a reprocessed table keep their rows (name them too); a
-stream read from several partitions is merged by event time, and where partitions went idle the
-merge order can depend on timing, so the shadow may order such events differently than the live
-run did; ``--from BATCH|TIME`` (recompute from a later point) is not built.
+What it does not do: tables that read a reprocessed table keep their rows (name them too); sinks
+(see step 1); a stream read from several partitions is merged by event time, and where partitions
+went idle the merge order can depend on timing, so the shadow may order such events differently
+than the live run did; input offered again from files rather than retained in Kafka.
 """
 
 from __future__ import annotations
@@ -60,16 +64,15 @@ from ingest.assembler import TopicPartition
 from ingest.broker import BrokerHandle
 from ingest.exceptions import RetentionGap
 from ingest.kafka_client import group_offsets
-from runtime.exceptions import RunError
 from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.replay_start import ReplayStart, ReprocessRefused, prepare_shadow, resolve_start
 from runtime.runspec import RunSpec
 from runtime.upgrade import migrate_once
 from staging.difference import table_difference
-from staging.exceptions import StagingInUse, StagingMismatch
+from staging.exceptions import StagingInUse
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.store import BatchCommit, StagingStore
 from staging.upgrade import plan_staging
-from streamdi.errors import TerminalError
 from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
@@ -84,15 +87,13 @@ MAX_ROUNDS = 5
 ReprocessHook = Callable[[str], None]
 
 
-class ReprocessRefused(RunError, TerminalError):
-    """The request cannot be served; the message says why and what to do."""
-
-
 @dataclass
 class ReprocessReport:
     """What :func:`reprocess` did."""
 
     tables: list[str]
+    start: str = ""
+    """Where the replay started (:meth:`~runtime.replay_start.ReplayStart.describe`)."""
     cut_over: bool = False
     watermark: int = 0
     """Staging's last batch before the cut-over."""
@@ -110,6 +111,7 @@ class ReprocessReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "tables": self.tables,
+            "start": self.start,
             "cut_over": self.cut_over,
             "watermark": self.watermark,
             "batch": self.batch,
@@ -124,8 +126,8 @@ class ReprocessReport:
 
     def render(self) -> str:
         lines = [
-            f"shadow: {self.shadow_events:,} events replayed in {self.shadow_batches:,} batches "
-            f"({self.catch_up_s:.1f} s)"
+            f"shadow: from {self.start}, {self.shadow_events:,} events replayed in "
+            f"{self.shadow_batches:,} batches ({self.catch_up_s:.1f} s)"
         ]
         if not self.cut_over:
             lines.append(
@@ -185,14 +187,24 @@ def reprocess(
     broker: BrokerHandle,
     tables: Sequence[str],
     *,
+    start: str = "start",
     hook: ReprocessHook | None = None,
 ) -> ReprocessReport:
-    """Recompute ``tables`` per the module docstring."""
+    """Recompute ``tables`` per the module docstring, replaying from ``start``
+    (:func:`~runtime.replay_start.resolve_start`)."""
     # 1.
     check_request(spec, tables)
     flow = spec.flow
     report = ReprocessReport(list(dict.fromkeys(tables)))
+    replay = resolve_start(settings.staging_path, start)
+    report.start = replay.describe()
+    if replay.checkpoint is not None and replay.checkpoint.kafka_log not in (None, broker.log_id):
+        raise ReprocessRefused(
+            f"{replay.describe()} belongs to another Kafka log ({replay.checkpoint.kafka_log}, "
+            f"the broker's is {broker.log_id}): the input after it is not in this broker"
+        )
     shadow = shadow_settings(settings, flow.name)
+    prepare_shadow(shadow.staging_path, flow, replay)
     started = time.monotonic()
     # 2.
     try:
@@ -220,7 +232,7 @@ def reprocess(
         threads=settings.staging.threads,
         background_merge=False,
     ) as store:
-        _check_staging(store, broker)
+        _check_staging(store, broker, replay)
         bound = store.offsets()
         _catch_up(spec, shadow, broker, bound, report)
         report.catch_up_s = time.monotonic() - started
@@ -255,12 +267,14 @@ def shadow_settings(settings: StreamdiSettings, flow_name: str) -> StreamdiSetti
     )
 
 
-def _check_staging(store: StagingStore, broker: BrokerHandle) -> None:
+def _check_staging(store: StagingStore, broker: BrokerHandle, replay: ReplayStart) -> None:
     """Step 4's checks."""
-    if store.seeded:
+    if store.seeded and replay.checkpoint is None:
         raise ReprocessRefused(
             f"staging {store.path} was seeded with a starting state (e.g. a historical load) "
-            "that is not in Kafka, so its tables cannot be recomputed from Kafka's records"
+            "that is not in Kafka, and the seed's checkpoint is missing (the file was seeded "
+            "before streamdi kept one): its tables cannot be recomputed from Kafka's records "
+            "alone; --from a later checkpoint can"
         )
     log = store.meta("kafka_log")
     if log is not None and log != broker.log_id:
@@ -313,14 +327,8 @@ def _behind(
 ) -> dict[TopicPartition, tuple[int, int]]:
     """Per partition the shadow has not read up to ``bound``: (shadow's offset, the bound).
     Raises :class:`ReprocessRefused` when the shadow read past it."""
-    try:
-        with StagingStore(shadow.staging_path, spec.flow, background_merge=False) as store:
-            offsets = store.offsets()
-    except StagingMismatch:
-        # the shadow of another version of the dataflow: start over
-        logger.warning("reprocess discards a shadow of another version at %s", shadow.staging_path)
-        shutil.rmtree(shadow.staging_path.parent, ignore_errors=True)
-        offsets = {}
+    with StagingStore(shadow.staging_path, spec.flow, background_merge=False) as store:
+        offsets = store.offsets()
     past = {tp: (o, bound.get(tp, 0)) for tp, o in offsets.items() if o > bound.get(tp, 0)}
     if past:
         raise ReprocessRefused(

@@ -34,6 +34,7 @@ from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
 from etl_dataflows.evolution.shape import describe_flow
 from etl_dataflows.state import StateImage, image_schema
+from staging.checkpoints import take_checkpoint
 from staging.exceptions import (
     BatchAlreadyCommitted,
     StagingCommitFailed,
@@ -492,36 +493,15 @@ class StagingStore:
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """The next offset to consume per ``(topic, partition)``, as of the last commit."""
-        rows = self._con.execute(
-            f"SELECT topic, partition, next_offset FROM {_sys('offsets')}"
-        ).fetchall()
-        return {(str(t), int(p)): int(o) for t, p, o in rows}
+        return read_offsets(self._con)
 
     def streams(self) -> dict[str, StreamProgress]:
-        rows = self._con.execute(
-            f"SELECT stream, last_batch, max_ts, events, last_pos FROM {_sys('streams')}"
-        ).fetchall()
-        return {
-            str(s): StreamProgress(int(b), None if m is None else int(m), int(e), int(p))
-            for s, b, m, e, p in rows
-        }
+        return read_streams(self._con)
 
     def partitions(self) -> dict[StreamPartition, PartitionProgress]:
         """The merge state per ``(stream, topic, partition)`` as of the last commit (empty for a
         read-only file of a layout before 3, which has none)."""
-        try:
-            rows = self._con.execute(
-                "SELECT stream, topic, partition, last_batch, max_ts, held "
-                f"FROM {_sys('partitions')}"
-            ).fetchall()
-        except duckdb.CatalogException:
-            return {}
-        return {
-            (str(s), str(t), int(p)): PartitionProgress(
-                int(b), None if m is None else int(m), None if h is None else bytes(h)
-            )
-            for s, t, p, b, m, h in rows
-        }
+        return read_partitions(self._con)
 
     @property
     def seeded(self) -> bool:
@@ -559,10 +539,7 @@ class StagingStore:
 
     def sequences(self) -> dict[str, int]:
         """The sequences' values as of the last commit."""
-        return {
-            str(n): int(v)
-            for n, v in self._con.execute(f"SELECT name, value FROM {_sys('sequences')}").fetchall()
-        }
+        return read_sequences(self._con)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
         """Run a read-only SQL query on a fresh cursor and return Arrow (for tools and tests)."""
@@ -594,7 +571,7 @@ class StagingStore:
 
     # -- seeding -----------------------------------------------------------------------------------
 
-    def seed(self, image: StateImage) -> None:
+    def seed(self, image: StateImage, *, checkpoint: bool = True) -> None:
         """Load the engine's starting state in bulk into a store nothing was committed to, e.g. the
         state a historical load leaves (the warehouse already holds those rows, so they are not
         changes to migrate and do not enter the delta log).
@@ -611,6 +588,8 @@ class StagingStore:
            seed left out), so a warehouse added later copies its state tables from another
            warehouse, not from staging (:mod:`migration.bootstrap`).
         6. COMMIT: the state appears whole, or not at all.
+        7. With ``checkpoint``, take the seed's checkpoint (:mod:`staging.checkpoints`): the state
+           a reprocess of the seeded tables starts from, since it is not in Kafka.
         """
         if self.read_only:
             raise StagingCommitFailed([0], "the store is read-only")
@@ -669,6 +648,9 @@ class StagingStore:
             len(rows),
             sum(t.num_rows for t in rows.values()),
         )
+        # 7.
+        if checkpoint:
+            take_checkpoint(self)
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -1040,6 +1022,51 @@ class StagingStore:
             if f.name not in table.column_names:
                 table = table.append_column(f, pa.nulls(table.num_rows, f.type))
         return table
+
+
+# -- progress, read on any connection to the file (a snapshot's cursor too) ----------------------
+
+
+def read_offsets(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, int], int]:
+    """``streamdi.offsets``: the next offset to consume per ``(topic, partition)``."""
+    rows = con.execute(f"SELECT topic, partition, next_offset FROM {_sys('offsets')}").fetchall()
+    return {(str(t), int(p)): int(o) for t, p, o in rows}
+
+
+def read_streams(con: duckdb.DuckDBPyConnection) -> dict[str, StreamProgress]:
+    """``streamdi.streams``: how far each stream has been applied."""
+    rows = con.execute(
+        f"SELECT stream, last_batch, max_ts, events, last_pos FROM {_sys('streams')}"
+    ).fetchall()
+    return {
+        str(s): StreamProgress(int(b), None if m is None else int(m), int(e), int(p))
+        for s, b, m, e, p in rows
+    }
+
+
+def read_partitions(con: duckdb.DuckDBPyConnection) -> dict[StreamPartition, PartitionProgress]:
+    """``streamdi.partitions``: the merge state per ``(stream, topic, partition)`` (empty for a
+    file of a layout before 3, which has none)."""
+    try:
+        rows = con.execute(
+            f"SELECT stream, topic, partition, last_batch, max_ts, held FROM {_sys('partitions')}"
+        ).fetchall()
+    except duckdb.CatalogException:
+        return {}
+    return {
+        (str(s), str(t), int(p)): PartitionProgress(
+            int(b), None if m is None else int(m), None if h is None else bytes(h)
+        )
+        for s, t, p, b, m, h in rows
+    }
+
+
+def read_sequences(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """``streamdi.sequences``: each sequence's value."""
+    return {
+        str(n): int(v)
+        for n, v in con.execute(f"SELECT name, value FROM {_sys('sequences')}").fetchall()
+    }
 
 
 def _sys(name: str) -> str:

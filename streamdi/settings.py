@@ -388,6 +388,19 @@ class StagingSettings(BaseModel):
         description="Keep the last commits' deltas in memory (up to this many MiB) so migration "
         "reads them without the file; 0 = always read the file.",
     )
+    checkpoint_every_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="A running pipeline writes a checkpoint of the engine's state (beside the "
+        "staging file, <file>.checkpoints/) when the last one is this old and batches committed "
+        "since, and at stop when one is due: where `streamdi upgrade reprocess --from BATCH|TIME` "
+        "starts. 0 = never (a reprocess can then start only from the first record).",
+    )
+    checkpoints_keep: int = Field(
+        default=3,
+        ge=1,
+        description="Checkpoints kept (the newest; a seeded file's seed checkpoint is kept too).",
+    )
 
 
 class EngineSettings(BaseModel):

@@ -7,7 +7,9 @@ input; running it again changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
@@ -15,14 +17,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from etl_dataflows.state import StateImage, rows_to_table
 from ingest.broker import EmbeddedKafka
 from migration.migrator import build_targets
 from migration.schema import WarehouseLayout
 from runtime.reprocess import shadow_path
 from staging import StagingStore
+from staging.checkpoints import checkpoints_dir, list_checkpoints
 from streamdi.settings import load_settings
 from tests.integration.conftest import (
     run_streamdi,
@@ -56,8 +59,10 @@ def _expected(rows: list[tuple[int, int]], factor: int) -> list[tuple[int, int, 
     return sorted((k, t, n) for k, (t, n) in totals.items())
 
 
-def _staged_totals(state: Path) -> list[tuple[int, int, int]]:
-    with StagingStore(state / "staging.duckdb", tally(2), background_merge=False) as store:
+def _staged_totals(state: Path, version: int = 2) -> list[tuple[int, int, int]]:
+    """The staged totals, read with ``version`` of the dataflow (opening staging with a newer
+    one would record its logic change)."""
+    with StagingStore(state / "staging.duckdb", tally(version), background_merge=False) as store:
         table = store.state_table("totals")
     return sorted(zip(*(table.column(c).to_pylist() for c in ("key", "total", "n")), strict=True))
 
@@ -78,14 +83,16 @@ def _warehouse_totals(state: Path) -> tuple[list[tuple[int, int, int]], int]:
 
 
 def _wait_until_in_use(path: Path, process: subprocess.Popen[bytes]) -> None:
-    """Until the pipeline ``process`` holds the staging file (DuckDB refuses a second opener)."""
+    """Until the pipeline ``process`` holds the staging file open (looked up in /proc: opening
+    the file to find out would race the pipeline for DuckDB's lock)."""
     deadline = time.monotonic() + 60
+    fds = Path(f"/proc/{process.pid}/fd")
     while time.monotonic() < deadline:
         assert process.poll() is None, "the pipeline stopped"
-        try:
-            duckdb.connect(str(path), read_only=True).close()
-        except duckdb.Error:
-            return
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == str(path):
+                    return
         time.sleep(0.1)
     raise AssertionError("the pipeline did not open staging within 60 s")
 
@@ -198,3 +205,100 @@ def test_a_killed_reprocess_cuts_over_exactly_once_on_rerun(
     assert _staged_totals(state) == _expected(rows, 2)
     assert staged_watermark(state / "staging.duckdb") == watermark + 1
     assert _warehouse_totals(state) == (_expected(rows, 2), watermark + 1)
+
+
+def test_reprocess_from_a_batch_starts_at_the_checkpoint_before_it(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.csv"
+    rows = _write_events(events)
+    state = tmp_path / "state"
+    env = streamdi_env(
+        broker,
+        state,
+        STREAMDI_TEST_TALLY_FILE=str(events),
+        ENGINE__BATCH_SIZE="500",
+        INGEST__BATCH_EVENTS="250",
+        MIGRATION__TARGETS="duckdb",
+        STAGING__CHECKPOINT_EVERY_S="0.001",  # after (nearly) every commit
+        STAGING__CHECKPOINTS_KEEP="20",
+    )
+    log = tmp_path / "run.log"
+    assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
+    args = ["run", V1, "--no-collect", "--no-progress", "--until-idle", "1"]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    assert _staged_totals(state, version=1) == _expected(rows, 1)
+    assert run_streamdi(["upgrade", "apply", V2], env, log) == 0, log.read_text()
+    watermark = staged_watermark(state / "staging.duckdb")
+    inner = [c for c in list_checkpoints(state / "staging.duckdb") if 0 < c.watermark < watermark]
+    assert inner, "no checkpoint between the first and the last batch"
+    checkpoint = inner[len(inner) // 2]
+    applied = checkpoint.streams["events"].events  # the events before the checkpoint
+
+    out = tmp_path / "from.json"
+    args = ["upgrade", "reprocess", V2, "totals", "--from", str(checkpoint.watermark + 1)]
+    assert run_streamdi([*args, "--json", str(out)], env, log) == 0, log.read_text()
+    report = json.loads(out.read_text())
+    assert f"the checkpoint after batch {checkpoint.watermark}" in report["start"]
+    assert report["batch"] == watermark + 1
+    # version 1 up to the checkpoint, version 2 from there on
+    expected = _combined(_expected(rows[:applied], 1), _expected(rows[applied:], 2))
+    assert _staged_totals(state) == expected
+    assert _warehouse_totals(state) == (expected, watermark + 1)
+
+
+def test_a_seeded_staging_is_reprocessed_from_its_seed(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.csv"
+    rows = _write_events(events)
+    state = tmp_path / "state"
+    seed = {key: (1_000, 1) for key in range(5)}
+    flow = tally(1)
+    image = StateImage(
+        {
+            "totals": rows_to_table(
+                flow.tables["totals"],
+                [{"key": k, "total": t, "n": n} for k, (t, n) in seed.items()],
+            )
+        },
+        {},
+    )
+    with StagingStore(state / "staging.duckdb", flow, background_merge=False) as store:
+        store.seed(image)  # a historical load's state: not in Kafka
+    env = streamdi_env(
+        broker,
+        state,
+        STREAMDI_TEST_TALLY_FILE=str(events),
+        ENGINE__BATCH_SIZE="500",
+        INGEST__BATCH_EVENTS="250",
+    )
+    log = tmp_path / "run.log"
+    assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
+    args = ["run", V1, "--no-collect", "--no-progress", "--until-idle", "1"]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    assert run_streamdi(["upgrade", "apply", V2], env, log) == 0, log.read_text()
+    expected = _combined(sorted((k, t, n) for k, (t, n) in seed.items()), _expected(rows, 2))
+
+    # without the seed's checkpoint the state cannot be recomputed from Kafka alone
+    kept = tmp_path / "kept-checkpoints"
+    checkpoints_dir(state / "staging.duckdb").rename(kept)
+    assert run_streamdi(["upgrade", "reprocess", V2, "totals"], env, log) == 1
+    assert "the seed's checkpoint is missing" in log.read_text()
+    kept.rename(checkpoints_dir(state / "staging.duckdb"))
+
+    out = tmp_path / "seeded.json"
+    args = ["upgrade", "reprocess", V2, "totals", "--json", str(out)]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    assert "the checkpoint after batch 0" in json.loads(out.read_text())["start"]
+    assert _staged_totals(state) == expected
+
+
+def _combined(*parts: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Totals of several parts of the input added up per key."""
+    out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for part in parts:
+        for key, total, n in part:
+            out[key][0] += total
+            out[key][1] += n
+    return sorted((k, t, n) for k, (t, n) in out.items())

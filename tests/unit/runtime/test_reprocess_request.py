@@ -11,7 +11,8 @@ import pytest
 
 from etl_dataflows.executors import create_executor
 from runtime import bind
-from runtime.reprocess import ReprocessRefused, check_request, cut_over_commit
+from runtime.replay_start import ReprocessRefused
+from runtime.reprocess import check_request, cut_over_commit
 from staging import StagingStore
 from staging.difference import table_difference
 from tests.unit.runtime.harness import pair_dataflow

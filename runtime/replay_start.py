@@ -1,0 +1,151 @@
+"""Where a reprocess's replay starts (``--from start|BATCH|TIME``), and its shadow set up there.
+
+:func:`resolve_start` turns the option into a :class:`ReplayStart`: the state the shadow starts
+from and so where in the input it replays from.
+
+* ``start`` (the default): the first record of every partition, from an empty state; for a
+  staging file seeded with a starting state (a historical load), the seed's checkpoint instead,
+  since that state is not in Kafka.
+* ``BATCH`` (a batch id ``B``): recompute batches ``B`` on, so start from the newest checkpoint
+  at or before batch ``B - 1`` (:mod:`staging.checkpoints`); an earlier checkpoint than ``B - 1``
+  recomputes a few batches more, and the report says which it took.
+* ``TIME`` (ISO 8601, UTC when no zone is given): the newest checkpoint of a batch committed at
+  or before it.
+
+:func:`prepare_shadow` opens the shadow's staging file at that start: a shadow started elsewhere
+(or half set up by a crash) is discarded; a new one starting at a checkpoint is seeded with its
+state, then one batch of no events sets the checkpoint's offsets, stream progress, merge state and
+sequences (the shadow pipeline resumes from there like a pipeline after a restart), and last the
+start is noted in its meta, which marks the shadow as complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from etl_dataflows.batch import ABORT_SCHEMA, BatchResult
+from etl_dataflows.dataflow import CompiledDataflow
+from runtime.exceptions import RunError
+from staging.checkpoints import Checkpoint, list_checkpoints
+from staging.exceptions import StagingMismatch
+from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.store import BatchCommit, StagingStore
+from streamdi.errors import TerminalError
+
+logger = logging.getLogger(__name__)
+
+#: The shadow's ``streamdi.meta`` key naming its start; set last.
+START_META = "reprocess_from"
+
+
+class ReprocessRefused(RunError, TerminalError):
+    """A reprocess request that cannot be served; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """A replay's start: ``checkpoint`` (None: the first records, from an empty state)."""
+
+    checkpoint: Checkpoint | None
+
+    @property
+    def label(self) -> str:
+        return "start" if self.checkpoint is None else f"checkpoint:{self.checkpoint.watermark}"
+
+    def describe(self) -> str:
+        if self.checkpoint is None:
+            return "the first record of every partition"
+        return self.checkpoint.describe()
+
+
+def resolve_start(staging_path: Path, text: str = "start") -> ReplayStart:
+    """The start ``text`` names, per the module docstring; :class:`ReprocessRefused` when no
+    checkpoint serves it."""
+    checkpoints = list_checkpoints(staging_path)
+    seed = next((c for c in checkpoints if c.seeded and c.watermark == 0), None)
+    if text == "start":
+        return ReplayStart(seed)
+    if text.isdigit():
+        batch = int(text)
+        if batch < 1:
+            raise ReprocessRefused(f"--from {text}: batch ids start at 1")
+        if batch == 1:
+            return ReplayStart(seed)
+        usable = [c for c in checkpoints if c.watermark <= batch - 1]
+        wanted = f"at or before batch {batch - 1}"
+    else:
+        moment = _parse_time(text)
+        usable = [c for c in checkpoints if c.committed_at is None or c.committed_at <= moment]
+        wanted = f"of a batch committed at or before {moment:%Y-%m-%d %H:%M:%S} UTC"
+    if usable:
+        return ReplayStart(usable[-1])
+    have = ", ".join(f"after batch {c.watermark}" for c in checkpoints) or "none"
+    raise ReprocessRefused(
+        f"--from {text}: no checkpoint {wanted} (checkpoints kept: {have}); a running pipeline "
+        "takes them every STAGING__CHECKPOINT_EVERY_S and keeps STAGING__CHECKPOINTS_KEEP; "
+        "--from start replays every record Kafka holds"
+    )
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReprocessRefused(
+            f"--from {text!r}: expected start, a batch id or an ISO 8601 time (2026-11-24T10:00:00)"
+        ) from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
+
+
+def prepare_shadow(path: Path, flow: CompiledDataflow, start: ReplayStart) -> None:
+    """The shadow's staging file at ``path`` set up at ``start``, per the module docstring."""
+    if path.exists():
+        try:
+            with StagingStore(path, flow, background_merge=False) as store:
+                if store.meta(START_META) == start.label:
+                    return
+        except StagingMismatch:
+            pass  # a shadow of another version of the dataflow
+    if path.parent.exists():
+        logger.warning("reprocess discards a shadow started elsewhere at %s", path)
+        shutil.rmtree(path.parent)
+    with StagingStore(path, flow, background_merge=False) as store:
+        checkpoint = start.checkpoint
+        if checkpoint is not None:
+            image = checkpoint.image(flow)
+            store.seed(image, checkpoint=False)
+            store.commit([_restore_commit(checkpoint)])
+        store.set_meta(START_META, start.label)
+
+
+def _restore_commit(checkpoint: Checkpoint) -> BatchCommit:
+    """Batch 1 of a shadow started at ``checkpoint``: no events, the checkpoint's progress."""
+    result = BatchResult(
+        batch_id=1,
+        outputs={},
+        dead_letters=pa.table({}),
+        aborts=ABORT_SCHEMA.empty_table(),
+        deltas={},
+        sequences=dict(checkpoint.sequences),
+    )
+    return BatchCommit(
+        batch_id=1,
+        result=result,
+        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+        offsets=dict(checkpoint.offsets),
+        streams=dict(checkpoint.streams),
+        events=0,
+        records=0,
+        arrived_at=time.time(),
+        executed_ms=0.0,
+        partitions=dict(checkpoint.partitions),
+    )
