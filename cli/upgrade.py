@@ -52,6 +52,7 @@ def _reprocess(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             broker,
             args.tables,
             start=args.start,
+            reoffer=args.reoffer,
             hook=_crash_hook(args.crash_at),
         )
     if args.json:
@@ -135,6 +136,13 @@ def register(commands: Commands) -> None:
         help="replay from the first record (default; a seeded staging file: from its seed), or "
         "recompute batch BATCH on / the batches after TIME (ISO 8601, UTC) from the newest "
         "checkpoint before it (STAGING__CHECKPOINT_EVERY_S)",
+    )
+    again.add_argument(
+        "--reoffer",
+        action="store_true",
+        help="read the streams the run spec binds to an input (a file) from that input again, "
+        "up to what staging applied, instead of from Kafka (its records are gone, or to replay "
+        "from the source); needs the pipeline stopped",
     )
     again.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
     again.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (kill -9 tests)

@@ -94,7 +94,8 @@ class RecordConsumer:
                 + ", ".join(sorted(gaps))
                 + ". They are lost to this pipeline; raise the topics' retention.ms. To go on "
                 "from what the log still holds, re-offer the lost events if you have them and "
-                "start over with a fresh staging file"
+                "start over with a fresh staging file",
+                sorted(gaps),
             )
 
     def poll(self, timeout_ms: int, max_records: int = 1000) -> list[RawRecord]:

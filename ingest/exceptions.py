@@ -30,7 +30,12 @@ class TopicMismatch(IngestError, TerminalError):
 
 class RetentionGap(IngestError, TerminalError):
     """Records a run had not consumed yet were deleted by the topic's retention: going on would
-    skip them silently, so the run stops and says which offsets are gone."""
+    skip them silently, so the run stops and says which offsets are gone (``gaps``: each as
+    ``topic[partition] offsets first..last``; empty when the broker did not say)."""
+
+    def __init__(self, message: str, gaps: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.gaps = gaps or []
 
 
 class SourceUnavailable(IngestError, TerminalError):

@@ -134,6 +134,26 @@ def group_offsets(kafka: KafkaSettings, bootstrap: str, group: str) -> dict[tupl
     }
 
 
+def delete_topics(kafka: KafkaSettings, bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic whose name starts with ``prefix`` (a replay's own topics, once it is
+    done); the names deleted."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+
+    admin = KafkaAdminClient(**client_config(kafka, bootstrap))
+    try:
+        doomed = sorted(t for t in admin.list_topics() if t.startswith(prefix))
+        if doomed:
+            admin.delete_topics(doomed)
+        return doomed
+    except UnknownTopicOrPartitionError:
+        return []
+    except KafkaError as exc:
+        raise BrokerUnavailable(f"cannot delete the topics {prefix}*: {exc}") from exc
+    finally:
+        admin.close()
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does
     not)."""

@@ -15,8 +15,8 @@ from and so where in the input it replays from.
 :func:`prepare_shadow` opens the shadow's staging file at that start: a shadow started elsewhere
 (or half set up by a crash) is discarded; a new one starting at a checkpoint is seeded with its
 state, then one batch of no events sets the checkpoint's offsets, stream progress, merge state and
-sequences (the shadow pipeline resumes from there like a pipeline after a restart), and last the
-start is noted in its meta, which marks the shadow as complete.
+sequences (the shadow pipeline resumes from there like a pipeline after a restart), and last its
+id and start are noted in its meta, which marks the shadow as complete.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: The shadow's ``streamdi.meta`` key naming its start; set last.
 START_META = "reprocess_from"
+#: The shadow's ``streamdi.meta`` key holding its id.
+SHADOW_ID_META = "shadow_id"
 
 
 class ReprocessRefused(RunError, TerminalError):
@@ -106,25 +109,34 @@ def _parse_time(text: str) -> datetime:
     return moment
 
 
-def prepare_shadow(path: Path, flow: CompiledDataflow, start: ReplayStart) -> None:
-    """The shadow's staging file at ``path`` set up at ``start``, per the module docstring."""
+def prepare_shadow(
+    path: Path, flow: CompiledDataflow, start: ReplayStart, variant: str = ""
+) -> tuple[str, bool]:
+    """The shadow's staging file at ``path`` set up at ``start`` (``variant``: how its input is
+    read, part of what must match), per the module docstring: its id (names its own topics) and
+    whether it was made new."""
+    label = start.label + variant
     if path.exists():
         try:
             with StagingStore(path, flow, background_merge=False) as store:
-                if store.meta(START_META) == start.label:
-                    return
+                shadow_id = store.meta(SHADOW_ID_META)
+                if store.meta(START_META) == label and shadow_id is not None:
+                    return shadow_id, False
         except StagingMismatch:
             pass  # a shadow of another version of the dataflow
     if path.parent.exists():
         logger.warning("reprocess discards a shadow started elsewhere at %s", path)
         shutil.rmtree(path.parent)
+    shadow_id = uuid.uuid4().hex[:12]
     with StagingStore(path, flow, background_merge=False) as store:
         checkpoint = start.checkpoint
         if checkpoint is not None:
             image = checkpoint.image(flow)
             store.seed(image, checkpoint=False)
             store.commit([_restore_commit(checkpoint)])
-        store.set_meta(START_META, start.label)
+        store.set_meta(SHADOW_ID_META, shadow_id)
+        store.set_meta(START_META, label)
+    return shadow_id, True
 
 
 def _restore_commit(checkpoint: Checkpoint) -> BatchCommit:

@@ -43,7 +43,8 @@ shadow. So the cut-over is applied exactly once.
 What it does not do: tables that read a reprocessed table keep their rows (name them too); sinks
 (see step 1); a stream read from several partitions is merged by event time, and where partitions
 went idle the merge order can depend on timing, so the shadow may order such events differently
-than the live run did; input offered again from files rather than retained in Kafka.
+than the live run did. With ``--reoffer`` the streams bound to an input read it again instead of
+Kafka (:mod:`runtime.reoffer`), up to the positions staging applied; that needs staging at step 2.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from ingest.assembler import TopicPartition
 from ingest.broker import BrokerHandle
 from ingest.exceptions import RetentionGap
-from ingest.kafka_client import group_offsets
+from ingest.kafka_client import delete_topics, group_offsets
 from runtime.pipeline import Pipeline, PipelineOptions
+from runtime.reoffer import reoffer_spec, reoffered_streams, shadow_topic_prefix
 from runtime.replay_start import ReplayStart, ReprocessRefused, prepare_shadow, resolve_start
 from runtime.runspec import RunSpec
 from runtime.upgrade import migrate_once
@@ -77,6 +79,8 @@ from streamdi.settings import StreamdiSettings
 
 logger = logging.getLogger(__name__)
 
+#: The bound of a shadow topic an input is offered into: read it to its end.
+UNBOUNDED = 1 << 62
 #: A shadow run ends once every partition reached its bound and nothing happened for this long.
 REPLAY_IDLE_S = 0.5
 #: Shadow runs in a row that may end short of the bound before the catch-up gives up.
@@ -188,30 +192,44 @@ def reprocess(
     tables: Sequence[str],
     *,
     start: str = "start",
+    reoffer: bool = False,
     hook: ReprocessHook | None = None,
 ) -> ReprocessReport:
     """Recompute ``tables`` per the module docstring, replaying from ``start``
-    (:func:`~runtime.replay_start.resolve_start`)."""
+    (:func:`~runtime.replay_start.resolve_start`); with ``reoffer``, the streams bound to an
+    input read it again instead of Kafka (:mod:`runtime.reoffer`)."""
     # 1.
     check_request(spec, tables)
     flow = spec.flow
+    reoffered = reoffered_streams(spec) if reoffer else []
     report = ReprocessReport(list(dict.fromkeys(tables)))
     replay = resolve_start(settings.staging_path, start)
-    report.start = replay.describe()
+    report.start = replay.describe() + (
+        f", {', '.join(reoffered)} offered again from the input" if reoffered else ""
+    )
     if replay.checkpoint is not None and replay.checkpoint.kafka_log not in (None, broker.log_id):
         raise ReprocessRefused(
             f"{replay.describe()} belongs to another Kafka log ({replay.checkpoint.kafka_log}, "
             f"the broker's is {broker.log_id}): the input after it is not in this broker"
         )
-    shadow = shadow_settings(settings, flow.name)
-    prepare_shadow(shadow.staging_path, flow, replay)
-    started = time.monotonic()
-    # 2.
     try:
         plan, _ = plan_staging(settings.staging_path, flow)
         live_in_use = False
     except StagingInUse:
         live_in_use = True
+    if live_in_use and reoffer:
+        raise ReprocessRefused(
+            "--reoffer needs the pipeline stopped: the input is offered again up to the "
+            "positions staging applied, which only staging knows"
+        )
+    shadow = shadow_settings(settings, flow.name)
+    shadow_id, new = prepare_shadow(
+        shadow.staging_path, flow, replay, "+reoffer" if reoffer else ""
+    )
+    if new and reoffer:
+        delete_topics(settings.kafka, broker.bootstrap_servers, shadow_topic_prefix(flow.name))
+    started = time.monotonic()
+    # 2.
     if live_in_use:
         bound = group_offsets(settings.kafka, broker.bootstrap_servers, f"streamdi.{flow.name}")
         # 3.
@@ -224,7 +242,6 @@ def reprocess(
             f"(`streamdi upgrade apply <module:attribute>`), then reprocess:\n{plan.render()}"
         )
     # 4.
-    cut_started = time.monotonic()
     with StagingStore(
         settings.staging_path,
         flow,
@@ -234,7 +251,17 @@ def reprocess(
     ) as store:
         _check_staging(store, broker, replay)
         bound = store.offsets()
-        _catch_up(spec, shadow, broker, bound, report)
+        shadow_spec, positions = spec, {}
+        if reoffer:
+            applied = store.streams()
+            positions = {s: applied[s].last_pos if s in applied else -1 for s in reoffered}
+            shadow_spec = reoffer_spec(spec, positions, shadow_id)
+            replaced = {spec.topic(s) for s in reoffered}
+            bound = {tp: o for tp, o in bound.items() if tp[0] not in replaced}
+            for s in reoffered:
+                for p in range(shadow_spec.streams[s].partitions):
+                    bound[(shadow_spec.topic(s), p)] = UNBOUNDED
+        _catch_up(shadow_spec, shadow, broker, bound, report, positions=positions)
         report.catch_up_s = time.monotonic() - started
         cut_started = time.monotonic()
         if hook is not None:
@@ -250,18 +277,21 @@ def reprocess(
     if hook is not None:
         hook("pushed")
     # 7.
+    if reoffer:
+        delete_topics(settings.kafka, broker.bootstrap_servers, shadow_topic_prefix(flow.name))
     shutil.rmtree(shadow.staging_path.parent, ignore_errors=True)
     report.cut_over_s = time.monotonic() - cut_started
     return report
 
 
 def shadow_settings(settings: StreamdiSettings, flow_name: str) -> StreamdiSettings:
-    """The run's settings for the shadow: its own staging file, no migration."""
+    """The run's settings for the shadow: its own staging file and state directory (its
+    collectors' checkpoints), no migration."""
+    path = shadow_path(settings, flow_name)
     return settings.model_copy(
         update={
-            "staging": settings.staging.model_copy(
-                update={"path": shadow_path(settings, flow_name)}
-            ),
+            "streamdi": settings.streamdi.model_copy(update={"state_dir": path.parent}),
+            "staging": settings.staging.model_copy(update={"path": path}),
             "migration": settings.migration.model_copy(update={"targets": ""}),
         }
     )
@@ -290,31 +320,39 @@ def _catch_up(
     broker: BrokerHandle,
     bound: Mapping[TopicPartition, int],
     report: ReprocessReport,
+    *,
+    positions: Mapping[str, int] | None = None,
 ) -> None:
-    """Step 3: run the shadow pipeline until it consumed every partition up to ``bound``."""
+    """Step 3: run the shadow pipeline until it consumed every partition up to ``bound`` (a
+    partition bounded :data:`UNBOUNDED` is a shadow topic an input is offered into: read to its
+    end) and applied each stream of ``positions`` up to its position."""
     bound = {tp: end for tp, end in bound.items() if end > 0}
+    positions = dict(positions or {})
     options = PipelineOptions(
         executor=shadow.engine.executor,
         until_idle_s=REPLAY_IDLE_S,
-        collect=False,
+        collect=bool(positions),
         replay_to=bound,
     )
     for _ in range(MAX_ROUNDS):
-        behind = _behind(shadow, spec, bound)
+        behind = _behind(shadow, spec, bound, positions)
         if not behind:
             return
         logger.info("reprocess catches up shadow=%s behind=%s", shadow.staging_path, behind)
         try:
             done = Pipeline(spec, shadow, broker, options).run()
         except RetentionGap as exc:
+            gone = ", ".join(exc.gaps) or str(exc)
             raise ReprocessRefused(
-                "the input is no longer all in Kafka, so the tables cannot be recomputed from "
-                f"it: {exc}. Reprocessing needs every record from offset 0; keep the topics of "
-                "tables you may reprocess with a retention that never deletes (retention.ms=-1)"
+                "the input is no longer all in Kafka (retention deleted "
+                f"{gone}), so the tables cannot be recomputed from it. Reprocessing needs every "
+                "record after its start; offer the inputs "
+                "again (--reoffer) if the run spec binds them, or keep the topics of tables you "
+                "may reprocess with a retention that never deletes (retention.ms=-1)"
             ) from exc
         report.shadow_batches += done.batches
         report.shadow_events += done.events
-    behind = _behind(shadow, spec, bound)
+    behind = _behind(shadow, spec, bound, positions)
     if behind:
         raise ReprocessRefused(
             f"the shadow did not reach staging's offsets after {MAX_ROUNDS} runs (behind: "
@@ -323,19 +361,33 @@ def _catch_up(
 
 
 def _behind(
-    shadow: StreamdiSettings, spec: RunSpec, bound: Mapping[TopicPartition, int]
-) -> dict[TopicPartition, tuple[int, int]]:
-    """Per partition the shadow has not read up to ``bound``: (shadow's offset, the bound).
-    Raises :class:`ReprocessRefused` when the shadow read past it."""
+    shadow: StreamdiSettings,
+    spec: RunSpec,
+    bound: Mapping[TopicPartition, int],
+    positions: Mapping[str, int],
+) -> dict[str, tuple[int, int]]:
+    """What the shadow has not read yet: per partition (``topic[p]``) its offset and the bound,
+    per offered stream its last position applied and staging's. Raises
+    :class:`ReprocessRefused` when the shadow read past a bound."""
     with StagingStore(shadow.staging_path, spec.flow, background_merge=False) as store:
-        offsets = store.offsets()
-    past = {tp: (o, bound.get(tp, 0)) for tp, o in offsets.items() if o > bound.get(tp, 0)}
+        offsets, applied = store.offsets(), store.streams()
+    limits = {tp: end for tp, end in bound.items() if end != UNBOUNDED}
+    past = {tp: (o, limits[tp]) for tp, o in offsets.items() if tp in limits and o > limits[tp]}
     if past:
         raise ReprocessRefused(
             f"the shadow {shadow.staging_path} read past staging's offsets ({past}); remove "
             "it and run again"
         )
-    return {tp: (offsets.get(tp, 0), end) for tp, end in bound.items() if offsets.get(tp, 0) < end}
+    behind = {
+        f"{t}[{p}]": (offsets.get((t, p), 0), end)
+        for (t, p), end in limits.items()
+        if offsets.get((t, p), 0) < end
+    }
+    for stream, last_pos in positions.items():
+        at = applied[stream].last_pos if stream in applied else -1
+        if at < last_pos:
+            behind[stream] = (at, last_pos)
+    return behind
 
 
 def _cut_over(store: StagingStore, shadow_file: Path, report: ReprocessReport) -> None:

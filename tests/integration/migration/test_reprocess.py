@@ -302,3 +302,39 @@ def _combined(*parts: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
             out[key][0] += total
             out[key][1] += n
     return sorted((k, t, n) for k, (t, n) in out.items())
+
+
+def test_input_gone_from_kafka_is_offered_again_from_its_file(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    from kafka import KafkaAdminClient, TopicPartition
+
+    from ingest.broker import client_config
+
+    state, env, log, rows, _, watermark = _mixed_run(broker, tmp_path)
+    # retention deletes what the pipeline consumed
+    kafka = load_settings().kafka
+    admin = KafkaAdminClient(**client_config(kafka, broker.bootstrap_servers))
+    try:
+        with StagingStore(state / "staging.duckdb", tally(2), background_merge=False) as store:
+            consumed = store.offsets()[("tally.events", 0)]
+        admin.delete_records({TopicPartition("tally.events", 0): consumed})
+    finally:
+        admin.close()
+    args = ["upgrade", "reprocess", V2, "totals"]
+    assert run_streamdi(args, env, log) == 1
+    assert "offer the inputs again (--reoffer)" in log.read_text()
+
+    out = tmp_path / "reoffer.json"
+    assert run_streamdi([*args, "--reoffer", "--json", str(out)], env, log) == 0, log.read_text()
+    report = json.loads(out.read_text())
+    assert "events offered again from the input" in report["start"]
+    assert report["shadow_events"] == EVENTS
+    assert report["batch"] == watermark + 1
+    assert _staged_totals(state) == _expected(rows, 2)
+    assert _warehouse_totals(state) == (_expected(rows, 2), watermark + 1)
+    admin = KafkaAdminClient(**client_config(kafka, broker.bootstrap_servers))
+    try:  # the shadow's topic went with it
+        assert not [t for t in admin.list_topics() if t.startswith("reprocess.tally.")]
+    finally:
+        admin.close()
