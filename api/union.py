@@ -64,6 +64,7 @@ from migration.migrator import Migrator
 from migration.reader import WarehouseReader, WarehouseSnapshot, column_types
 from migration.schema import WarehouseLayout
 from staging.layout import output_columns, q
+from staging.retractions import ranges
 from staging.snapshot import StagingSnapshot, open_snapshot
 from staging.store import StagingStore
 from streamdi.settings import ApiSettings
@@ -401,7 +402,12 @@ class UnionPlanner:
             if wh is None:
                 rows = pa.schema(list(wanted.items())).empty_table()
             else:
-                relation = wh.relation_sql(name, bounds.upto, columns)
+                pending = (
+                    []
+                    if table.is_state
+                    else ranges(snap.retractions(after=bounds.upto, upto=bounds.staged_upto), name)
+                )
+                relation = wh.relation_sql(name, bounds.upto, columns, pending)
                 sql = f"SELECT * FROM ({relation}) AS {q(name)}"
                 where = query.filter_sql(wh.dialect)  # type: ignore[arg-type]
                 if where is not None:

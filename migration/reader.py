@@ -51,6 +51,7 @@ import pyarrow as pa
 from etl_dataflows.types import ColumnType, arrow_type
 from migration.schema import WarehouseLayout
 from staging.layout import q
+from staging.retractions import retracted_filter
 from warehouse.duckdb import DuckDBDriver, duckdb_errors, read_fenced
 from warehouse.postgres_login import LoginPlan
 
@@ -69,17 +70,26 @@ class ReaderOptions:
     pool_size: int = 8
 
 
-def relation_sql(layout: WarehouseLayout, name: str, upto: int, columns: Sequence[str]) -> str:
+def relation_sql(
+    layout: WarehouseLayout,
+    name: str,
+    upto: int,
+    columns: Sequence[str],
+    retracted: Sequence[tuple[int, int]] = (),
+) -> str:
     """SELECT ``columns`` of table or sink ``name`` as of batch ``upto`` (see the module
-    docstring); valid while ``upto`` is at least the last merged batch."""
+    docstring); valid while ``upto`` is at least the last merged batch. ``retracted``: batch
+    ranges of a sink whose rows staging retracted in batches the warehouse has not loaded yet
+    (:mod:`staging.retractions`), left out."""
     table = layout.tables[name]
     cols = ", ".join(q(c) for c in columns)
     full, delta = layout.full_name(name), layout.delta_name(name)
     upto = int(upto)
     if table.kind == "output":
+        keep = retracted_filter(retracted)
         return (
-            f"SELECT {cols} FROM {full} WHERE batch_id <= {upto} UNION ALL "
-            f"SELECT {cols} FROM {delta} WHERE batch_id <= {upto}"
+            f"SELECT {cols} FROM {full} WHERE batch_id <= {upto} AND {keep} UNION ALL "
+            f"SELECT {cols} FROM {delta} WHERE batch_id <= {upto} AND {keep}"
         )
     ids = ", ".join(q(c) for c in table.row_id)
     match = " AND ".join(f"d.{q(c)} = f.{q(c)}" for c in table.row_id)
@@ -129,9 +139,15 @@ class WarehouseSnapshot(ABC):
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
 
-    def relation_sql(self, name: str, upto: int, columns: Sequence[str] | None = None) -> str:
+    def relation_sql(
+        self,
+        name: str,
+        upto: int,
+        columns: Sequence[str] | None = None,
+        retracted: Sequence[tuple[int, int]] = (),
+    ) -> str:
         chosen = list(columns) if columns is not None else list(self.layout.tables[name].columns)
-        return relation_sql(self.layout, name, upto, chosen)
+        return relation_sql(self.layout, name, upto, chosen, retracted)
 
     @abstractmethod
     def fetch(

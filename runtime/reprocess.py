@@ -1,17 +1,17 @@
-"""Recomputing state tables from the input Kafka still holds: ``streamdi upgrade reprocess``.
+"""Recomputing state tables and sinks from retained input: ``streamdi upgrade reprocess``.
 
 After ``streamdi upgrade apply`` a step whose logic changed keeps its state: batches after the
-switch run the new code, rows computed before keep what the old code made of them.
-:func:`reprocess` recomputes named state tables with the dataflow as it is now, replaying the
-input from a start (``--from``: the first record, or a checkpoint, :mod:`runtime.replay_start`)
-in a *shadow* while the old rows keep serving (in staging, in the warehouses and through the
-query service), then cuts over in one batch. The protocol:
+switch run the new code, rows computed (or delivered) before keep what the old code made of them.
+:func:`reprocess` recomputes named state tables and sinks with the dataflow as it is now,
+replaying the input from a start (``--from``: the first record, or a checkpoint,
+:mod:`runtime.replay_start`) in a *shadow* while the old rows keep serving (in staging, in the
+warehouses and through the query service), then cuts over in one batch. The protocol:
 
-1. Check the request (:func:`check_request`): every name is a state table of the dataflow. A sink
-   is refused: its warehouse rows are append-only facts readers have already seen, and a
-   cut-over would have to retract them. Resolve the start and set the shadow up there: its own
-   staging file (:func:`shadow_path`), empty or seeded with the checkpoint's state and progress
-   (:func:`~runtime.replay_start.prepare_shadow`; a shadow of another start is discarded).
+1. Check the request (:func:`check_request`): every name is a state table or a sink of the
+   dataflow (not a plain sink, whose warehouse rows carry no batch ids). Resolve the start and
+   set the shadow up there: its own staging file (:func:`shadow_path`), empty or seeded with the
+   checkpoint's state and progress (:func:`~runtime.replay_start.prepare_shadow`; a shadow of
+   another start is discarded).
 2. Bound the catch-up. When staging can be opened (no pipeline runs on it), its offsets; else the
    offsets the pipeline last committed to Kafka for monitoring, which it writes after staging
    committed them, so they never pass staging's.
@@ -28,20 +28,24 @@ query service), then cuts over in one batch. The protocol:
    to the broker's log. Catch the shadow up to staging's offsets (step 3 again); it must then have
    read exactly what staging read.
 5. Per named table, the difference from staging's rows to the shadow's
-   (:func:`staging.difference.table_difference`), committed as batch ``W + 1``: no events, no
-   offsets moved, each sequence at the larger of the two values; staging's meta records
-   ``reprocessed:<W + 1>``. Every reader of staging sees the old or the new table, never half.
+   (:func:`staging.difference.table_difference`); per named sink, the shadow's rows, delivered in
+   place of the rows of batches ``first..W`` (``first``: the batch after the start) through a
+   retraction (:mod:`staging.retractions`, marked with the shadow's id). All of it committed as
+   batch ``W + 1``: no events, no offsets moved, each sequence at the larger of the two values;
+   staging's meta records ``reprocessed:<W + 1>``. Every reader of staging sees the old or the
+   new rows, never half.
 6. Push: one migration round; each warehouse loads batch ``W + 1`` in one transaction, like any
    batch, so it too holds the old or the new table. A warehouse not reachable takes it when the
    migration reaches it (staging keeps the batch until every warehouse acknowledged it).
 7. Remove the shadow.
 
 A crash before step 5's commit changed nothing (running again resumes the shadow); after it, the
-shadow equals staging: running again finds no difference, commits nothing, pushes and removes the
-shadow. So the cut-over is applied exactly once.
+shadow equals staging, or staging holds the shadow's retraction: running again commits nothing,
+pushes and removes the shadow. So the cut-over is applied exactly once.
 
-What it does not do: tables that read a reprocessed table keep their rows (name them too); sinks
-(see step 1); a stream read from several partitions is merged by event time, and where partitions
+What it does not do: tables that read a reprocessed table keep their rows (name them too); the
+rows a sink delivers in place of the old carry the cut-over's batch id, not the batches that first
+delivered them; a stream read from several partitions is merged by event time, and where partitions
 went idle the merge order can depend on timing, so the shadow may order such events differently
 than the live run did. With ``--reoffer`` the streams bound to an input read it again instead of
 Kafka (:mod:`runtime.reoffer`), up to the positions staging applied; that needs staging at step 2.
@@ -65,6 +69,7 @@ from ingest.assembler import TopicPartition
 from ingest.broker import BrokerHandle
 from ingest.exceptions import RetentionGap
 from ingest.kafka_client import delete_topics, group_offsets
+from migration.schema import plain_sinks
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.reoffer import reoffer_spec, reoffered_streams, shadow_topic_prefix
 from runtime.replay_start import ReplayStart, ReprocessRefused, prepare_shadow, resolve_start
@@ -73,6 +78,7 @@ from runtime.upgrade import migrate_once
 from staging.difference import table_difference
 from staging.exceptions import StagingInUse
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
+from staging.retractions import SinkRetraction
 from staging.store import BatchCommit, StagingStore
 from staging.upgrade import plan_staging
 from streamdi.settings import StreamdiSettings
@@ -104,7 +110,12 @@ class ReprocessReport:
     batch: int | None = None
     """The cut-over's batch (``watermark + 1``), or None when nothing differed."""
     upserted: dict[str, int] = field(default_factory=dict)
+    """Per state table the rows written, per sink the rows delivered in place of the old."""
     deleted: dict[str, int] = field(default_factory=dict)
+    retracted: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    """Per sink the batches whose rows were replaced (None: there were none)."""
+    done_in: int | None = None
+    """The batch that already cut this shadow over (a rerun after a crash)."""
     shadow_batches: int = 0
     shadow_events: int = 0
     catch_up_s: float = 0.0
@@ -121,12 +132,27 @@ class ReprocessReport:
             "batch": self.batch,
             "upserted": self.upserted,
             "deleted": self.deleted,
+            "retracted": {k: None if v is None else list(v) for k, v in self.retracted.items()},
+            "done_in": self.done_in,
             "shadow_batches": self.shadow_batches,
             "shadow_events": self.shadow_events,
             "catch_up_s": round(self.catch_up_s, 3),
             "cut_over_s": round(self.cut_over_s, 3),
             "targets": self.targets,
         }
+
+    def _changes(self) -> list[str]:
+        out = []
+        for name in self.tables:
+            if name in self.retracted:
+                span = self.retracted[name]
+                old = "nothing" if span is None else f"the rows of batches {span[0]}-{span[1]}"
+                out.append(f"{name} {self.upserted[name]:,} rows in place of {old}")
+            else:
+                out.append(
+                    f"{name} {self.upserted[name]:,} rows written, {self.deleted[name]:,} deleted"
+                )
+        return out
 
     def render(self) -> str:
         lines = [
@@ -140,18 +166,17 @@ class ReprocessReport:
                 "came since)"
             )
             return "\n".join(lines)
-        if self.batch is None:
+        if self.done_in is not None:
+            lines.append(f"staging: already cut over in batch {self.done_in}")
+        elif self.batch is None:
             lines.append(
                 f"staging: {', '.join(self.tables)} already equal the recomputed rows (batch "
                 f"{self.watermark}); nothing to cut over"
             )
         else:
-            changes = ", ".join(
-                f"{t} {self.upserted[t]:,} rows written, {self.deleted[t]:,} deleted"
-                for t in self.tables
-            )
             lines.append(
-                f"staging: cut over in batch {self.batch} ({changes}; {self.cut_over_s:.2f} s)"
+                f"staging: cut over in batch {self.batch} ({'; '.join(self._changes())}; "
+                f"{self.cut_over_s:.2f} s)"
             )
         lines.extend(f"warehouse {n}: {m}" for n, m in sorted(self.targets.items()))
         return "\n".join(lines)
@@ -163,23 +188,23 @@ def shadow_path(settings: StreamdiSettings, flow_name: str) -> Path:
 
 
 def check_request(spec: RunSpec, tables: Sequence[str]) -> None:
-    """Step 1: raise :class:`ReprocessRefused` unless every name is a state table of the
-    dataflow (at least one, no sink, none unknown)."""
+    """Step 1: raise :class:`ReprocessRefused` unless every name is a state table or a sink of
+    the dataflow (at least one, none unknown, no plain sink)."""
     flow = spec.flow
     if not tables:
-        raise ReprocessRefused("name at least one state table to reprocess")
+        raise ReprocessRefused("name at least one state table or sink to reprocess")
+    plain = plain_sinks(flow.name)
     problems = []
     for name in tables:
-        if name in flow.sinks:
+        if name in plain:
             problems.append(
-                f"{name!r} is a sink: its rows in the warehouses are append-only facts readers "
-                "have seen, and reprocessing would retract them; to deliver the new logic's "
-                "output, add a sink (`streamdi upgrade apply`): it delivers from the switch on"
+                f"{name!r} is a plain sink: its warehouse table keeps no batch ids, so the rows "
+                "to replace cannot be told apart"
             )
-        elif name not in flow.tables:
+        elif name not in flow.tables and name not in flow.sinks:
             problems.append(
-                f"{name!r} is not a state table of dataflow {flow.name!r} (its tables: "
-                f"{sorted(flow.tables)})"
+                f"{name!r} is neither a state table nor a sink of dataflow {flow.name!r} (its "
+                f"tables: {sorted(flow.tables)}; its sinks: {sorted(flow.sinks)})"
             )
     if problems:
         raise ReprocessRefused("cannot reprocess: " + "; ".join(problems))
@@ -269,7 +294,8 @@ def reprocess(
         # 5.
         report.cut_over = True
         report.watermark = store.watermark
-        _cut_over(store, shadow.staging_path, report)
+        first = 1 if replay.checkpoint is None else replay.checkpoint.watermark + 1
+        _cut_over(store, shadow.staging_path, report, shadow_id=shadow_id, first_batch=first)
         if hook is not None:
             hook("committed")
     # 6.
@@ -390,26 +416,54 @@ def _behind(
     return behind
 
 
-def _cut_over(store: StagingStore, shadow_file: Path, report: ReprocessReport) -> None:
-    """Step 5."""
-    with StagingStore(shadow_file, store.flow, background_merge=False) as shadow:
+def _cut_over(
+    store: StagingStore,
+    shadow_file: Path,
+    report: ReprocessReport,
+    *,
+    shadow_id: str,
+    first_batch: int,
+) -> None:
+    """Step 5: the state tables' differences and the sinks' rows of batches ``first_batch`` on,
+    replaced, in one batch (none when staging already holds this shadow's cut-over, or nothing
+    differs)."""
+    flow = store.flow
+    sinks = [n for n in report.tables if n in flow.sinks]
+    tables = [n for n in report.tables if n in flow.tables]
+    done = store.query(
+        "SELECT min(batch_id) AS b FROM streamdi.retractions WHERE shadow = ?", [shadow_id]
+    )["b"][0].as_py()
+    if done is not None:
+        report.done_in = int(done)
+        return
+    watermark = store.watermark
+    with StagingStore(shadow_file, flow, background_merge=False) as shadow:
         deltas = {
             name: table_difference(
-                store.state_table(name),
-                shadow.state_table(name),
-                store.flow.tables[name].row_id(),
+                store.state_table(name), shadow.state_table(name), flow.tables[name].row_id()
             )
-            for name in report.tables
+            for name in tables
+        }
+        outputs = {
+            name: shadow.query(
+                f'SELECT * EXCLUDE (batch_id) FROM outputs."{name}" ORDER BY batch_id, _pos'
+            )
+            for name in sinks
         }
         ours, theirs = store.sequences(), shadow.sequences()
     for name, delta in deltas.items():
         report.upserted[name] = delta.upserts.num_rows
         report.deleted[name] = delta.deletes.num_rows
-    if all(d.empty for d in deltas.values()):
+    for name, rows in outputs.items():
+        report.upserted[name] = rows.num_rows
+        report.retracted[name] = (first_batch, watermark) if watermark >= first_batch else None
+    if all(d.empty for d in deltas.values()) and not sinks:
         return
     sequences = {n: max(ours.get(n, v), theirs.get(n, v)) for n, v in {**ours, **theirs}.items()}
-    batch_id = store.watermark + 1
-    store.commit([cut_over_commit(batch_id, deltas, sequences)])
+    batch_id = watermark + 1
+    # one per sink even when it retracts nothing (first > last): it marks the cut-over as done
+    retractions = [SinkRetraction(name, first_batch, watermark, shadow_id) for name in sinks]
+    store.commit([cut_over_commit(batch_id, deltas, sequences, outputs, retractions)])
     store.set_meta(
         f"reprocessed:{batch_id}",
         json.dumps(
@@ -417,16 +471,21 @@ def _cut_over(store: StagingStore, shadow_file: Path, report: ReprocessReport) -
         ),
     )
     report.batch = batch_id
-    logger.info("reprocess cut over batch=%s tables=%s", batch_id, report.tables)
+    logger.info("reprocess cut over batch=%s relations=%s", batch_id, report.tables)
 
 
 def cut_over_commit(
-    batch_id: int, deltas: Mapping[str, TableDelta], sequences: Mapping[str, int]
+    batch_id: int,
+    deltas: Mapping[str, TableDelta],
+    sequences: Mapping[str, int],
+    outputs: Mapping[str, pa.Table] | None = None,
+    retractions: Sequence[SinkRetraction] = (),
 ) -> BatchCommit:
-    """A batch of no events that changes state tables by ``deltas`` and sets ``sequences``."""
+    """A batch of no events that changes state tables by ``deltas``, sets ``sequences``, and
+    delivers ``outputs`` in place of the sink rows ``retractions`` name."""
     result = BatchResult(
         batch_id=batch_id,
-        outputs={},
+        outputs=dict(outputs or {}),
         dead_letters=pa.table({}),
         aborts=ABORT_SCHEMA.empty_table(),
         deltas=dict(deltas),
@@ -442,4 +501,5 @@ def cut_over_commit(
         records=0,
         arrived_at=time.time(),
         executed_ms=0.0,
+        retractions=list(retractions),
     )

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from etl_dataflows.batch import ABORT_SCHEMA
 from staging.layout import DEAD_LETTER_TABLE_SCHEMA, DELTA, OUTPUTS, SYSTEM, arrow_of, q, qualified
+from staging.retractions import RETRACTION_SCHEMA, read_retractions
 from staging.store import StagingStore
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class StagedChanges:
     dead_letters: pa.Table = field(default_factory=STAGED_DEAD_LETTER_SCHEMA.empty_table)
     aborts: pa.Table = field(default_factory=STAGED_ABORT_SCHEMA.empty_table)
     replays: pa.Table = field(default_factory=REPLAY_SCHEMA.empty_table)
+    retractions: pa.Table = field(default_factory=RETRACTION_SCHEMA.empty_table)
+    """The sink retractions of the range's batches (:mod:`staging.retractions`)."""
 
     @property
     def rows(self) -> int:
@@ -171,10 +174,11 @@ class StagedDeltas:
             cursor.close()
         return StagedChanges(after, upto, tables, outputs, *rejects)
 
-    def read_rejects(self, after: int, upto: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    def read_rejects(self, after: int, upto: int) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
         """The rejects of batches ``(after, upto]``, read in one transaction: their dead letters,
-        their aborts and the replays they made (see :class:`StagedChanges`). Dead letters and
-        aborts are never released, so any range of committed batches can be read."""
+        their aborts, the replays they made and their sink retractions (see
+        :class:`StagedChanges`). None of these is ever released, so any range of committed
+        batches can be read."""
         cursor = self.store.cursor()
         try:
             cursor.execute("BEGIN TRANSACTION")
@@ -327,7 +331,7 @@ class StagedDeltas:
 
 def _rejects(
     cursor: duckdb.DuckDBPyConnection, after: int, upto: int
-) -> tuple[pa.Table, pa.Table, pa.Table]:
+) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     """The dead letters and aborts of batches ``(after, upto]`` and the replays made by them, in
     the transaction open on ``cursor`` (bulk Arrow reads; see :class:`StagedChanges`)."""
     after, upto = int(after), int(upto)
@@ -360,4 +364,5 @@ def _rejects(
         dead.cast(STAGED_DEAD_LETTER_SCHEMA),
         aborts.cast(STAGED_ABORT_SCHEMA),
         replays.cast(REPLAY_SCHEMA),
+        read_retractions(cursor, after=after, upto=upto),
     )

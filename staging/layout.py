@@ -21,6 +21,8 @@
 ``streamdi.layouts``       the layout history: one row per version of the dataflow (its
                            fingerprint, digest and shape, when and after which batch it took over)
 ``streamdi.migration_acks``  per warehouse target, the last batch it acknowledged (migration)
+``streamdi.retractions``   per batch that replaced a sink's rows of earlier batches: the sink and
+                           the batch range (a reprocess of the sink)
 =========================  ========================================================================
 
 The system tables' layout has a version, ``layout_version`` in ``streamdi.meta``
@@ -43,6 +45,9 @@ columns it lacks read as null).
 * 6: the dataflow's layout history, ``streamdi.layouts`` (:mod:`staging.history`), and the
   version that produced each batch (``streamdi.batches.version``; null for batches committed
   before). A file of an earlier layout records the dataflow it was opened with as version 1.
+* 7: ``streamdi.retractions``, the sink rows of earlier batches a batch replaces
+  (:mod:`staging.retractions`; a new table: a file of layout 6 gains it empty). An older streamdi
+  would read retracted rows as live, so it refuses the file.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 6
+LAYOUT_VERSION = 7
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -221,6 +226,8 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
         "segments": "relation VARCHAR NOT NULL, name VARCHAR NOT NULL, file VARCHAR NOT NULL, "
         "first_batch BIGINT NOT NULL, last_batch BIGINT NOT NULL, rows BIGINT NOT NULL, "
         "level INTEGER NOT NULL",
+        "retractions": "sink VARCHAR NOT NULL, first_batch BIGINT NOT NULL, "
+        "last_batch BIGINT NOT NULL, batch_id BIGINT NOT NULL, shadow VARCHAR",
         "layouts": "version INTEGER PRIMARY KEY, fingerprint VARCHAR NOT NULL, "
         "digest VARCHAR NOT NULL, shape VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL, "
         "watermark BIGINT NOT NULL",

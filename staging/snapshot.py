@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, arrow_of, q, qualified
+from staging.retractions import ranges, read_retractions, retracted_filter
 from staging.store import StreamProgress
 
 if TYPE_CHECKING:
@@ -100,7 +101,8 @@ class StagingSnapshot:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Output rows of ``sink`` from batches ``(after, upto]`` in batch order (``batch_id``
-        and every column, or ``batch_id`` and ``columns``)."""
+        and every column, or ``batch_id`` and ``columns``), without the rows a batch up to
+        ``upto`` retracted (:mod:`staging.retractions`)."""
         if sink not in self._store.flow.sinks:
             raise KeyError(f"no sink {sink!r}; the dataflow has {list(self._store.flow.sinks)}")
         picked = (
@@ -108,12 +110,19 @@ class StagingSnapshot:
             if columns is None
             else ", ".join(q(c) for c in dict.fromkeys(["batch_id", *columns]))
         )
+        top = self.watermark if upto is None else min(int(upto), self.watermark)
+        keep = retracted_filter(ranges(self.retractions(upto=top), sink))
         return arrow_of(
             self._con.sql(
                 f"SELECT {picked} FROM {qualified(OUTPUTS, sink)} WHERE "
-                f"{self._range(after, upto)} ORDER BY batch_id, _pos"
+                f"{self._range(after, upto)} AND {keep} ORDER BY batch_id, _pos"
             )
         )
+
+    def retractions(self, *, after: int = 0, upto: int | None = None) -> pa.Table:
+        """The sink retractions of batches ``(after, upto]`` (:mod:`staging.retractions`)."""
+        top = self.watermark if upto is None else min(int(upto), self.watermark)
+        return read_retractions(self._con, after=after, upto=top)
 
     # -- bulk reads in bounded pieces (a warehouse's bootstrap, migration.bootstrap) ------------
 

@@ -63,6 +63,7 @@ from staging.layout import (
     upgrade_statements,
 )
 from staging.recent import RecentCommit, RecentCommits
+from staging.retractions import RETRACTIONS, SinkRetraction, retraction_rows
 from staging.segments import (
     Segment,
     SegmentCatalog,
@@ -131,6 +132,8 @@ class BatchCommit:
     executed_ms: float
     replayed: list[int] = field(default_factory=list)
     partitions: Mapping[StreamPartition, PartitionProgress] = field(default_factory=dict)
+    retractions: list[SinkRetraction] = field(default_factory=list)
+    """Sink rows of earlier batches this batch replaces (:mod:`staging.retractions`)."""
 
 
 #: DuckDB checkpoints the staging file by itself once its WAL reaches this size. DuckDB's default
@@ -671,8 +674,8 @@ class StagingStore:
            batches' to ``state_base``: per state table, delete every row whose row id changed or
            was deleted, insert the newest upsert of each row id; set ``state_folded_through``.
         5. Register the segment files and redefine their views (``delta_log.<table>``,
-           ``outputs.<sink>``); append the dead letters and the aborts; mark re-offered dead
-           letters as replayed.
+           ``outputs.<sink>``); append the dead letters, the aborts and the sink retractions;
+           mark re-offered dead letters as replayed.
         6. Replace the sequences, the consumed offsets, the stream progress and the partitions'
            merge state (the events they hold back included) with the last batch's values.
         7. Insert one ledger row per batch.
@@ -746,6 +749,10 @@ class StagingStore:
             if aborts.num_rows:
                 register("_aborts", aborts)
                 con.execute(f"INSERT INTO {_sys('aborts')} BY NAME SELECT * FROM _aborts")
+            retracted = [retraction_rows(c.batch_id, c.retractions) for c in commits]
+            if any(t.num_rows for t in retracted):
+                register("_retractions", pa.concat_tables(retracted))
+                con.execute(f"INSERT INTO {RETRACTIONS} BY NAME SELECT * FROM _retractions")
             for c in commits:
                 if c.replayed:
                     con.execute(

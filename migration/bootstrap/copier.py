@@ -343,6 +343,8 @@ class Bootstrap:
                             caught_up += piece.num_rows
                     target.merge_table(name)
                     target.execute(f"DELETE FROM {layout.delta_name(name)}")
+                # the sink rows retracted by batches up to S go (staging.retractions)
+                target.retract(snap.retractions(upto=top))
                 rows = sum(m.rows for m in marks.values()) + caught_up
                 stamp = now()
                 target.bulk_insert(

@@ -12,6 +12,8 @@ statements, the bulk path, the errors); subclasses supply the layout's DDL and a
 2. Read the target's watermark ``w`` from its ledger. If ``w`` is not the ``after`` the changes
    were read for, ROLLBACK and return ``w`` (someone else loaded; the caller reads again).
 3. Bulk-load each table's rows into its delta table (COPY for PostgreSQL, Arrow for DuckDB).
+   Then the range's sink retractions (:mod:`staging.retractions`): delete the retracted batches'
+   rows of the sink from its full and delta tables (rows this load just added included).
 4. The rejects: bulk-append the range's dead letters and aborts to ``S.dead_letters`` and
    ``S.aborts`` (the same bulk path), then mark the dead letters the range replayed with one
    ``UPDATE ... SET replayed_in`` of those still unmarked (idempotent: a mark is never moved).
@@ -58,6 +60,7 @@ from migration.exceptions import TargetMismatch
 from migration.schema import LEDGER_SCHEMA, WarehouseLayout, sql_type
 from staging.handoff import StagedChanges
 from staging.layout import q
+from staging.retractions import ranges, retracted_filter
 from warehouse.base import BaseWarehouseDriver, Dialect, Params
 
 if TYPE_CHECKING:
@@ -365,6 +368,7 @@ class BaseTarget(ABC):
                     if first and hook is not None:
                         hook("loaded")
                     first = False
+                self._retract(changes)
                 # 4.
                 self._load_rejects(changes)
                 if hook is not None:
@@ -392,6 +396,25 @@ class BaseTarget(ABC):
         if hook is not None:
             hook("committed")
         return changes.upto
+
+    def _retract(self, changes: StagedChanges) -> None:
+        """Step 3's retractions."""
+        self.retract(changes.retractions)
+
+    def retract(self, retractions: pa.Table) -> None:
+        """Delete the sink rows ``retractions`` (:data:`~staging.retractions.RETRACTION_SCHEMA`)
+        retract from the full and delta tables, in the open transaction (a load's step 3; a
+        bootstrap's catch-up)."""
+        layout = self.layout
+        for sink in sorted(set(retractions.column("sink").to_pylist())):
+            if sink not in layout.tables:
+                continue
+            keep = retracted_filter(ranges(retractions, sink))
+            delta = layout.delta_name(sink)
+            self.execute(f"DELETE FROM {delta} WHERE NOT ({keep})")
+            if sink in layout.plain:
+                continue  # refused by the reprocess: its full table has no batch ids
+            self.execute(f"DELETE FROM {layout.full_name(sink)} WHERE NOT ({keep})")
 
     def _load_rejects(self, changes: StagedChanges) -> None:
         """Step 4 of the load: append the dead letters and aborts, mark the replayed."""

@@ -1,5 +1,5 @@
 """What ``streamdi upgrade reprocess`` refuses before it touches anything (runtime.reprocess):
-a sink, an unknown table, no table; and the cut-over batch it commits changes only the named
+a plain sink, an unknown name, no name; and the cut-over batch it commits changes only the named
 tables' rows and moves no offsets."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from etl_dataflows.executors import create_executor
+from migration.schema import declare_plain_sinks
 from runtime import bind
 from runtime.replay_start import ReprocessRefused
 from runtime.reprocess import check_request, cut_over_commit
@@ -23,9 +24,8 @@ from tests.unit.staging.test_upgrade import bank, batches
 @pytest.mark.parametrize(
     ("tables", "reason"),
     [
-        (["log_a"], "'log_a' is a sink"),
-        (["kv", "nope"], "'nope' is not a state table"),
-        ([], "at least one state table"),
+        (["kv", "nope"], "'nope' is neither a state table nor a sink"),
+        ([], "at least one state table or sink"),
     ],
 )
 def test_requests_that_cannot_be_served_are_refused(tables: list[str], reason: str) -> None:
@@ -33,8 +33,17 @@ def test_requests_that_cannot_be_served_are_refused(tables: list[str], reason: s
         check_request(bind(pair_dataflow()), tables)
 
 
-def test_a_state_table_is_accepted() -> None:
-    check_request(bind(pair_dataflow()), ["kv"])
+def test_a_plain_sink_is_refused() -> None:
+    declare_plain_sinks("pair", ["log_a"])
+    try:
+        with pytest.raises(ReprocessRefused, match="'log_a' is a plain sink"):
+            check_request(bind(pair_dataflow()), ["kv", "log_a"])
+    finally:
+        declare_plain_sinks("pair", [])
+
+
+def test_state_tables_and_sinks_are_accepted() -> None:
+    check_request(bind(pair_dataflow()), ["kv", "log_a"])
 
 
 def test_the_cut_over_batch_changes_the_named_table_and_nothing_else(tmp_path: Path) -> None:
