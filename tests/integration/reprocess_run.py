@@ -29,7 +29,7 @@ def tally(version: int) -> CompiledDataflow:
         set={"total": old("total") + col("amount") * version, "n": old("n") + 1},
         if_missing="insert",
     )
-    step.emit(key=col("key"), amount=col("amount"))
+    step.emit(key=col("key"), amount=col("amount") * version)
     flow.sink("tallied")
     return flow.build()
 
