@@ -122,12 +122,14 @@ def register(commands: Commands) -> None:
     apply.set_defaults(handler=_apply)
     again = actions.add_parser(
         "reprocess",
-        help="recompute state tables from the input Kafka retains with the dataflow as it is "
-        "now, in a shadow, then cut over in one batch (exit 3: a pipeline runs on staging; "
+        help="recompute state tables and sinks from the retained input with the dataflow as it "
+        "is now, in a shadow, then cut over in one batch (exit 3: a pipeline runs on staging; "
         "the shadow caught up, run again once it stopped)",
     )
     again.add_argument("spec", help="module:attribute naming the Dataflow or RunSpec staged now")
-    again.add_argument("tables", nargs="+", metavar="TABLE", help="state tables to recompute")
+    again.add_argument(
+        "tables", nargs="+", metavar="NAME", help="state tables and sinks to recompute"
+    )
     again.add_argument(
         "--from",
         dest="start",
