@@ -14,8 +14,9 @@ holds with a new :class:`~etl_dataflows.dataflow.CompiledDataflow` and lists eac
   function (:meth:`~etl_dataflows.dataflow.Dataflow.migrate`), which rewrites its rows.
 * ``reprocess`` — the stored rows cannot be carried over by themselves (a key or a table's kind
   changed, a type narrowed, a generated column added): only a migration function, or recomputing
-  the table from retained input, can fill the new form. Recomputing is not built yet; an
-  in-place upgrade refuses these until a migration function is declared.
+  the table from retained input, can fill the new form. An in-place upgrade refuses these until a
+  migration function is declared; or the table is declared under a new name, which an upgrade
+  adds empty and ``streamdi upgrade reprocess`` then fills from the retained input.
 * ``refused`` — nothing an upgrade can do keeps the data right (a source column's type narrowed:
   events already in Kafka would no longer parse); or a drop without ``allow_drop``.
 
@@ -179,7 +180,14 @@ def plan_upgrade(
         before, after = old.tables.get(name), shape.tables.get(name)
         if before is None and after is not None:
             changes.append(
-                Change("table_added", name, after.kind, "in_place", "created empty at the switch")
+                Change(
+                    "table_added",
+                    name,
+                    after.kind,
+                    "in_place",
+                    "created empty at the switch (`streamdi upgrade reprocess` can then fill "
+                    "it from the retained input)",
+                )
             )
         elif after is None and before is not None:
             changes.append(_drop("table_removed", name, before.kind, allow_drop))
@@ -283,7 +291,8 @@ def _table_changes(
                     "rows are identified by the key: the stored rows cannot be re-keyed by "
                     "themselves; only recomputing the table from retained input could fill it",
                     f"declare `flow.migrate({name!r}, fn)` to rewrite them, or declare the "
-                    "table under a new name (it starts empty)",
+                    "table under a new name (added empty; `streamdi upgrade reprocess "
+                    "<module:attribute> NEW_NAME` then fills it from the retained input)",
                 )
             )
         return out
@@ -302,7 +311,8 @@ def _table_changes(
                     "a generated column (surrogate key, history or window column) has no value "
                     "for the stored rows",
                     f"declare `flow.migrate({name!r}, fn)` to compute it, or declare the table "
-                    "under a new name (it starts empty)",
+                    "under a new name (added empty; `streamdi upgrade reprocess "
+                    "<module:attribute> NEW_NAME` then fills it from the retained input)",
                 )
             )
             continue

@@ -14,6 +14,8 @@ from runtime import RunSpec, bind
 
 
 def tally(version: int) -> CompiledDataflow:
+    """Version 3 adds a table ``spread`` keyed by the parity of the key (a table under a new
+    name: the way out of a key change), empty until it is reprocessed."""
     flow = Dataflow("tally")
     totals = flow.table(
         "totals",
@@ -26,10 +28,15 @@ def tally(version: int) -> CompiledDataflow:
     step.update(
         totals,
         "key",
-        set={"total": old("total") + col("amount") * version, "n": old("n") + 1},
+        set={"total": old("total") + col("amount") * min(version, 2), "n": old("n") + 1},
         if_missing="insert",
     )
-    step.emit(key=col("key"), amount=col("amount") * version)
+    if version >= 3:
+        spread = flow.table(
+            "spread", key={"parity": "int64"}, columns={"n": "int64"}, defaults={"n": 0}
+        )
+        step.update(spread, col("key") % 2, set={"n": old("n") + 1}, if_missing="insert")
+    step.emit(key=col("key"), amount=col("amount") * min(version, 2))
     flow.sink("tallied")
     return flow.build()
 
@@ -49,3 +56,7 @@ def v1() -> RunSpec:
 
 def v2() -> RunSpec:
     return _spec(2)
+
+
+def v3() -> RunSpec:
+    return _spec(3)

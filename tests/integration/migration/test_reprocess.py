@@ -39,6 +39,7 @@ pytestmark = pytest.mark.kafka
 
 V1 = "tests.integration.reprocess_run:v1"
 V2 = "tests.integration.reprocess_run:v2"
+V3 = "tests.integration.reprocess_run:v3"
 EVENTS = 3_000
 
 
@@ -385,3 +386,19 @@ def test_a_sink_is_redelivered_in_place_of_its_old_rows(
     assert rerun["done_in"] == watermark + 2 and rerun["batch"] is None
     assert staged_watermark(state / "staging.duckdb") == watermark + 2
     assert len(_warehouse_sink(state)) == EVENTS
+
+
+def test_a_table_added_under_a_new_name_is_filled_from_the_retained_input(
+    broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    state, env, log, rows, _, watermark = _mixed_run(broker, tmp_path)
+    assert run_streamdi(["upgrade", "apply", V3], env, log) == 0, log.read_text()
+    out = tmp_path / "spread.json"
+    args = ["upgrade", "reprocess", V3, "spread", "--json", str(out)]
+    assert run_streamdi(args, env, log) == 0, log.read_text()
+    assert json.loads(out.read_text())["upserted"] == {"spread": 2}
+    with StagingStore(state / "staging.duckdb", tally(3), background_merge=False) as store:
+        spread = store.state_table("spread").to_pylist()
+    evens = sum(1 for key, _ in rows if key % 2 == 0)
+    assert spread == [{"parity": 0, "n": evens}, {"parity": 1, "n": EVENTS - evens}]
+    assert staged_watermark(state / "staging.duckdb") == watermark + 1
