@@ -173,17 +173,21 @@ def test_reprocess_recomputes_a_table_whose_logic_changed(
 
 
 @pytest.mark.parametrize(
-    ("table", "reason"),
-    [("tallied", "is a sink"), ("nope", "is not a state table")],
+    ("args", "reason"),
+    [
+        (["nope"], "is neither a state table nor a sink"),
+        (["totals", "--from", "yesterday"], "expected start, a batch id or an ISO 8601 time"),
+        (["totals", "--from", "3"], "no checkpoint at or before batch 2"),
+    ],
 )
 def test_reprocess_refuses_what_it_cannot_recompute(
-    broker: EmbeddedKafka, tmp_path: Path, table: str, reason: str
+    broker: EmbeddedKafka, tmp_path: Path, args: list[str], reason: str
 ) -> None:
     events = tmp_path / "events.csv"
     _write_events(events)
     env = streamdi_env(broker, tmp_path / "state", STREAMDI_TEST_TALLY_FILE=str(events))
     log = tmp_path / "run.log"
-    assert run_streamdi(["upgrade", "reprocess", V2, table], env, log) != 0
+    assert run_streamdi(["upgrade", "reprocess", V2, *args], env, log) == 1
     assert reason in log.read_text()
 
 
