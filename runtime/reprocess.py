@@ -170,7 +170,9 @@ def reprocess(
     started = time.monotonic()
     # 2.
     if live_in_use:
-        bound = group_offsets(settings.kafka, broker.bootstrap_servers, f"streamdi.{flow.name}")
+        reported = group_offsets(settings.kafka, broker.bootstrap_servers, f"streamdi.{flow.name}")
+        topics = spec.topics()
+        bound = {tp: o for tp, o in reported.items() if tp[0] in topics}
         # 3.
         _catch_up(spec, shadow, broker, bound, report)
         report.catch_up_s = time.monotonic() - started

@@ -1,5 +1,5 @@
 """Run specs for the reprocess tests: the *tally* dataflow reading the CSV file named by
-``STREAMDI_TEST_TALLY_FILE`` (``key,amount,ts``). Version 1 adds each event's amount to its key's
+``STREAMDI_TEST_TALLY_FILE`` (``key,amount,ts``) through topic ``STREAMDI_TEST_TALLY_TOPIC``. Version 1 adds each event's amount to its key's
 total; version 2 changes only the step's logic (it adds twice the amount), an in-place upgrade that
 keeps the rows version 1 computed until they are reprocessed."""
 
@@ -10,7 +10,7 @@ import os
 from etl_dataflows import Dataflow, col, old
 from etl_dataflows.dataflow import CompiledDataflow
 from ingest.sources import CsvFileSource
-from runtime import RunSpec, bind
+from runtime import RunSpec, StreamBinding, bind
 
 
 def tally(version: int) -> CompiledDataflow:
@@ -47,7 +47,9 @@ def _spec(version: int) -> RunSpec:
         {"key": "int64", "amount": "int64", "ts": "int64"},
         timestamp="ts",
     )
-    return bind(tally(version), events=source)
+    # each test its own topic (STREAMDI_TEST_TALLY_TOPIC): tests share the module's broker
+    topic = os.environ.get("STREAMDI_TEST_TALLY_TOPIC", "tally.events")
+    return bind(tally(version), events=StreamBinding(topic=topic, input=source))
 
 
 def v1() -> RunSpec:

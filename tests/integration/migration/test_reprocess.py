@@ -43,6 +43,11 @@ V3 = "tests.integration.reprocess_run:v3"
 EVENTS = 3_000
 
 
+def _topic(tmp_path: Path) -> str:
+    """The test's own topic (the broker serves the whole module)."""
+    return f"tally.{tmp_path.name}"
+
+
 def _write_events(path: Path) -> list[tuple[int, int]]:
     rng = random.Random(18)
     rows = [(rng.randrange(40), rng.randrange(1, 100)) for _ in range(EVENTS)]
@@ -110,6 +115,7 @@ def _mixed_run(
         broker,
         state,
         STREAMDI_TEST_TALLY_FILE=str(events),
+        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
         ENGINE__BATCH_SIZE="500",
         INGEST__BATCH_EVENTS="250",
         MIGRATION__TARGETS="duckdb",
@@ -185,7 +191,12 @@ def test_reprocess_refuses_what_it_cannot_recompute(
 ) -> None:
     events = tmp_path / "events.csv"
     _write_events(events)
-    env = streamdi_env(broker, tmp_path / "state", STREAMDI_TEST_TALLY_FILE=str(events))
+    env = streamdi_env(
+        broker,
+        tmp_path / "state",
+        STREAMDI_TEST_TALLY_FILE=str(events),
+        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
+    )
     log = tmp_path / "run.log"
     assert run_streamdi(["upgrade", "reprocess", V2, *args], env, log) == 1
     assert reason in log.read_text()
@@ -222,6 +233,7 @@ def test_reprocess_from_a_batch_starts_at_the_checkpoint_before_it(
         broker,
         state,
         STREAMDI_TEST_TALLY_FILE=str(events),
+        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
         ENGINE__BATCH_SIZE="500",
         INGEST__BATCH_EVENTS="250",
         MIGRATION__TARGETS="duckdb",
@@ -275,6 +287,7 @@ def test_a_seeded_staging_is_reprocessed_from_its_seed(
         broker,
         state,
         STREAMDI_TEST_TALLY_FILE=str(events),
+        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
         ENGINE__BATCH_SIZE="500",
         INGEST__BATCH_EVENTS="250",
     )
@@ -322,8 +335,8 @@ def test_input_gone_from_kafka_is_offered_again_from_its_file(
     admin = KafkaAdminClient(**client_config(kafka, broker.bootstrap_servers))
     try:
         with StagingStore(state / "staging.duckdb", tally(2), background_merge=False) as store:
-            consumed = store.offsets()[("tally.events", 0)]
-        admin.delete_records({TopicPartition("tally.events", 0): consumed})
+            consumed = store.offsets()[(_topic(tmp_path), 0)]
+        admin.delete_records({TopicPartition(_topic(tmp_path), 0): consumed})
     finally:
         admin.close()
     args = ["upgrade", "reprocess", V2, "totals"]
