@@ -31,6 +31,17 @@ class StagingInUse(StagingError, TerminalError):
         )
 
 
+class StagingMissing(StagingError, TerminalError):
+    """There is no staging file: nothing was staged yet (or ``STAGING__PATH`` names another)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"there is no staging file at {path}: nothing was staged there yet (run the "
+            "pipeline first, or set STAGING__PATH / STREAMDI__STATE_DIR to the run's)"
+        )
+
+
 class StagingMismatch(StagingError, TerminalError):
     """The staging file belongs to another dataflow, or to another shape of this one."""
 

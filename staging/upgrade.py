@@ -44,7 +44,12 @@ import pyarrow.parquet as pq
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.evolution.convert import ConversionError, RowConversion
 from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
-from staging.exceptions import StagingInUse, StagingMismatch, StagingUpgradeRefused
+from staging.exceptions import (
+    StagingInUse,
+    StagingMismatch,
+    StagingMissing,
+    StagingUpgradeRefused,
+)
 from staging.history import LayoutVersion, read_history, record_version
 from staging.layout import (
     DELTA,
@@ -84,9 +89,12 @@ def plan_staging(
     path: Path | str, flow: Dataflow | CompiledDataflow, *, allow_drop: bool = False
 ) -> tuple[UpgradePlan, LayoutVersion]:
     """The plan of upgrading the staging file at ``path`` to ``flow``, and its recorded version
-    (read-only; the file may be in use by a pipeline)."""
+    (read-only). Raises :class:`~staging.exceptions.StagingMissing` when there is no file,
+    :class:`~staging.exceptions.StagingInUse` when a pipeline holds it."""
     compiled = flow.build() if isinstance(flow, Dataflow) else flow
     path = Path(path)
+    if not path.exists():
+        raise StagingMissing(path)
     try:
         con = duckdb.connect(str(path), read_only=True)
     except (duckdb.IOException, duckdb.ConnectionException) as exc:

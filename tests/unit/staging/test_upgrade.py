@@ -18,7 +18,7 @@ from etl_dataflows.evolution.convert import convert_image
 from etl_dataflows.executors import create_executor
 from etl_dataflows.testing import make_batch
 from staging import StagingStore
-from staging.exceptions import StagingUpgradeNeeded, StagingUpgradeRefused
+from staging.exceptions import StagingMissing, StagingUpgradeNeeded, StagingUpgradeRefused
 from staging.handoff import StagedDeltas
 from staging.upgrade import plan_staging, upgrade_staging
 from tests.unit.staging.helpers import simple_commit
@@ -146,3 +146,9 @@ def test_a_refused_upgrade_changes_nothing(tmp_path: Path) -> None:
     with StagingStore(path, v1, background_merge=False) as store:
         assert store.load_state().equals(oracle.state_image())
         assert store.version == 1
+
+
+def test_planning_against_no_staging_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(StagingMissing, match="nothing was staged there yet"):
+        plan_staging(tmp_path / "none.duckdb", bank(2))
+    assert not (tmp_path / "none.duckdb").exists()
