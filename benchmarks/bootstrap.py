@@ -16,8 +16,10 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
 
    * **bootstrap**: :meth:`migration.bootstrap.Bootstrap.run` into the empty warehouse (its
      layout created beforehand, untimed): staging's snapshot and the DuckDB peer read in
-     bounded pieces, bulk-loaded (COPY / Arrow), one transaction and resume marker per
-     relation, the ledger row;
+     bounded pieces, read ahead across relations, bulk-loaded (COPY / Arrow), one transaction
+     and resume marker per relation, the ledger row. The peer is open throughout, as the
+     migrator holds every configured target open (the bootstrap's reader joins its DuckDB
+     instance);
    * **raw**: the same rows, read into memory beforehand (untimed), bulk-loaded into an empty
      copy of the same layout in another fresh database or file, in one transaction, in the same
      pieces (``bulk_insert``: COPY / Arrow), the connection closed (a bootstrap closes its
@@ -295,6 +297,9 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
     peer = DuckDBTarget(layout, workdir / "warehouse.duckdb", memory_limit="4GB")
     results: dict[str, Any] = {}
     try:
+        # open, as the migrator holds every configured target open: a bootstrap's reader joins
+        # the peer's DuckDB instance rather than opening the file and closing it again
+        peer.open()
         staged = StagedDeltas(store)
         released, watermark, seeded = staged.released_through(), store.watermark, store.seeded
         rows = read_rows(store, peer)

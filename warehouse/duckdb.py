@@ -256,6 +256,9 @@ class DuckDBDriver(BaseWarehouseDriver):
                         batch = reader.read_next_batch()
                     except StopIteration:
                         return
+                if batch.schema.types == schema.types and batch.schema.names == schema.names:
+                    yield batch  # DuckDB's types already (the usual case: no cast to pay)
+                    continue
                 yield pa.RecordBatch.from_arrays(
                     [c.cast(t) for c, t in zip(batch.columns, schema.types, strict=True)],
                     schema=schema,

@@ -27,8 +27,9 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    ``S >= P``, and ``S`` is at least every ``through`` already marked.
 4. For each relation not marked (state tables, then sinks), one target transaction: BEGIN (the
    stream's lock); delete what its full table holds (nothing, unless a bug); bulk-load its rows in
-   pieces (:mod:`migration.bootstrap.pieces`: COPY for PostgreSQL, Arrow for DuckDB; the next
-   piece is read while one loads): a state table's rows of the staging snapshot (mark
+   pieces (:mod:`migration.bootstrap.pieces`: COPY for PostgreSQL, Arrow for DuckDB; the pieces
+   are read ahead on a thread, across relations: the next piece, of this relation or the next
+   one, is read while one loads or commits): a state table's rows of the staging snapshot (mark
    ``through = S``), or of the peer when staging was seeded (``through = P``: step 5 brings it
    to ``S``); a sink's rows of the peer (batches ``<= P``) and of staging ``(P, S]`` (``through
    = S``); insert its mark; COMMIT.
@@ -60,11 +61,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
-from itertools import chain
+from dataclasses import dataclass
 
 import pyarrow as pa
 
-from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces
+from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces, relation_pieces
 from migration.bootstrap.progress import BootstrapProgress
 from migration.bootstrap.record import (
     BootstrapRecord,
@@ -91,6 +92,32 @@ WORKING_SET = "the engine's working set only: staging was seeded, no peer held t
 #: its transaction open), ``bootstrap-table`` (after a relation's COMMIT), ``bootstrap-ledger``
 #: (the last transaction holds the ledger row, not committed), ``bootstrapped`` (after it).
 BootstrapHook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RelationPlan:
+    """One relation step 4 copies: functions opening its sources in order (called on the reading
+    thread when the read reaches it), and what its mark will say (``through``, ``first`` batch,
+    the ``peer`` its rows came from, a ``note`` on what they lack)."""
+
+    name: str
+    opens: list[Callable[[], Iterator[pa.RecordBatch]]]
+    through: int
+    first: int
+    peer: PeerSnapshot | None
+    note: str | None
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The relation's record batches, each source opened when the one before is read out
+        (and closed when the read stops early)."""
+        for open_batches in self.opens:
+            source = open_batches()
+            try:
+                yield from source
+            finally:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
 
 
 class Bootstrap:
@@ -193,9 +220,9 @@ class Bootstrap:
                 )
                 # 4.
                 marks = dict(record.relations)
-                for name in layout.tables:
-                    if name not in marks:
-                        marks[name] = self._copy(name, snap, peer, top)
+                plans = [self._plan(n, snap, peer, top) for n in layout.tables if n not in marks]
+                for mark in self._copy_all(plans):
+                    marks[mark.relation] = mark
                 # 5.
                 self._finish(snap, top, marks)
             # 6.
@@ -245,61 +272,84 @@ class Bootstrap:
 
     # -- 4. ----------------------------------------------------------------------------------------
 
-    def _copy(
+    def _plan(
         self, name: str, snap: StagingSnapshot, peer: PeerSnapshot | None, top: int
-    ) -> RelationMark:
-        target = self.target
-        layout = target.layout
-        table = layout.tables[name]
+    ) -> RelationPlan:
+        """Where relation ``name``'s rows come from and what its mark will say (no read yet)."""
+        table = self.target.layout.tables[name]
         columns = list(table.columns)
         released = snap.released_through()
         seeded = self.staged.store.seeded
-        sources: list[Iterator[pa.RecordBatch]]
+        opens: list[Callable[[], Iterator[pa.RecordBatch]]]
         through, first, used, note = top, 1, peer, None
         if table.kind == "state" and (peer is None or not seeded):
-            sources, used = [snap.table_batches(name)], None
+            opens, used = [lambda: snap.table_batches(name)], None
             if seeded:
                 note = WORKING_SET
         elif table.kind == "state":
             assert peer is not None
-            sources, through = [peer.table_batches(name)], peer.watermark
+            opens, through = [lambda: peer.table_batches(name)], peer.watermark
         elif peer is not None:
-            sources = [
-                peer.sink_batches(name),
-                snap.output_batches(name, after=peer.watermark, upto=top, columns=columns),
+            after = peer.watermark
+            opens = [
+                lambda: peer.sink_batches(name),
+                lambda: snap.output_batches(name, after=after, upto=top, columns=columns),
             ]
             first = peer.sinks_from
         else:
-            sources = [snap.output_batches(name, after=released, upto=top, columns=columns)]
+            opens = [lambda: snap.output_batches(name, after=released, upto=top, columns=columns)]
             first = released + 1
+        return RelationPlan(name, opens, through, first, used, note)
+
+    def _copy_all(self, plans: list[RelationPlan]) -> Iterator[RelationMark]:
+        """Step 4 for each of ``plans`` in order, one transaction each, the rows read ahead
+        across relations (:func:`~migration.bootstrap.pieces.relation_pieces`): yields each
+        relation's mark once its transaction committed."""
+        sources = ((plan.name, plan.batches) for plan in plans)
+        with Prefetch(relation_pieces(sources, self.piece_bytes)) as ahead:
+            read = iter(ahead)
+            for plan in plans:
+                yield self._copy(plan, read)
+
+    def _copy(
+        self, plan: RelationPlan, read: Iterator[tuple[str, pa.Table | None]]
+    ) -> RelationMark:
+        """One relation's transaction: its pieces are taken from ``read`` up to its end."""
+        target = self.target
+        layout = target.layout
+        name, used = plan.name, plan.peer
+        columns = list(layout.tables[name].columns)
         source = source_text(
-            None if used is None else used.name, None if used is None else used.watermark, note
+            None if used is None else used.name, None if used is None else used.watermark, plan.note
         )
-        self.progress.update(name, rows=0, through=through, source=source)
+        self.progress.update(name, rows=0, through=plan.through, source=source)
         started = time.perf_counter()
         rows = 0
         with target.guard():
             target.begin()
             try:
                 target.execute(f"DELETE FROM {layout.full_name(name)}")
-                with Prefetch(pieces(chain(*sources), self.piece_bytes)) as read:
-                    for piece in read:
-                        if self._stop.is_set():
-                            raise BootstrapStopped(self.progress.target)
-                        target.bulk_insert(layout.full_name(name), piece.select(columns))
-                        rows += piece.num_rows
-                        self.progress.add_rows(name, piece.num_rows)
-                        if rows == piece.num_rows:
-                            self._step("bootstrap-copy")
+                for relation, piece in read:
+                    if relation != name:  # pragma: no cover - relation_pieces keeps the order
+                        raise RuntimeError(f"bootstrap read {relation} while copying {name}")
+                    if piece is None:
+                        break
+                    if self._stop.is_set():
+                        raise BootstrapStopped(self.progress.target)
+                    target.bulk_insert(layout.full_name(name), piece.select(columns))
+                    rows += piece.num_rows
+                    self.progress.add_rows(name, piece.num_rows)
+                    if rows == piece.num_rows:
+                        self._step("bootstrap-copy")
                 mark = RelationMark(
                     name,
-                    through,
-                    first,
+                    plan.through,
+                    plan.first,
                     rows,
                     None if used is None else used.name,
                     None if used is None else used.watermark,
                     (time.perf_counter() - started) * 1000,
-                    note,
+                    plan.note,
                 )
                 mark_relation(target, mark)
                 target.commit()
@@ -312,7 +362,7 @@ class Bootstrap:
             self.progress.target,
             name,
             rows,
-            through,
+            plan.through,
             source,
             mark.ms,
         )

@@ -1,11 +1,14 @@
 """Rows in bounded pieces, read ahead on a thread of their own while the previous piece loads.
 
-A bootstrap reads a relation (staging's DuckDB, a peer's ``COPY`` or Arrow stream) and bulk-loads
-it into the target (``COPY``, Arrow). :class:`Prefetch` runs the reading side on a thread, joining
-record batches into pieces of about ``piece_bytes`` and handing them over a queue at most
-``depth`` pieces deep: the target loads one piece while the next is read (DuckDB, Arrow's CSV
-writer and reader and libpq leave the GIL while they work), and memory stays at a few pieces
-whatever the size of the relation.
+A bootstrap reads its relations (staging's DuckDB, a peer's ``COPY`` or Arrow stream) and
+bulk-loads them into the target (``COPY``, Arrow). :class:`Prefetch` runs the reading side on a
+thread, joining record batches into pieces of about ``piece_bytes`` and handing them over a queue
+at most ``depth`` pieces deep: the target loads one piece while the next is read (DuckDB, Arrow's
+CSV writer and reader and libpq leave the GIL while they work), and memory stays at a few pieces
+whatever the size of the relation. :func:`relation_pieces` reads the relations one after the
+other into one stream of pieces, so the read runs ahead across relations too: the next relation is
+read while the target loads and commits the one before (most relations fit in one piece, and a
+read that waited for each relation's commit would not overlap anything).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +40,27 @@ def pieces(batches: Iterable[pa.RecordBatch], piece_bytes: int = PIECE_BYTES) ->
             held, size = [], 0
     if held:
         yield pa.Table.from_batches(held)
+
+
+def relation_pieces(
+    relations: Iterable[tuple[str, Callable[[], Iterable[pa.RecordBatch]]]],
+    piece_bytes: int = PIECE_BYTES,
+) -> Iterator[tuple[str, pa.Table | None]]:
+    """The pieces of each relation in turn, as ``(name, piece)``, and ``(name, None)`` after a
+    relation's last piece (also for a relation without rows). ``relations`` pairs a name with a
+    function that opens its record batches: it is called when the read reaches the relation (on
+    the reading thread, when iterated under :class:`Prefetch`), so only one relation's statement
+    is open on a source connection at a time. Closing the iterator closes the open batches."""
+    for name, open_batches in relations:
+        batches = iter(open_batches())
+        try:
+            for piece in pieces(batches, piece_bytes):
+                yield name, piece
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        yield name, None
 
 
 _END = object()

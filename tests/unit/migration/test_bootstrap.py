@@ -8,7 +8,8 @@ background, the other targets keep migrating and the target is not readable unti
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from cli.migration import bootstrap_line
 from etl_dataflows.state import StateImage
 from migration.bootstrap import read_record
-from migration.bootstrap.pieces import Prefetch, pieces
+from migration.bootstrap.pieces import Prefetch, pieces, relation_pieces
 from migration.exceptions import TargetMismatch
 from migration.migrator import Migrator
 from migration.schema import WarehouseLayout
@@ -281,6 +282,61 @@ def test_pieces_are_bounded_and_read_ahead_stops_with_its_reader() -> None:
 
     with Prefetch(failing()) as ahead, pytest.raises(Crash):
         list(ahead)
+
+
+class Relations:
+    """Sources of record batches of 1,000 int64 rows (8,000 bytes) each, noting when each
+    relation is opened and closed."""
+
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+        self.closed: list[str] = []
+
+    def source(self, name: str, batches: int) -> tuple[str, Callable[[], Iterator[pa.RecordBatch]]]:
+        def open_batches() -> Iterator[pa.RecordBatch]:
+            self.opened.append(name)
+            return self._batches(name, batches)
+
+        return name, open_batches
+
+    def _batches(self, name: str, batches: int) -> Iterator[pa.RecordBatch]:
+        try:
+            for i in range(batches):
+                yield pa.record_batch({"x": pa.array([i] * 1000, pa.int64())})
+        finally:
+            self.closed.append(name)
+
+
+def test_relation_pieces_come_relation_by_relation_each_opened_when_the_read_reaches_it() -> None:
+    rel = Relations()
+    stream = relation_pieces(
+        [rel.source("a", 3), rel.source("empty", 0), rel.source("b", 1)], piece_bytes=16_000
+    )
+    name, piece = next(stream)
+    assert name == "a" and piece is not None and piece.num_rows == 2000
+    assert rel.opened == ["a"]  # the others are not opened before the read reaches them
+    rest = [(n, None if p is None else p.num_rows) for n, p in stream]
+    assert rest == [("a", 1000), ("a", None), ("empty", None), ("b", 1000), ("b", None)]
+    assert rel.opened == rel.closed == ["a", "empty", "b"]
+
+    rel = Relations()
+    stream = relation_pieces([rel.source("a", 3), rel.source("b", 1)], piece_bytes=8_000)
+    next(stream)
+    stream.close()  # stopped early: the relation in hand is closed, the next never opened
+    assert rel.opened == rel.closed == ["a"]
+
+
+def test_the_read_ahead_runs_into_the_next_relation_while_one_is_loaded() -> None:
+    rel = Relations()
+    stream = relation_pieces([rel.source("a", 1), rel.source("b", 1)], piece_bytes=8_000)
+    with Prefetch(stream, depth=2) as ahead:
+        read = iter(ahead)
+        assert next(read)[0] == "a"  # a's only piece is being loaded: b is read meanwhile
+        deadline = time.monotonic() + 5
+        while "b" not in rel.opened and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rel.opened == ["a", "b"]
+        assert [(n, p is None) for n, p in read] == [("a", True), ("b", False), ("b", True)]
 
 
 def test_a_seeded_staging_bootstraps_its_state_tables_from_the_peer(tmp_path: Path) -> None:

@@ -309,3 +309,22 @@ def test_full_tables_carry_no_primary_key_and_merges_keep_one_row_per_id(tmp_pat
     assert_target_equals_staging(target, store.load_state().tables, _outputs(store), current=False)
     migrator.close()
     store.close()
+
+
+def test_the_layout_ddl_is_compiled_once_per_layout_and_matches_a_fresh_compile() -> None:
+    from duckdb_engine import Dialect
+
+    from migration.schema import create_statements
+    from migration.targets.duckdb_file import layout_ddl
+    from tests.migration_shop import shop_dataflow
+
+    flow = shop_dataflow().build()
+    layout = WarehouseLayout(flow)
+    first = layout_ddl(layout)
+    assert first == create_statements(layout.metadata, Dialect(), layout.schemas, row_keys=False)
+    first.clear()  # the caller's copy: the cache keeps its own
+    again = layout_ddl(layout)
+    assert again and again == layout_ddl(layout)
+    other = layout_ddl(WarehouseLayout(flow, "another_schema"))
+    assert 'CREATE SCHEMA IF NOT EXISTS "another_schema"' in other
+    assert not any('"shop"' in s for s in other)  # its own layout's, not the cached one
