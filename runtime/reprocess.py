@@ -73,7 +73,7 @@ from runtime.reoffer import reoffer_spec, reoffered_streams, shadow_topic_prefix
 from runtime.replay_start import ReplayStart, ReprocessRefused, prepare_shadow, resolve_start
 from runtime.reprocess_report import ReprocessReport
 from runtime.runspec import RunSpec
-from runtime.upgrade import migrate_once
+from runtime.upgrade import migrate_once, open_staging
 from staging.difference import table_difference
 from staging.exceptions import StagingInUse
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
@@ -183,13 +183,7 @@ def reprocess(
             f"(`streamdi upgrade apply <module:attribute>`), then reprocess:\n{plan.render()}"
         )
     # 4.
-    with StagingStore(
-        settings.staging_path,
-        flow,
-        memory_limit=settings.staging.memory_limit,
-        threads=settings.staging.threads,
-        background_merge=False,
-    ) as store:
+    with open_staging(flow, settings) as store:
         _check_staging(store, broker, replay)
         bound = store.offsets()
         shadow_spec, positions = spec, {}

@@ -170,6 +170,18 @@ def apply_upgrade(
     return report
 
 
+def open_staging(flow: CompiledDataflow, settings: StreamdiSettings) -> StagingStore:
+    """The run's staging file opened with ``flow`` for a command that runs while no pipeline
+    does (no background merging: the command closes it when done)."""
+    return StagingStore(
+        settings.staging_path,
+        flow,
+        memory_limit=settings.staging.memory_limit,
+        threads=settings.staging.threads,
+        background_merge=False,
+    )
+
+
 def migrate_once(
     flow: CompiledDataflow,
     settings: StreamdiSettings,
@@ -184,13 +196,7 @@ def migrate_once(
     if not settings.migration.target_names:
         return {}
     out: dict[str, str] = {}
-    with StagingStore(
-        settings.staging_path,
-        flow,
-        memory_limit=settings.staging.memory_limit,
-        threads=settings.staging.threads,
-        background_merge=False,
-    ) as store:
+    with open_staging(flow, settings) as store:
         layout = WarehouseLayout(flow, settings.migration.schema_name, history=store.history)
         targets = build_targets(settings, layout)
         for target in targets.values():

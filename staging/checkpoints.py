@@ -49,6 +49,7 @@ from etl_dataflows.evolution.convert import convert_image
 from etl_dataflows.evolution.shape import DataflowShape, describe_flow
 from etl_dataflows.state import StateImage, image_schema
 from staging.layout import STATE, SYSTEM, arrow_of, q, qualified
+from staging.segments import fsync_path
 
 if TYPE_CHECKING:
     from staging.store import PartitionProgress, StagingStore, StreamPartition, StreamProgress
@@ -237,7 +238,7 @@ def take_checkpoint(store: StagingStore, *, keep: int | None = None) -> Checkpoi
         os.fsync(handle.fileno())
     # 4.
     os.replace(staging_dir, final)
-    _fsync_dir(folder)
+    fsync_path(folder)
     logger.info("checkpoint taken path=%s watermark=%s", final, watermark)
     # 5.
     if keep is not None:
@@ -266,14 +267,6 @@ def _write(path: Path, table: pa.Table) -> None:
         pq.write_table(table, handle)
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Checkpointer:

@@ -147,7 +147,7 @@ class SegmentFolder:
         pq.write_table(
             rows, tmp, compression="lz4", use_dictionary=False, write_statistics=["batch_id"]
         )
-        _fsync(tmp)
+        fsync_path(tmp)
         tmp.replace(path)
 
     def merge(self, segments: list[Segment]) -> Segment:
@@ -171,7 +171,7 @@ class SegmentFolder:
                     table = source.read_row_group(group)
                     rows += table.num_rows
                     writer.write_table(table)
-        _fsync(tmp)
+        fsync_path(tmp)
         tmp.replace(path)
         self.sync()
         return Segment(
@@ -180,7 +180,7 @@ class SegmentFolder:
 
     def sync(self) -> None:
         """fsync the folder, so the names of the files written in it are durable."""
-        _fsync(self.folder)
+        fsync_path(self.folder)
 
     def discard(self, segments: Iterable[Segment]) -> None:
         """Delete files no transaction registered (a failed commit's, a lost merge's)."""
@@ -270,7 +270,8 @@ def _file_name(first: int, last: int, level: int) -> str:
     return f"{first:012d}-{last:012d}.L{level}.{secrets.token_hex(4)}{SUFFIX}"
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a folder (its entries) by path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

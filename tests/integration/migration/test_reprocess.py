@@ -48,6 +48,20 @@ def _topic(tmp_path: Path) -> str:
     return f"tally.{tmp_path.name}"
 
 
+def _env(broker: EmbeddedKafka, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The test's environment: state in ``tmp_path/state``, the events in
+    ``tmp_path/events.csv`` through the test's own topic, batches of 500 events."""
+    return streamdi_env(
+        broker,
+        tmp_path / "state",
+        STREAMDI_TEST_TALLY_FILE=str(tmp_path / "events.csv"),
+        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
+        ENGINE__BATCH_SIZE="500",
+        INGEST__BATCH_EVENTS="250",
+        **extra,
+    )
+
+
 def _write_events(path: Path) -> list[tuple[int, int]]:
     rng = random.Random(18)
     rows = [(rng.randrange(40), rng.randrange(1, 100)) for _ in range(EVENTS)]
@@ -73,19 +87,23 @@ def _staged_totals(state: Path, version: int = 2) -> list[tuple[int, int, int]]:
     return sorted(zip(*(table.column(c).to_pylist() for c in ("key", "total", "n")), strict=True))
 
 
-def _warehouse_totals(state: Path) -> tuple[list[tuple[int, int, int]], int]:
+def _warehouse_rows(state: Path, name: str) -> tuple[list[dict[str, int]], int]:
+    """The DuckDB warehouse's rows of ``name`` (loaded and merged) and its watermark."""
     settings = load_settings(streamdi={"state_dir": str(state)}, migration={"targets": "duckdb"})
     layout = WarehouseLayout(tally(2), settings.migration.schema_name)
     target = build_targets(settings, layout)["duckdb"]
     target.open()
     try:
-        columns = list(layout.tables["totals"].columns)
-        rows = [
-            dict(zip(columns, r, strict=True)) for r in target.table_rows("totals", current=True)
-        ]
-        return sorted((r["key"], r["total"], r["n"]) for r in rows), target.watermark()
+        columns = list(layout.tables[name].columns)
+        rows = target.table_rows(name, current=True)
+        return [dict(zip(columns, r, strict=True)) for r in rows], target.watermark()
     finally:
         target.close()
+
+
+def _warehouse_totals(state: Path) -> tuple[list[tuple[int, int, int]], int]:
+    rows, watermark = _warehouse_rows(state, "totals")
+    return sorted((r["key"], r["total"], r["n"]) for r in rows), watermark
 
 
 def _wait_until_in_use(path: Path, process: subprocess.Popen[bytes]) -> None:
@@ -111,15 +129,7 @@ def _mixed_run(
     events = tmp_path / "events.csv"
     rows = _write_events(events)
     state = tmp_path / "state"
-    env = streamdi_env(
-        broker,
-        state,
-        STREAMDI_TEST_TALLY_FILE=str(events),
-        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
-        ENGINE__BATCH_SIZE="500",
-        INGEST__BATCH_EVENTS="250",
-        MIGRATION__TARGETS="duckdb",
-    )
+    env = _env(broker, tmp_path, MIGRATION__TARGETS="duckdb")
     log = tmp_path / "run.log"
     assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
     args = ["run", V1, "--no-collect", "--no-progress", "--max-batches", "2", "--until-idle", "5"]
@@ -191,12 +201,7 @@ def test_reprocess_refuses_what_it_cannot_recompute(
 ) -> None:
     events = tmp_path / "events.csv"
     _write_events(events)
-    env = streamdi_env(
-        broker,
-        tmp_path / "state",
-        STREAMDI_TEST_TALLY_FILE=str(events),
-        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
-    )
+    env = _env(broker, tmp_path)
     log = tmp_path / "run.log"
     assert run_streamdi(["upgrade", "reprocess", V2, *args], env, log) == 1
     assert reason in log.read_text()
@@ -229,13 +234,9 @@ def test_reprocess_from_a_batch_starts_at_the_checkpoint_before_it(
     events = tmp_path / "events.csv"
     rows = _write_events(events)
     state = tmp_path / "state"
-    env = streamdi_env(
+    env = _env(
         broker,
-        state,
-        STREAMDI_TEST_TALLY_FILE=str(events),
-        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
-        ENGINE__BATCH_SIZE="500",
-        INGEST__BATCH_EVENTS="250",
+        tmp_path,
         MIGRATION__TARGETS="duckdb",
         STAGING__CHECKPOINT_EVERY_S="0.001",  # after (nearly) every commit
         STAGING__CHECKPOINTS_KEEP="20",
@@ -283,14 +284,7 @@ def test_a_seeded_staging_is_reprocessed_from_its_seed(
     )
     with StagingStore(state / "staging.duckdb", flow, background_merge=False) as store:
         store.seed(image)  # a historical load's state: not in Kafka
-    env = streamdi_env(
-        broker,
-        state,
-        STREAMDI_TEST_TALLY_FILE=str(events),
-        STREAMDI_TEST_TALLY_TOPIC=_topic(tmp_path),
-        ENGINE__BATCH_SIZE="500",
-        INGEST__BATCH_EVENTS="250",
-    )
+    env = _env(broker, tmp_path)
     log = tmp_path / "run.log"
     assert run_streamdi(["collect", V1], env, log) == 0, log.read_text()
     args = ["run", V1, "--no-collect", "--no-progress", "--until-idle", "1"]
@@ -359,19 +353,9 @@ def test_input_gone_from_kafka_is_offered_again_from_its_file(
 
 
 def _warehouse_sink(state: Path) -> list[tuple[int, int, int]]:
-    """The DuckDB warehouse's ``tallied`` rows (loaded and merged): (batch_id, key, amount)."""
-    settings = load_settings(streamdi={"state_dir": str(state)}, migration={"targets": "duckdb"})
-    layout = WarehouseLayout(tally(2), settings.migration.schema_name)
-    target = build_targets(settings, layout)["duckdb"]
-    target.open()
-    try:
-        columns = list(layout.tables["tallied"].columns)
-        rows = [
-            dict(zip(columns, r, strict=True)) for r in target.table_rows("tallied", current=True)
-        ]
-        return sorted((r["batch_id"], r["key"], r["amount"]) for r in rows)
-    finally:
-        target.close()
+    """The DuckDB warehouse's ``tallied`` rows: (batch_id, key, amount)."""
+    rows, _ = _warehouse_rows(state, "tallied")
+    return sorted((r["batch_id"], r["key"], r["amount"]) for r in rows)
 
 
 def test_a_sink_is_redelivered_in_place_of_its_old_rows(
