@@ -12,8 +12,8 @@ not including, an end offset and then sees a partition at its end:
 * :meth:`~BoundedFeed.commit_for_monitoring` tells the brokers nothing: a replay's progress is not
   the pipeline's, and monitoring tools must keep showing the live one's.
 
-:meth:`~BoundedFeed.reached` says whether every partition's position passed its end (the records
-a replay needs were all read; control records of transactions count as read).
+Whether the replay read all it needs is staging's to say (its offsets against the ends), not the
+feed's: a loop that stops early is run again.
 """
 
 from __future__ import annotations
@@ -47,10 +47,6 @@ class BoundedFeed:
     def position(self, tp: TopicPartition) -> int:
         position = self.feed.position(tp)
         return position if position < 0 else min(position, self.ends.get(tp, 0))
-
-    def reached(self) -> bool:
-        """Whether every bounded partition was read to its end."""
-        return all(self.feed.position(tp) >= end for tp, end in self.ends.items() if end > 0)
 
     def pause(self, partitions: set[TopicPartition]) -> None:
         self.feed.pause(partitions)

@@ -23,20 +23,15 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
-
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult
 from etl_dataflows.dataflow import CompiledDataflow
 from runtime.exceptions import RunError
 from staging.checkpoints import Checkpoint, list_checkpoints
 from staging.exceptions import StagingMismatch
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.store import BatchCommit, StagingStore
 from streamdi.errors import TerminalError
 
@@ -133,31 +128,18 @@ def prepare_shadow(
         if checkpoint is not None:
             image = checkpoint.image(flow)
             store.seed(image, checkpoint=False)
-            store.commit([_restore_commit(checkpoint)])
+            # batch 1: no events, the checkpoint's progress
+            store.commit(
+                [
+                    BatchCommit.without_events(
+                        1,
+                        sequences=checkpoint.sequences,
+                        offsets=checkpoint.offsets,
+                        streams=checkpoint.streams,
+                        partitions=checkpoint.partitions,
+                    )
+                ]
+            )
         store.set_meta(SHADOW_ID_META, shadow_id)
         store.set_meta(START_META, label)
     return shadow_id, True
-
-
-def _restore_commit(checkpoint: Checkpoint) -> BatchCommit:
-    """Batch 1 of a shadow started at ``checkpoint``: no events, the checkpoint's progress."""
-    result = BatchResult(
-        batch_id=1,
-        outputs={},
-        dead_letters=pa.table({}),
-        aborts=ABORT_SCHEMA.empty_table(),
-        deltas={},
-        sequences=dict(checkpoint.sequences),
-    )
-    return BatchCommit(
-        batch_id=1,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets=dict(checkpoint.offsets),
-        streams=dict(checkpoint.streams),
-        events=0,
-        records=0,
-        arrived_at=time.time(),
-        executed_ms=0.0,
-        partitions=dict(checkpoint.partitions),
-    )

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
+from etl_dataflows.batch import TableDelta
 from ingest.assembler import TopicPartition
 from ingest.broker import BrokerHandle
 from ingest.exceptions import RetentionGap
@@ -76,8 +76,8 @@ from runtime.runspec import RunSpec
 from runtime.upgrade import migrate_once, open_staging
 from staging.difference import table_difference
 from staging.exceptions import StagingInUse
-from staging.layout import DEAD_LETTER_INPUT_SCHEMA
-from staging.retractions import SinkRetraction
+from staging.layout import OUTPUTS, qualified
+from staging.retractions import SinkRetraction, cut_over_by
 from staging.store import BatchCommit, StagingStore
 from staging.upgrade import plan_staging
 from streamdi.settings import StreamdiSettings
@@ -340,9 +340,7 @@ def _cut_over(
     flow = store.flow
     sinks = [n for n in report.tables if n in flow.sinks]
     tables = [n for n in report.tables if n in flow.tables]
-    done = store.query(
-        "SELECT min(batch_id) AS b FROM streamdi.retractions WHERE shadow = ?", [shadow_id]
-    )["b"][0].as_py()
+    done = cut_over_by(store, shadow_id)
     if done is not None:
         report.done_in = int(done)
         return
@@ -356,7 +354,8 @@ def _cut_over(
         }
         outputs = {
             name: shadow.query(
-                f'SELECT * EXCLUDE (batch_id) FROM outputs."{name}" ORDER BY batch_id, _pos'
+                f"SELECT * EXCLUDE (batch_id) FROM {qualified(OUTPUTS, name)} "
+                "ORDER BY batch_id, _pos"
             )
             for name in sinks
         }
@@ -391,25 +390,8 @@ def cut_over_commit(
     outputs: Mapping[str, pa.Table] | None = None,
     retractions: Sequence[SinkRetraction] = (),
 ) -> BatchCommit:
-    """A batch of no events that changes state tables by ``deltas``, sets ``sequences``, and
-    delivers ``outputs`` in place of the sink rows ``retractions`` name."""
-    result = BatchResult(
-        batch_id=batch_id,
-        outputs=dict(outputs or {}),
-        dead_letters=pa.table({}),
-        aborts=ABORT_SCHEMA.empty_table(),
-        deltas=dict(deltas),
-        sequences=dict(sequences),
-    )
-    return BatchCommit(
-        batch_id=batch_id,
-        result=result,
-        dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-        offsets={},
-        streams={},
-        events=0,
-        records=0,
-        arrived_at=time.time(),
-        executed_ms=0.0,
-        retractions=list(retractions),
+    """Step 5's batch: no events; state tables changed by ``deltas``, ``sequences`` set, and
+    ``outputs`` delivered in place of the sink rows ``retractions`` name."""
+    return BatchCommit.without_events(
+        batch_id, deltas=deltas, sequences=sequences, outputs=outputs, retractions=retractions
     )

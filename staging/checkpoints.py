@@ -184,7 +184,13 @@ def list_checkpoints(staging_path: Path) -> list[Checkpoint]:
 def take_checkpoint(store: StagingStore, *, keep: int | None = None) -> Checkpoint:
     """A checkpoint of ``store`` at its last committed batch, per the module docstring; ``keep``:
     how many to keep (None: all)."""
-    from staging.store import read_offsets, read_partitions, read_sequences, read_streams
+    from staging.store import (
+        SEEDED,
+        read_offsets,
+        read_partitions,
+        read_sequences,
+        read_streams,
+    )
 
     folder = checkpoints_dir(store.path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -213,7 +219,7 @@ def take_checkpoint(store: StagingStore, *, keep: int | None = None) -> Checkpoi
             taken_at=datetime.now(UTC).replace(tzinfo=None),
             version=store.version,
             kafka_log=meta.get("kafka_log"),
-            seeded="seeded" in meta,
+            seeded=SEEDED in meta,
             offsets=read_offsets(cursor),
             streams=read_streams(cursor),
             partitions=read_partitions(cursor),

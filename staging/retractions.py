@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from staging.layout import SYSTEM, arrow_of, qualified
+
+if TYPE_CHECKING:
+    from staging.store import StagingStore
 
 RETRACTIONS = qualified(SYSTEM, "retractions")
 
@@ -80,6 +84,18 @@ def read_retractions(
     except duckdb.CatalogException:  # a read-only file of an earlier layout
         return RETRACTION_SCHEMA.empty_table()
     return rows.select(RETRACTION_SCHEMA.names).cast(RETRACTION_SCHEMA)
+
+
+def cut_over_by(store: StagingStore, shadow: str) -> int | None:
+    """The batch that carries the retractions of reprocess shadow ``shadow``, if one does."""
+    cursor = store.cursor()
+    try:
+        found = cursor.execute(
+            f"SELECT min(batch_id) FROM {RETRACTIONS} WHERE shadow = ?", [shadow]
+        ).fetchall()
+    finally:
+        cursor.close()
+    return None if found[0][0] is None else int(found[0][0])
 
 
 def ranges(retractions: pa.Table, sink: str) -> list[tuple[int, int]]:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, arrow_of, q, qualified
 from staging.retractions import ranges, read_retractions, retracted_filter
@@ -47,6 +48,7 @@ class StagingSnapshot:
         self.watermark: int = int(watermark)
         self._released = int(released) if released is not None else 0
         self._facts = _facts(committed_at, streams, newest) if self.watermark else None
+        self._retractions: pa.Table | None = None
 
     def _table_name(self, name: str) -> str:
         if name not in self._store.flow.tables:
@@ -120,9 +122,14 @@ class StagingSnapshot:
         )
 
     def retractions(self, *, after: int = 0, upto: int | None = None) -> pa.Table:
-        """The sink retractions of batches ``(after, upto]`` (:mod:`staging.retractions`)."""
+        """The sink retractions of batches ``(after, upto]`` (:mod:`staging.retractions`), read
+        once per snapshot (a union reads them for each sink it answers)."""
+        if self._retractions is None:
+            self._retractions = read_retractions(self._con, upto=self.watermark)
         top = self.watermark if upto is None else min(int(upto), self.watermark)
-        return read_retractions(self._con, after=after, upto=top)
+        batch = self._retractions["batch_id"]
+        keep = pc.and_(pc.greater(batch, int(after)), pc.less_equal(batch, top))
+        return self._retractions.filter(keep)
 
     # -- bulk reads in bounded pieces (a warehouse's bootstrap, migration.bootstrap) ------------
 

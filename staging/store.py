@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
@@ -29,7 +30,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from etl_dataflows.batch import BatchResult, TableDelta
+from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
 from etl_dataflows.evolution.shape import describe_flow
@@ -134,6 +135,44 @@ class BatchCommit:
     partitions: Mapping[StreamPartition, PartitionProgress] = field(default_factory=dict)
     retractions: list[SinkRetraction] = field(default_factory=list)
     """Sink rows of earlier batches this batch replaces (:mod:`staging.retractions`)."""
+
+    @classmethod
+    def without_events(
+        cls,
+        batch_id: int,
+        *,
+        deltas: Mapping[str, TableDelta] | None = None,
+        sequences: Mapping[str, int] | None = None,
+        outputs: Mapping[str, pa.Table] | None = None,
+        retractions: Iterable[SinkRetraction] = (),
+        offsets: Mapping[tuple[str, int], int] | None = None,
+        streams: Mapping[str, StreamProgress] | None = None,
+        partitions: Mapping[StreamPartition, PartitionProgress] | None = None,
+    ) -> BatchCommit:
+        """A batch that consumed no events but changes state (``deltas``, ``sequences``),
+        delivers ``outputs`` with ``retractions``, or sets the input's progress (``offsets``,
+        ``streams``, ``partitions``): a reprocess's cut-over, a shadow's start at a checkpoint."""
+        result = BatchResult(
+            batch_id=batch_id,
+            outputs=dict(outputs or {}),
+            dead_letters=pa.table({}),
+            aborts=ABORT_SCHEMA.empty_table(),
+            deltas=dict(deltas or {}),
+            sequences=dict(sequences or {}),
+        )
+        return cls(
+            batch_id=batch_id,
+            result=result,
+            dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+            offsets=dict(offsets or {}),
+            streams=dict(streams or {}),
+            events=0,
+            records=0,
+            arrived_at=time.time(),
+            executed_ms=0.0,
+            partitions=dict(partitions or {}),
+            retractions=list(retractions),
+        )
 
 
 #: DuckDB checkpoints the staging file by itself once its WAL reaches this size. DuckDB's default

@@ -232,3 +232,43 @@ def test_without_a_warehouse_staging_answers_alone(tmp_path: Path) -> None:
         assert unknown.value.code == "unknown_target"
     finally:
         service.close()
+
+
+def test_a_sink_retraction_the_warehouse_has_not_loaded_hides_its_rows(tmp_path: Path) -> None:
+    """A reprocess's batch replaces a sink's rows of earlier batches (staging.retractions): the
+    union leaves the replaced rows out of the warehouse's side until the warehouse loads it, and
+    the warehouse alone answers the same once it has."""
+    from collections import Counter
+
+    from runtime.reprocess import cut_over_commit
+    from staging.layout import output_columns
+    from staging.retractions import SinkRetraction
+
+    stage = ShopStage(tmp_path / "staging.duckdb")
+    service, migrator = shop_service(stage, shop_settings(tmp_path))
+    try:
+        stage.stage_range(1, 6)
+        migrator.migrate(via="push", merge="force")
+        columns = list(output_columns(stage.flow, "activity"))
+        again = [row for row in stage.truth[6]["activity"].elements() if row[0] == 2]
+        assert again and len(again) < sum(stage.truth[6]["activity"].values())
+        rows = pa.Table.from_pylist([dict(zip(columns, r[1:], strict=True)) for r in again])
+        retraction = SinkRetraction("activity", 2, 6, "shadow-1")
+        stage.store.commit([cut_over_commit(7, {}, {}, {"activity": rows}, [retraction])])
+        at = list(service.planner.tables["activity"].columns).index("batch_id")
+
+        def batches(page: dict[str, object]) -> Counter[int]:
+            return Counter(row[at] for row in answer_rows(service, page).elements())
+
+        page = ask(service, "activity", plan="island")
+        assert (page["watermark"], page["warehouse_watermark"]) == (7, 6)
+        assert batches(page) == Counter({1: batches(page)[1], 7: len(again)})
+        assert batches(page)[1] > 0
+        island = batches(page)
+        migrator.migrate(via="push", merge="never")
+        page = ask(service, "activity", include_staged=False)
+        assert (page["plan"], page["watermark"]) == ("warehouse", 7)
+        assert batches(page) == island
+    finally:
+        service.close()
+        migrator.close()
