@@ -248,7 +248,7 @@ class Pipeline:
             group=settings.ingest.commit_group,
             observers=self.observers,
             faults=self.faults,
-            after_commit=self._notify_migration,
+            after_commit=self._after_commit,
             committed_offsets=offsets,
         )
         self._committer = committer
@@ -347,7 +347,7 @@ class Pipeline:
             progress=progress if options.progress else None,
         )
 
-    def _notify_migration(self, commits: Sequence[BatchCommit]) -> None:
+    def _after_commit(self, commits: Sequence[BatchCommit]) -> None:
         if self._migration is not None:
             self._migration.notify(len(commits), committed_rows(commits))
         if self._checkpointer is not None:
