@@ -72,6 +72,23 @@ class Service:
             assert time.monotonic() < deadline, f"{what}: {json.dumps(status, indent=1)}"
             time.sleep(0.1)
 
+    def metrics_until(self, check: Callable[[str], bool], what: str, timeout: float = 30) -> str:
+        """``/metrics`` once ``check`` holds for it. A CI run once scraped a migration lag of 1
+        right after a status of 0 (cause not found); if the gauges do not settle, the message
+        carries them and the status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.client.get("/metrics").text
+            if check(text):
+                return text
+            gauges = [
+                line
+                for line in text.splitlines()
+                if re.match(r"streamdi_(staged|target|migr)", line)
+            ]
+            assert time.monotonic() < deadline, f"{what}: {gauges} {json.dumps(self.status())}"
+            time.sleep(0.1)
+
     def query(self, **body: Any) -> dict[str, Any]:
         response = self.client.post("/query", json=body)
         assert response.status_code == 200, response.text
@@ -140,7 +157,13 @@ def test_the_compose_service_serves_pushed_events_from_staging_and_both_warehous
         )
         assert set(status["migration"]) == {"postgres", "duckdb"}
         assert status["pipeline"] == {"state": "running", "error": None, "paused": False}
-        text = service.client.get("/metrics").text
+        text = service.metrics_until(
+            lambda text: all(
+                metric(text, "streamdi_migration_lag_batches", f'{{target="{t}"}}') == 0
+                for t in ("postgres", "duckdb")
+            ),
+            "the exported migration lag at 0",
+        )
         exported = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
         assert set(METRIC_NAMES) <= exported, set(METRIC_NAMES) - exported
         assert metric(text, "streamdi_engine_events_total") == 40
