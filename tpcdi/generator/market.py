@@ -1,8 +1,9 @@
 """DailyMarket.txt and WatchHistory.txt.
 
 DailyMarket: for every day of the Batch1 window (the two years up to the day before the batch
-date) and then the day before each incremental batch date, one row per active security that
-exists on that day; prices follow a random walk with low <= close <= high.
+date) and then the day before each incremental batch date (every day of a long feed), one row
+per active security that exists on that day; prices follow a random walk with
+low <= close <= high.
 
 WatchHistory: each (customer, symbol) pair is watched at most once and cancelled at most once,
 later; a watch is placed by an active customer on an active security that both exist then. At
@@ -18,19 +19,28 @@ import numpy as np
 import pyarrow as pa
 
 from tpcdi.generator import text
-from tpcdi.generator.scale import BATCH_DATES, DM_BEGIN, TRADE_BEGIN, Scale, at, day
+from tpcdi.generator.scale import (
+    BATCH1_DATE,
+    BATCH1_END,
+    DM_BEGIN,
+    TRADE_BEGIN,
+    Calendar,
+    Scale,
+    at,
+    day,
+)
 
 DAY = 86_400
 _CHUNK_DAYS = 32
 
 
-def market_days() -> dict[int, np.ndarray]:
-    """The DM_DATE days of each batch."""
-    return {
-        1: np.arange(day(DM_BEGIN), day(BATCH_DATES[1])),
-        2: np.array([day(BATCH_DATES[1])]),
-        3: np.array([day(BATCH_DATES[2])]),
-    }
+def market_days(calendar: Calendar) -> dict[int, np.ndarray]:
+    """The DM_DATE days of each batch: Batch1's two years, then for each incremental batch the
+    day before its batch date (the last completed trading day)."""
+    days = {1: np.arange(day(DM_BEGIN), day(BATCH1_DATE))}
+    for batch in calendar.incremental:
+        days[batch] = np.array([day(calendar.date(batch - 1))])
+    return days
 
 
 @dataclass
@@ -162,6 +172,7 @@ class WatchBook:
     def batch(
         self,
         batch: int,
+        calendar: Calendar,
         scale: Scale,
         customer_created: np.ndarray,
         customer_until: np.ndarray,
@@ -170,10 +181,11 @@ class WatchBook:
     ) -> Watches:
         """The watch events of ``batch``."""
         if batch == 1:
-            begin, end = at(TRADE_BEGIN), at(BATCH_DATES[2])
+            begin, end = at(TRADE_BEGIN), BATCH1_END
             count, cancels = scale.watches, None
         else:
-            begin, end = at(BATCH_DATES[batch]), at(BATCH_DATES[batch]) + DAY
+            begin = at(calendar.date(batch))
+            end = begin + DAY
             count, cancels = scale.inc_watches, scale.inc_watch_cancels
         c, s, ts = self._draw(
             count, begin, end, customer_created, customer_until, symbol_created, symbol_ok
