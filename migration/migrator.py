@@ -189,6 +189,18 @@ class Migrator:
         self.bootstraps = Bootstrapper(
             staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
         )
+        self._spent: dict[str, float] = {}
+        self._spent_lock = threading.Lock()
+
+    def spent(self) -> dict[str, float]:
+        """Seconds spent so far (cumulative): ``staging.read`` reading the staged changes,
+        ``load.<target>`` loading them into each target, ``merge.<target>`` merging them."""
+        with self._spent_lock:
+            return dict(self._spent)
+
+    def _spend(self, what: str, seconds: float) -> None:
+        with self._spent_lock:
+            self._spent[what] = self._spent.get(what, 0.0) + seconds
 
     def close(self) -> None:
         """Write the noted acknowledgements, release what they allow, close every target."""
@@ -356,6 +368,7 @@ class Migrator:
             t0 = time.perf_counter()
             changes = staged.read(low, min(low + step, top))
             report.read_ms += (time.perf_counter() - t0) * 1000
+            self._spend("staging.read", time.perf_counter() - t0)
             for name in group:
                 result = report.targets[name]
                 t1 = time.perf_counter()
@@ -367,6 +380,7 @@ class Migrator:
                     del progress[name]
                     continue
                 result.load_ms += (time.perf_counter() - t1) * 1000
+                self._spend(f"load.{name}", time.perf_counter() - t1)
                 if w == changes.upto:
                     result.batches += changes.upto - changes.after
                     result.rows += changes.rows
@@ -382,12 +396,15 @@ class Migrator:
             if name not in progress and result.error is None:
                 continue  # its bootstrap runs
             if result.error is None and self._merge_due(name, merge):
+                t2 = time.perf_counter()
                 try:
                     result.merge = self.targets[name].merge(self._target_hook(name))
                 except WarehouseUnavailable as exc:
                     result.error = str(exc)
                     logger.warning("migration merge failed target=%s: %s", name, exc)
                     continue
+                finally:
+                    self._spend(f"merge.{name}", time.perf_counter() - t2)
                 self._unmerged[name] = 0
                 self._last_merge[name] = time.monotonic()
         # 5.

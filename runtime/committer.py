@@ -47,6 +47,10 @@ class PipelineReport:
     commits: int = 0
     seconds: float = 0.0
     resumed_from: int = 0
+    #: seconds the engine spent running batches (the consuming loop's thread)
+    execute_s: float = 0.0
+    #: seconds spent in staging commits (the committer's thread)
+    commit_s: float = 0.0
     commit_latency_ms: list[float] = field(default_factory=list)
     collectors: list[CollectorReport] = field(default_factory=list)
 
@@ -190,6 +194,7 @@ class StagingCommitter:
                 break
             ids = [g.commit.batch_id for g in group]
             # 2.
+            began = time.monotonic()
             try:
                 self.store.commit(
                     [g.commit for g in group], hook=self.faults.commit_hook(ids[0], ids[-1])
@@ -226,4 +231,5 @@ class StagingCommitter:
                     self.report.dead_letters += g.commit.dead_letters.num_rows
                     self._offsets.update(g.commit.offsets)
                 self.report.commits += 1
+                self.report.commit_s += now - began
                 self.committed_batches += len(group)

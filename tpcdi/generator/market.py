@@ -108,6 +108,8 @@ class WatchBook:
     def __init__(self, rng: np.random.Generator, symbols: int) -> None:
         self.rng = rng
         self.symbols = symbols
+        #: every (customer, symbol) key watched so far, sorted (a long feed adds to it daily:
+        #: membership by binary search, not a hash of the whole set per lookup)
         self.pairs = np.zeros(0, dtype=np.int64)
         self.open_c = np.zeros(0, dtype=np.int64)
         self.open_s = np.zeros(0, dtype=np.int64)
@@ -145,14 +147,26 @@ class WatchBook:
             key = c * self.symbols + s
             first = np.zeros(m, dtype=bool)
             first[np.unique(key, return_index=True)[1]] = True
-            ok &= first & ~np.isin(key, self.pairs)
+            ok &= first & ~self._watched(key)
             c, s, ts, key = c[ok][:need], s[ok][:need], ts[ok][:need], key[ok][:need]
-            self.pairs = np.concatenate([self.pairs, key])
+            added = np.sort(key)
+            self.pairs = np.insert(self.pairs, np.searchsorted(self.pairs, added), added)
             got_c.append(c)
             got_s.append(s)
             got_t.append(ts)
             need -= len(c)
         return np.concatenate(got_c), np.concatenate(got_s), np.concatenate(got_t)
+
+    def _watched(self, key: np.ndarray) -> np.ndarray:
+        """Which keys were watched before."""
+        at = np.searchsorted(self.pairs, key)
+        return (
+            np.asarray(
+                (at < len(self.pairs)) & (self.pairs[np.minimum(at, len(self.pairs) - 1)] == key)
+            )
+            if len(self.pairs)
+            else np.zeros(len(key), dtype=bool)
+        )
 
     def _cancel(
         self, chosen: np.ndarray, begin: int, end: int

@@ -143,18 +143,22 @@ def final_visibility(warehouse: Warehouse, batch_id: int = 3) -> None:
     VisibilityWriter(warehouse).write(1, batch_id)
 
 
-def audit_phase(warehouse: Warehouse, data_dir: Path) -> dict[str, AuditResult]:
+def audit_phase(
+    warehouse: Warehouse, data_dir: Path, through: int | None = None
+) -> dict[str, AuditResult]:
     """The automated audit phase (clause 7.2.6) on each target: load the answer keys into Audit,
-    run the audit. Returns each target's ``AuditResult``."""
+    run the audit. Returns each target's ``AuditResult``. With ``through``, the audit of a run
+    after its phase of BatchID ``through`` (a sampled day of a daily feed): the keys of batches
+    1..``through`` only, and the checks over those batches."""
     from tpcdi.audit.checks import run_audit
     from tpcdi.audit.keys import load_audit_files
 
     results: dict[str, AuditResult] = {}
     with _connections(warehouse) as conns:
         for target, conn in zip(warehouse.targets, conns, strict=True):
-            load_audit_files(conn, data_dir)
+            load_audit_files(conn, data_dir, through)
             conn.commit()
-            result = run_audit(conn)
+            result = run_audit(conn, through=through)
             logger.info("audit target=%s ok=%s fail=%s", target, result.ok, result.fail)
             results[target] = result
     return results
