@@ -23,7 +23,6 @@ the batch fails as a whole.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -161,7 +160,9 @@ class SerialExecutor(BaseExecutor):
     def _touch(self, table: StateTable, key: Key) -> None:
         touched = self._touched.setdefault(table.name, {})
         if key not in touched:
-            touched[key] = copy.deepcopy(self._key_rows(table, key))
+            # a copy of each row is a full copy: row values are immutable scalars (int, float,
+            # bool, str, None; see etl_dataflows.types.coerce_value)
+            touched[key] = [dict(row) for row in self._key_rows(table, key)]
 
     def _set(self, container: dict[Any, Any], key: Any, value: Any) -> None:
         had = key in container
@@ -303,8 +304,12 @@ class SerialExecutor(BaseExecutor):
         key = tuple(fn(scope) for fn in cop.key)
         if any(part is None for part in key):
             raise _Abort("error", f"{op.label()}: null key {list(table.key_names)}")
-        for part, (name, kind) in zip(key, table.key, strict=True):
-            _coerce(part, kind, f"{op.label()} key {name!r}")
+        index = 0
+        try:  # (the error's text is made only when a key does not fit: this runs per row)
+            for index, part in enumerate(key):
+                coerce_value(part, table.key[index][1])
+        except (TypeError, ValueError) as exc:
+            raise _Abort("error", f"{op.label()} key {table.key[index][0]!r}: {exc}") from exc
         if isinstance(table, WindowTable):
             return self._window(cop, key, row, results)
         old_row = self.current_row(table, key)
@@ -369,14 +374,18 @@ class SerialExecutor(BaseExecutor):
         scope = Scope(row, old_row, results)
         computed = {name: fn(scope) for name, fn in cop.values.items()}
         values = {}
-        for name, kind in table.value_types.items():
-            if name in computed:
-                value = computed[name]
-            elif base is not None:
-                value = base.get(name)
-            else:
-                value = table.defaults.get(name)
-            values[name] = _coerce(value, kind, f"{cop.op.label()} column {name!r}")
+        name = ""
+        try:  # (the error's text is made only when a value does not fit: this runs per row)
+            for name, kind in table.value_types.items():
+                if name in computed:
+                    value = computed[name]
+                elif base is not None:
+                    value = base.get(name)
+                else:
+                    value = table.defaults.get(name)
+                values[name] = coerce_value(value, kind)
+        except (TypeError, ValueError) as exc:
+            raise _Abort("error", f"{cop.op.label()} column {name!r}: {exc}") from exc
         return values
 
     def current_row(self, table: StateTable, key: Key) -> Row | None:

@@ -191,6 +191,15 @@ class _DuckDB:
         self.con.close()
 
 
+def _with_prospect_values(prospect: pa.Table) -> pa.Table:
+    """Prospect with the compared fields of each row as one string, as the incremental dataflow
+    keeps them to tell a changed row from a repeated one (:func:`rules.prospect_values`)."""
+    from tpcdi.incremental import rules
+
+    values = rules.prospect_values([prospect.column(dst) for dst, _ in rules.PROSPECT_FIELDS])
+    return prospect.append_column("prospectvalues", values)
+
+
 def _with_row_index(table: pa.Table) -> pa.Table:
     return table.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
 
@@ -353,7 +362,7 @@ def _dimensions(inputs: HistoricalInputs, result: HistoricalResult, timer: _Time
         duck.materialize("customer_states", sql_dims.customer_states())
         tables["dimcustomer"] = duck.materialize("dimcustomer", sql_dims.dimcustomer())
         tables["dimaccount"] = duck.materialize("dimaccount", sql_dims.dimaccount())
-        tables["prospect"] = duck.arrow(sql_dims.prospect(batch_date))
+        tables["prospect"] = _with_prospect_values(duck.arrow(sql_dims.prospect(batch_date)))
         alerts = [
             duck.arrow(sql_dims.sprating_alerts()),
             duck.arrow(sql_dims.unresolved_securities()),

@@ -24,7 +24,13 @@ from tpcdi.incremental.changes import CHANGE_COLUMNS
 
 def add_prospects(b: FlowBuilder) -> None:
     """Prospect.csv (4.6.14): insert or update, IsCustomer, and the re-versioning of the matching
-    customer on a demographic change (4.4.1.6.2)."""
+    customer on a demographic change (4.4.1.6.2).
+
+    Every batch carries the whole prospect list, and on a day of a feed almost every row is the
+    one already saved: such a row only gets the batch's SK_RecordDateID and BatchID (a two-column
+    update). Whether a row changed is one comparison of its fields as one string
+    (:func:`rules.prospect_values`, kept in the state as ``prospectvalues``); only a new or
+    changed row takes the full update and the IsCustomer and customer work after it."""
     flow = b.flow
     kind_rows = b.kind_rows
     batchid = b.batchid
@@ -34,29 +40,7 @@ def add_prospects(b: FlowBuilder) -> None:
     prospect = b.tables.prospect
     aux_customer_match = b.tables.aux_customer_match
     aux_prospect_match = b.tables.aux_prospect_match
-    prospect_fields = [
-        ("lastname", "LastName"),
-        ("firstname", "FirstName"),
-        ("middleinitial", "MiddleInitial"),
-        ("gender", "Gender"),
-        ("addressline1", "AddressLine1"),
-        ("addressline2", "AddressLine2"),
-        ("postalcode", "PostalCode"),
-        ("city", "City"),
-        ("state", "State"),
-        ("country", "Country"),
-        ("phone", "Phone"),
-        ("income", "Income"),
-        ("numbercars", "NumberCars"),
-        ("numberchildren", "NumberChildren"),
-        ("maritalstatus", "MaritalStatus"),
-        ("age", "Age"),
-        ("creditrating", "CreditRating"),
-        ("ownorrentflag", "OwnOrRentFlag"),
-        ("employer", "Employer"),
-        ("numbercreditcards", "NumberCreditCards"),
-        ("networth", "NetWorth"),
-    ]
+    prospect_fields = list(rules.PROSPECT_FIELDS)
     prospect_in = {
         "AgencyID": "string",
         "batchid": "int64",
@@ -65,6 +49,7 @@ def add_prospects(b: FlowBuilder) -> None:
         "sk_batchdate": "int64",
         "matchkey": "string",
         "marketingnameplate": "string",
+        "prospect_values": "string",
     }
 
     def prepare_prospect(t: pa.Table) -> pa.Table:
@@ -86,6 +71,9 @@ def add_prospects(b: FlowBuilder) -> None:
             credit=t.column("CreditRating"),
             cars=t.column("NumberCars"),
         )
+        out["prospect_values"] = rules.prospect_values(
+            [t.column(src) for _, src in prospect_fields]
+        )
         return pa.table(out)
 
     kind_rows("Prospect")
@@ -93,42 +81,54 @@ def add_prospects(b: FlowBuilder) -> None:
     p = flow.transact("apply_prospect", input="prospect_prepared")
     key = col("matchkey")
     has_key = key.not_null()
-    changed = udf(
-        values_differ,
-        *[old(dst) for dst, _ in prospect_fields],
-        *[col(src) for _, src in prospect_fields],
-        returns="bool",
-    )
-    row = p.update(
+    saved = p.read(prospect, "AgencyID")
+    # new (no saved row), or a field differs from the saved one
+    changed = coalesce(saved["prospectvalues"] != col("prospect_values"), True)
+    p.update(
         prospect,
         "AgencyID",
         set={
             "sk_recorddateid": sk_batch,
-            "sk_updatedateid": if_else(changed, sk_batch, old("sk_updatedateid")),
+            "sk_updatedateid": sk_batch,
             "batchid": batchid,
-            "iscustomer": has_key & coalesce(old("iscustomer"), False),
+            "iscustomer": has_key & coalesce(saved["iscustomer"], False),
             **{dst: col(src) for dst, src in prospect_fields},
             "marketingnameplate": col("marketingnameplate"),
             "matchkey": key,
+            "prospectvalues": col("prospect_values"),
         },
         if_missing="insert",
+        when=changed,
+    )
+    p.update(
+        prospect,
+        "AgencyID",
+        set={"sk_recorddateid": sk_batch, "batchid": batchid},
+        if_missing="skip",
+        when=~changed,
     )
     # only a new key (a new prospect, or a changed name or address) needs IsCustomer looked up;
     # only changed demographics need the latest-prospect index and the matching customer updated
-    rekeyed = has_key & coalesce(row.before("matchkey") != key, True)
-    demographics = has_key & udf(
-        values_differ,
-        row.before("agencyid"),
-        row.before("creditrating"),
-        row.before("networth"),
-        row.before("marketingnameplate"),
-        row.before("matchkey"),
-        col("AgencyID"),
-        col("CreditRating"),
-        col("NetWorth"),
-        col("marketingnameplate"),
-        key,
-        returns="bool",
+    # (if_else evaluates its branch only when taken: a repeated row skips the comparisons)
+    worked = changed & has_key
+    rekeyed = if_else(worked, coalesce(saved["matchkey"] != key, True), lit(False))
+    demographics = if_else(
+        worked,
+        udf(
+            values_differ,
+            saved["agencyid"],
+            saved["creditrating"],
+            saved["networth"],
+            saved["marketingnameplate"],
+            saved["matchkey"],
+            col("AgencyID"),
+            col("CreditRating"),
+            col("NetWorth"),
+            col("marketingnameplate"),
+            key,
+            returns="bool",
+        ),
+        lit(False),
     )
     matched = p.read(aux_customer_match, key, when=rekeyed | demographics)
     p.update(

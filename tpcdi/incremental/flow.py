@@ -111,7 +111,11 @@ def build_flow(reference: Reference | None = None, *, version: int = 1) -> Dataf
     prospect = flow.table(
         "prospect",
         key={"agencyid": "string"},
-        columns={**plain_columns(dw.PROSPECT, ["agencyid"]), "matchkey": "string"},
+        columns={
+            **plain_columns(dw.PROSPECT, ["agencyid"]),
+            "matchkey": "string",
+            "prospectvalues": "string",
+        },
         indexes=("matchkey",),
     )
     aux_cash = flow.table(

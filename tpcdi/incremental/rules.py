@@ -122,6 +122,44 @@ def matchkey(first: Array, last: Array, address1: Array, address2: Array, postal
     return pc.utf8_upper(joined)
 
 
+#: The Prospect fields clause 4.6.14.1 compares with the prior saved values (warehouse column,
+#: Prospect.csv column), in the file's order.
+PROSPECT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("lastname", "LastName"),
+    ("firstname", "FirstName"),
+    ("middleinitial", "MiddleInitial"),
+    ("gender", "Gender"),
+    ("addressline1", "AddressLine1"),
+    ("addressline2", "AddressLine2"),
+    ("postalcode", "PostalCode"),
+    ("city", "City"),
+    ("state", "State"),
+    ("country", "Country"),
+    ("phone", "Phone"),
+    ("income", "Income"),
+    ("numbercars", "NumberCars"),
+    ("numberchildren", "NumberChildren"),
+    ("maritalstatus", "MaritalStatus"),
+    ("age", "Age"),
+    ("creditrating", "CreditRating"),
+    ("ownorrentflag", "OwnOrRentFlag"),
+    ("employer", "Employer"),
+    ("numbercreditcards", "NumberCreditCards"),
+    ("networth", "NetWorth"),
+)
+_FIELD_SEPARATOR = "\x1f"
+_NULL_FIELD = "\x1e"
+
+
+def prospect_values(columns: Sequence[Array]) -> Array:
+    """The :data:`PROSPECT_FIELDS` of each row as one string, equal for two rows exactly when
+    every field is (a null field as the record-separator character and fields apart by the
+    unit separator: control characters no field of the file holds, and both warehouses store),
+    so "did any value change" is one comparison."""
+    texts = [pc.fill_null(pc.cast(c, pa.string()), _NULL_FIELD) for c in columns]
+    return pc.binary_join_element_wise(*texts, _FIELD_SEPARATOR)
+
+
 def lookup(codes: Array, mapping: Mapping[str, Any], value_type: pa.DataType) -> Array:
     """``mapping[code]`` for every code (null where the code is null or unknown)."""
     keys = list(mapping)
