@@ -259,18 +259,25 @@ class UpdateStream:
         return staging_disk_bytes(self.settings.staging_path)
 
     def state_rows(self) -> int:
-        """Rows of the engine's state as staging last folded it (DuckDB's own count of the
-        ``state_base`` tables: no scan)."""
+        """Rows of the engine's state as staging last folded it (the ``state_base`` tables,
+        counted: DuckDB's own estimate also counts the rows a fold replaced)."""
         config = connection_config(
             self.settings.staging.memory_limit, threads=self.settings.staging.threads
         )
         con = duckdb.connect(str(self.settings.staging_path), config=config)
         try:
-            row = con.execute(
-                "SELECT coalesce(sum(estimated_size), 0) FROM duckdb_tables() "
-                "WHERE schema_name = 'state_base'"
-            ).fetchall()
-            return int(row[0][0])
+            names = [
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'state_base'"
+                ).fetchall()
+            ]
+            if not names:
+                return 0
+            counts = " UNION ALL ".join(
+                f'SELECT count(*) AS n FROM "state_base"."{n}"' for n in names
+            )
+            return int(con.execute(f"SELECT sum(n) FROM ({counts})").fetchall()[0][0] or 0)
         finally:
             con.close()
 
