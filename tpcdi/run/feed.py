@@ -62,6 +62,13 @@ def phase_name(batch_id: int) -> str:
     return f"incremental{batch_id - 1}"
 
 
+def audited_after(batch_id: int, last_batch: int, every: int) -> bool:
+    """Whether a feed audited every ``every`` days audits after the day of ``batch_id``: days
+    ``every``, ``2 * every``, ... (day = batch - 1), never the last (the run's audit phase follows
+    it), never when ``every`` is 0."""
+    return every > 0 and batch_id < last_batch and (batch_id - 1) % every == 0
+
+
 def status_row(warehouse: Warehouse, batch_id: int, text: str, data: str) -> None:
     """A ``Status`` row in DImessages of every target."""
     warehouse.execute(
@@ -130,10 +137,8 @@ class DailyFeed:
         self._spent_of: UpdateStream | None = None
 
     def sampled(self, batch_id: int) -> bool:
-        """Whether step 6 audits the day of ``batch_id`` (the last day never: the run's audit
-        phase follows it)."""
-        every = self.options.audit_every
-        return every > 0 and batch_id < self.last_batch and (batch_id - 1) % every == 0
+        """Whether step 6 audits the day of ``batch_id`` (:func:`audited_after`)."""
+        return audited_after(batch_id, self.last_batch, self.options.audit_every)
 
     def _wait_for_slot(self, batch_id: int) -> float:
         # 1.
