@@ -51,6 +51,8 @@ class PipelineReport:
     execute_s: float = 0.0
     #: seconds spent in staging commits (the committer's thread)
     commit_s: float = 0.0
+    #: seconds each transactional step took to run (of ``execute_s``; the engine's decisions)
+    step_s: dict[str, float] = field(default_factory=dict)
     commit_latency_ms: list[float] = field(default_factory=list)
     collectors: list[CollectorReport] = field(default_factory=list)
 

@@ -318,8 +318,13 @@ class Pipeline:
         def hand_off(assembled: AssembledBatch) -> None:
             self.faults.before_execute(assembled.batch.batch_id)
             commit = execute_batch(executor, assembled)
-            self.report.batches += 1
-            self.report.execute_s += commit.executed_ms / 1000
+            report = self.report
+            report.batches += 1
+            report.execute_s += commit.executed_ms / 1000
+            for decision in commit.result.decisions:
+                ms = decision.figures.get("execute_ms")
+                if isinstance(ms, int | float):
+                    report.step_s[decision.step] = report.step_s.get(decision.step, 0.0) + ms / 1000
             committer.submit(commit)
 
         def monitor() -> None:
@@ -353,14 +358,16 @@ class Pipeline:
     def timings(self) -> dict[str, float]:
         """Seconds spent so far, by where (cumulative, for a caller that diffs two snapshots):
         ``kafka.poll`` (polls that brought records), ``assemble`` (filling and cutting batches),
-        ``engine`` (running them), ``staging.commit``, and per migration target ``load.<t>`` and
-        ``merge.<t>`` with ``staging.read`` (reading the deltas to migrate). Read from other
-        threads without a lock: a snapshot may be a moment old."""
+        ``engine`` (running them; of it, ``step.<id>`` each transactional step as the executor
+        timed it), ``staging.commit``, and per migration target ``load.<t>`` and ``merge.<t>``
+        with ``staging.read`` (reading the deltas to migrate). Read from other threads without
+        a lock: a snapshot may be a moment old."""
         out = {
             "kafka.poll": self._loop.poll_s if self._loop is not None else 0.0,
             "assemble": self._loop.assemble_s if self._loop is not None else 0.0,
             "engine": self.report.execute_s,
             "staging.commit": self.report.commit_s,
+            **{f"step.{step}": s for step, s in list(self.report.step_s.items())},
         }
         if self._migration is not None:
             out.update(self._migration.migrator.spent())

@@ -6,8 +6,9 @@ Every time is in seconds. A day's *freshness* in a target is the time from the d
 offered to Kafka (its collector done) to the day's batches merged into that target's tables;
 ``drop_to_visible_s`` counts from the moment the day's files were dropped (the offer's start).
 ``spent`` is where the pipeline's time went while the day ran (the differences of
-:meth:`runtime.pipeline.Pipeline.timings`: Kafka polls, assembling, engine, staging commit,
-staging reads for migration, load and merge per target), next to the run's own steps
+:meth:`runtime.pipeline.Pipeline.timings`: Kafka polls, assembling, engine and its steps
+(``step.<id>``, part of ``engine``), staging commit, staging reads for migration, load and merge
+per target), next to the run's own steps
 (``collect`` = reading the files and producing them to Kafka, ``validation`` = batch validation
 and PCR, ``audit`` = a sampled day's audit).
 """
@@ -91,9 +92,13 @@ class FeedRecord:
         days = self.days
         staged = sum(d.collect_s + d.staged_s for d in days)
         spent: dict[str, float] = {}
+        steps: dict[str, float] = {}
         for d in days:
             for k, v in {**d.spent, **{f"run.{s}": t for s, t in d.steps.items()}}.items():
-                spent[k] = spent.get(k, 0.0) + v
+                if k.startswith("step."):  # a part of "engine"
+                    steps[k[5:]] = steps.get(k[5:], 0.0) + v
+                else:
+                    spent[k] = spent.get(k, 0.0) + v
         audits = [d for d in days if d.audit]
         return {
             "days": len(days),
@@ -110,6 +115,7 @@ class FeedRecord:
             "staged_s": _quantiles([d.staged_s for d in days]),
             "phase_s": _quantiles([d.phase_s for d in days]),
             "spent_s": {k: round(v, 3) for k, v in sorted(spent.items())},
+            "engine_steps_s": {k: round(v, 3) for k, v in sorted(steps.items())},
             "staging_mb": {
                 "first": round(days[0].staging_bytes / 2**20, 1) if days else None,
                 "last": round(days[-1].staging_bytes / 2**20, 1) if days else None,

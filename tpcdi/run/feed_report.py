@@ -43,6 +43,11 @@ def format_feed(feed: FeedRecord) -> str:
         "  time by where: "
         + ", ".join(f"{k} {v:.1f} s ({100 * v / total:.0f}%)" for k, v in ranked[:10])
     )
+    steps = sorted(s["engine_steps_s"].items(), key=lambda kv: -kv[1])
+    if steps:
+        lines.append(
+            "  engine by step: " + ", ".join(f"{k} {v:.1f} s" for k, v in steps[:6] if v >= 0.05)
+        )
     lines.append(
         f"  staging {s['staging_mb']['first']} -> {s['staging_mb']['last']} MB, state rows "
         f"{s['state_rows']['first']:,} -> {s['state_rows']['last']:,}, memory after a day "

@@ -106,7 +106,10 @@ class StreamReport:
 
     def summary(self) -> str:
         lat = self.latency_ms
-        ranked = sorted(self.spent_s.items(), key=lambda kv: -kv[1])
+        ranked = sorted(
+            ((k, v) for k, v in self.spent_s.items() if not k.startswith("step.")),
+            key=lambda kv: -kv[1],
+        )
         spent = ", ".join(f"{k} {v:.2f} s" for k, v in ranked if v >= 0.005)
         return (
             f"streamed {self.events:,} events ({self.trades:,} trade events) in "

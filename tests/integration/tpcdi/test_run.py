@@ -138,6 +138,9 @@ def test_every_day_is_measured_and_the_sampled_audits_pass(run: Run) -> None:
         assert summary["spent_s"][f"merge.{target}"] > 0
     for where in ("engine", "staging.commit", "kafka.poll", "run.collect", "run.validation"):
         assert summary["spent_s"][where] > 0, where
+    steps = summary["engine_steps_s"]
+    assert steps["apply_prospect"] > 0 and steps["apply_trade"] > 0
+    assert sum(steps.values()) <= summary["spent_s"]["engine"] + 0.01
     assert summary["events_per_s"] > 0 and summary["rss_mb_max"] > 100
     # the staging file and the engine state grow with the days
     assert per_day["state_rows"][-1] > per_day["state_rows"][0] > 0

@@ -27,7 +27,12 @@ def _feed() -> FeedRecord:
                 freshness_s={"duckdb": duck, "postgres": pg},
                 phase_s=2.0,
                 steps={"collect": 0.2, "validation": 0.1},
-                spent={"engine": 0.4, "load.duckdb": 0.1, "merge.postgres": 0.05},
+                spent={
+                    "engine": 0.4,
+                    "step.apply_prospect": 0.3,
+                    "load.duckdb": 0.1,
+                    "merge.postgres": 0.05,
+                },
                 staging_bytes=(i + 1) * 2**20,
                 state_rows=100 * (i + 1),
                 rss_bytes=300 * 2**20,
@@ -56,6 +61,8 @@ def test_the_summary_gives_each_warehouse_its_freshness_quantiles() -> None:
         "run.collect": 0.6,
         "run.validation": 0.3,
     }
+    # a step's time is a part of the engine's, listed apart
+    assert s["engine_steps_s"] == {"apply_prospect": 0.9}
     assert s["staging_mb"] == {"first": 1.0, "last": 3.0, "max": 3.0}
     assert s["audited_days"] == [2] and s["audits_passed"]
 
@@ -83,6 +90,7 @@ def test_the_text_and_the_chart(tmp_path: Path) -> None:
     assert "3 days (one day every 5 s)" in text
     assert "freshness postgres" in text and "p99 1.886 s" in text
     assert "time by where: engine 1.2 s" in text
+    assert "engine by step: apply_prospect 0.9 s" in text
     chart = feed_chart_path(str(tmp_path / "run.png"))
     assert chart == tmp_path / "run-days.png" and feed_chart_path(None) is None
     draw_feed_chart(feed, chart)
