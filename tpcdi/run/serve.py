@@ -6,7 +6,9 @@ The service is ``streamdi serve``'s (:func:`runtime.serve.serve`) on the run's o
 POSTed to ``/streams/changes/events``: union queries see the DW tables the run loaded plus
 whatever is staged above them. It starts its own broker; the pipeline reads the new broker's log
 from its start and its collector continues the run's batch ids and positions from staging, so a
-pushed event is neither skipped nor applied twice. Stops on SIGTERM or Ctrl-C.
+pushed event is neither skipped nor applied twice. The report the run saved in ``workdir``
+(:mod:`tpcdi.run.report_file`) is handed to the service (``GET /console/report``). Stops on
+SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def serve(
     from tpcdi.incremental.flow import SOURCE
     from tpcdi.incremental.reference import Reference
     from tpcdi.run.job import open_warehouse
+    from tpcdi.run.report_file import load_report
     from tpcdi.run.settings import run_settings
 
     logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -46,4 +49,11 @@ def serve(
     spec = bind(flow, **{SOURCE: StreamBinding(allowed_lateness_ms=None)})
     options = PipelineOptions(executor=executor or served.engine.executor, collect=True)
     logger.info("serving tpcdi warehouse targets=%s workdir=%s", ",".join(targets), workdir)
-    return serve_api(spec, served, options, host=served.api.host, port=served.api.port)
+    return serve_api(
+        spec,
+        served,
+        options,
+        host=served.api.host,
+        port=served.api.port,
+        run_report=load_report(workdir),
+    )
