@@ -1,6 +1,7 @@
 """The pipeline's own wiring of the loop (:meth:`runtime.pipeline.Pipeline.consuming_loop`), driven
 without a broker: the fault hooks fire at the batches they name, in the order of a batch's life;
-observers hear of every committed batch (with its counts, times and progress); the report and the consumer lag are kept."""
+observers hear of every committed batch (its counts, times and progress); the report and the
+consumer lag are kept."""
 
 from __future__ import annotations
 
