@@ -4,7 +4,8 @@ One real run (a child process: the generator, the historical load on Spark local
 incremental updates through the embedded broker, the engine, staging and migration, the audit)
 and then the warehouse it left is checked directly:
 
-* the run's report: every audit check OK, the JSON keys the issue names, the chart;
+* the run's report: every audit check OK, the JSON keys the issue names, the chart, its copy in
+  the workdir for `--serve`;
 * the DW invariants of clause 4.4.1 (one current version per key, versions that neither overlap
   nor leave gaps, no same-day versions, unique surrogate keys) and every fact key resolving;
 * the incremental updates against an independent oracle: the same rules computed straight from
@@ -112,6 +113,12 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
     assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
     assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_run_saves_its_report_in_the_workdir_for_serve(run: Run) -> None:
+    """``--serve`` (now or in a later invocation) shows this file at ``GET /console/report``."""
+    saved = json.loads((run.root / "work" / "report.json").read_text())
+    assert saved == run.report
 
 
 def test_the_upgrade_between_the_updates_filled_the_new_column_and_sink(run: Run) -> None:
