@@ -75,7 +75,13 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if args.serve:
         from tpcdi.run.serve import serve
 
-        return serve(settings, workdir, options.targets, executor=options.executor)
+        return serve(
+            settings,
+            workdir,
+            options.targets,
+            executor=options.executor,
+            version=2 if options.upgrade_between else 1,
+        )
     passed = bool(record.audits) and all(a.passed for a in record.audits.values())
     return EXIT_OK if passed else EXIT_FAILED
 

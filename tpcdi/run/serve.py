@@ -27,8 +27,11 @@ def serve(
     targets: tuple[str, ...],
     *,
     executor: str | None = None,
+    version: int = 1,
 ) -> int:
-    """Serve the warehouse of the run in ``workdir`` until stopped; returns the exit code."""
+    """Serve the warehouse of the run in ``workdir`` until stopped; returns the exit code.
+    ``version`` is the incremental dataflow's version the run left staged (2 after
+    ``--upgrade-between``)."""
     from migration.schema import WarehouseLayout
     from runtime.pipeline import PipelineOptions
     from runtime.runspec import StreamBinding, bind
@@ -42,10 +45,10 @@ def serve(
 
     logging.getLogger("kafka").setLevel(logging.WARNING)
     served = run_settings(settings, workdir, targets)
-    layout = WarehouseLayout(build_flow().build(), served.migration.schema_name)
+    layout = WarehouseLayout(build_flow(version=version).build(), served.migration.schema_name)
     with open_warehouse(served, layout, targets) as warehouse:
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
-    flow = build_flow(reference).build()
+    flow = build_flow(reference, version=version).build()
     spec = bind(flow, **{SOURCE: StreamBinding(allowed_lateness_ms=None)})
     options = PipelineOptions(executor=executor or served.engine.executor, collect=True)
     logger.info("serving tpcdi warehouse targets=%s workdir=%s", ",".join(targets), workdir)
