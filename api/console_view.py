@@ -123,13 +123,15 @@ class _LazySnapshot:
 def overview(service: QueryService) -> ConsoleOverview:
     """``GET /console/overview``; see the module docstring."""
     recorder = service.console
-    staged = service.store.watermark
     with ExitStack() as stack:
         snapshot = _LazySnapshot(service, stack)
-        if staged > recorder.last_batch:
+        if service.store.watermark > recorder.last_batch:
             snap = snapshot.get()
             recorder.seed_streams(snap.streams(), snap.watermark)
         view = recorder.view()
+        # read after the view: staging commits a batch before the recorder hears of it, so the
+        # watermark is never behind a batch the view shows
+        staged = service.store.watermark
         targets = _targets(service, view, staged, snapshot)
     state, error = service.pipeline()
     ingest = service.ingest
