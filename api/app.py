@@ -16,6 +16,10 @@
 ``GET /status``                    a summary for operators (``streamdi status``)
 ``GET /health``, ``GET /ready``    liveness and readiness
 ``GET /metrics``                   Prometheus text
+``GET /console/overview``          the console's first screen: throughput, watermarks, series
+``GET /console/batches``           the batch timeline: engine decisions, commit and ack times
+``GET /console/dataflow``          the dataflow as a graph with per-step counts
+``GET /console/report``            the report of the TPC-DI run served (``tpcdi run --serve``)
 ``GET /docs``, ``/openapi.json``   the OpenAPI description
 =================================  ===============================================================
 
@@ -26,7 +30,7 @@ keeps the connection). With ``API__TOKEN`` set, every route wants exactly one
 (``API__MAX_BODY_MB``, ``API__BODY_TIMEOUT_S``); see :mod:`api.middleware`.
 
 The routes live in :mod:`api.routes`, one router per area (``query``, ``data``, ``migration``,
-``ingest``, ``operations``); every JSON answer has its model (:mod:`api.models`,
+``ingest``, ``operations``, ``console``); every JSON answer has its model (:mod:`api.models`,
 :mod:`api.responses`), so ``/openapi.json`` describes every answer.
 """
 

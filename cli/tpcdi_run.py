@@ -31,6 +31,7 @@ def _quiet_clients(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.run import phases
+    from tpcdi.run.report_file import save_report
 
     _quiet_clients(args)
     from tpcdi.run.job import RunOptions, run_tpcdi
@@ -62,6 +63,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     document = phases.report(
         record, args.json, args.png, sys.stderr if args.json == "-" else sys.stdout
     )
+    workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
+    save_report(workdir, document)  # for --serve (GET /console/report), now or later
     if args.json == "-":
         write_json(document, "-")
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -72,8 +75,13 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if args.serve:
         from tpcdi.run.serve import serve
 
-        workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
-        return serve(settings, workdir, options.targets, executor=options.executor)
+        return serve(
+            settings,
+            workdir,
+            options.targets,
+            executor=options.executor,
+            version=2 if options.upgrade_between else 1,
+        )
     passed = bool(record.audits) and all(a.passed for a in record.audits.values())
     return EXIT_OK if passed else EXIT_FAILED
 

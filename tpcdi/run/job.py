@@ -44,6 +44,7 @@ from tpcdi.incremental.reference import Reference
 from tpcdi.run import phases
 from tpcdi.run.memory import MemorySampler
 from tpcdi.run.record import PhaseRecord, RunRecord
+from tpcdi.run.report_file import forget_report
 from tpcdi.run.settings import run_settings
 from tpcdi.run.updates import UpdateStream, forget_embedded_kafka
 from tpcdi.warehouse.warehouse import Target, Warehouse
@@ -307,12 +308,13 @@ def _static() -> list[str]:
 
 
 def _fresh_state(settings: StreamdiSettings) -> None:
-    """Staging, collector checkpoints and the embedded broker's log of an earlier run are removed
-    (clause 7.2.3: a clean SUT)."""
+    """Staging, collector checkpoints, the embedded broker's log and the report of an earlier
+    run are removed (clause 7.2.3: a clean SUT)."""
     staging = settings.staging_path
     for path in (staging, staging.with_name(staging.name + ".wal")):
         path.unlink(missing_ok=True)
     forget_embedded_kafka(settings)
+    forget_report(settings.streamdi.state_dir)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
     shutil.rmtree(settings.streamdi.state_dir / "spark", ignore_errors=True)
 

@@ -4,7 +4,8 @@ One real run (a child process: the generator, the historical load on Spark local
 incremental updates through the embedded broker, the engine, staging and migration, the audit)
 and then the warehouse it left is checked directly:
 
-* the run's report: every audit check OK, the JSON keys the issue names, the chart;
+* the run's report: every audit check OK, the JSON keys the issue names, the chart, its copy in
+  the workdir for `--serve`, and a service on the run's workdir showing it (``/console/report``);
 * the DW invariants of clause 4.4.1 (one current version per key, versions that neither overlap
   nor leave gaps, no same-day versions, unique surrogate keys) and every fact key resolving;
 * the incremental updates against an independent oracle: the same rules computed straight from
@@ -19,15 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx
 import pytest
 
+from ingest.broker import free_port
 from tests.integration.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
@@ -112,6 +117,12 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
     assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
     assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_run_saves_its_report_in_the_workdir_for_serve(run: Run) -> None:
+    """``--serve`` (now or in a later invocation) shows this file at ``GET /console/report``."""
+    saved = json.loads((run.root / "work" / "report.json").read_text())
+    assert saved == run.report
 
 
 def test_the_upgrade_between_the_updates_filled_the_new_column_and_sink(run: Run) -> None:
@@ -332,6 +343,66 @@ def test_incremental_accounts_hold_their_last_record(run: Run) -> None:
     total, missing, wrong = rows
     assert total > 0
     assert (missing, wrong) == (0, 0)
+
+
+SERVE = """
+import sys
+from pathlib import Path
+
+from streamdi.settings import load_settings
+from tpcdi.run.serve import serve
+
+sys.exit(serve(load_settings(), Path(sys.argv[1]), ("duckdb", "postgres"), version=2))
+"""
+
+
+def test_serving_the_run_shows_its_report(run: Run) -> None:
+    """What ``--serve`` does after the run, as a later invocation on the run's workdir: the
+    query service over its warehouse answers ``GET /console/report`` with the run's report.
+    Last of the run's tests: the service opens (and may write) the run's files."""
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KAFKA__", "STAGING__", "MIGRATION__", "STREAMDI__", "API__"))
+    }
+    env.update(
+        STREAMDI__STATE_DIR=str(run.root / "state"),
+        STREAMDI__LOG_LEVEL="WARNING",
+        API__PORT=str(port),
+        PYTHONPATH=str(REPO),
+    )
+    log = run.root / "serve.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(run.root / "work")],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 180
+            while True:
+                assert child.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, log.read_text()[-4000:]
+                try:
+                    if client.get("/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.3)
+            answer = client.get("/console/report")
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == run.report
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 @pytest.mark.slow
