@@ -1,0 +1,128 @@
+// Batches: the timeline of the last batches, one poll a second. Per batch: events, engine time,
+// each step's strategy and why, commit time, freshness, and when each warehouse took it.
+
+import { ApiError, get } from "../api.js";
+import { empty, fill, h, s, table } from "../dom.js";
+import { timelineFromLedger } from "../fallback.js";
+import * as f from "../format.js";
+import { every } from "../poll.js";
+
+const KEEP = 100;
+const SHOWN_IN_CHART = 60;
+
+function stepsCell(steps) {
+  if (!steps?.length) return h("span", { class: "muted" }, "—");
+  return h("ul", { class: "steps" }, steps.map((st) =>
+    h("li", null, h("strong", null, st.step), `: ${st.strategy}`,
+      st.compiled === true ? " (compiled)" : st.compiled === false ? " (interpreted)" : "",
+      st.transactions !== undefined ? `, ${f.num(st.transactions)} txns` : "",
+      st.why ? h("div", { class: "muted" }, st.why) : null)));
+}
+
+function targetsCell(b) {
+  const names = Object.keys(b.targets ?? {});
+  if (!names.length) return h("span", { class: "muted" }, "—");
+  return h("ul", { class: "steps" }, names.map((name) => {
+    const at = b.targets[name];
+    if (at === null || at === undefined) return h("li", null, `${name}: not yet`);
+    const after = b.committed_at ? ` (+${f.seconds(at - b.committed_at)})` : "";
+    return h("li", null, `${name}: ${f.clock(at)}${after}`);
+  }));
+}
+
+/** Lanes over time: each batch from arrival to commit, and a tick when each target took it. */
+function timeline(entries, targets) {
+  const shown = entries.filter((b) => b.arrived_at && b.committed_at).slice(-SHOWN_IN_CHART);
+  if (!shown.length) return null;
+  const lanes = ["staging", ...targets];
+  const start = Math.min(...shown.map((b) => b.arrived_at));
+  const times = shown.flatMap((b) => [b.committed_at, ...Object.values(b.targets ?? {}).filter(Boolean)]);
+  const span = Math.max(0.001, Math.max(...times) - start);
+  const W = 1000, LEFT = 70, LANE = 22, top = 6;
+  const x = (t) => LEFT + ((W - LEFT - 10) * (t - start)) / span;
+  const height = top + lanes.length * LANE + 22;
+  const parts = lanes.map((lane, i) => s("text", { x: LEFT - 6, y: top + i * LANE + 15, "text-anchor": "end" }, lane));
+  for (const b of shown) {
+    parts.push(s("rect", { class: "span", x: x(b.arrived_at), y: top + 4, width: Math.max(1.5, x(b.committed_at) - x(b.arrived_at)), height: LANE - 8 },
+      s("title", null, `batch ${b.batch_id}: arrived ${f.clock(b.arrived_at)}, committed ${f.clock(b.committed_at)}`)));
+    targets.forEach((name, i) => {
+      const at = b.targets?.[name];
+      if (at) parts.push(s("rect", { class: "took", x: x(at) - 1, y: top + (i + 1) * LANE + 4, width: 2.5, height: LANE - 8 },
+        s("title", null, `batch ${b.batch_id} in ${name} at ${f.clock(at)}`)));
+    });
+  }
+  parts.push(s("text", { x: LEFT, y: height - 6 }, f.clock(start)));
+  parts.push(s("text", { x: W - 10, y: height - 6, "text-anchor": "end" }, `+${f.seconds(span)}`));
+  const label = `Timeline of batches ${shown[0].batch_id} to ${shown.at(-1).batch_id}: arrival to commit, then when each warehouse took it`;
+  return s("svg", { class: "chart", viewBox: `0 0 ${W} ${height}`, role: "img", "aria-label": label }, s("title", null, label), parts);
+}
+
+export function mount(root) {
+  const problem = h("p", { class: "error", role: "alert" });
+  const notice = h("p", { class: "notice", hidden: true });
+  const chart = h("div");
+  const list = h("div");
+  fill(root,
+    h("h1", null, "Batches"),
+    h("p", { class: "lead" }, `The last ${KEEP} batches this service committed, newest first; refreshed every second.`),
+    notice, problem,
+    h("section", { class: "card" }, h("h2", null, "Timeline"), chart),
+    h("section", { class: "card" }, h("h2", null, "Batches"), list));
+
+  const entries = new Map();
+  let ledger = false;
+
+  function since() {
+    const ids = [...entries.keys()].sort((a, b) => a - b);
+    const pending = ids.find((id) => Object.values(entries.get(id).targets ?? {}).some((t) => t === null));
+    return pending !== undefined ? pending - 1 : ids.at(-1) ?? 0;
+  }
+
+  async function load() {
+    if (!ledger) {
+      try {
+        return await get("/console/batches", { after: since(), limit: 1000 });
+      } catch (err) {
+        if (!(err instanceof ApiError && err.missing)) throw err;
+        ledger = true;
+        notice.hidden = false;
+        notice.textContent = "This service does not answer GET /console/batches: the batches come from the ledger (GET /batches), without steps, commit times or warehouse times.";
+      }
+    }
+    let after = since();
+    if (!entries.size) after = Math.max(0, (await get("/status")).staging.watermark - KEEP);
+    return timelineFromLedger(await get("/batches", { after, limit: 1000 }));
+  }
+
+  function render() {
+    const ordered = [...entries.values()].sort((a, b) => a.batch_id - b.batch_id);
+    const targets = [...new Set(ordered.flatMap((b) => Object.keys(b.targets ?? {})))].sort();
+    fill(chart, timeline(ordered, targets) ?? h("p", { class: "muted" }, "No batch timings yet."));
+    fill(list, table(
+      [{ label: "Batch", num: true }, { label: "Events", num: true }, { label: "Records", num: true },
+        { label: "Committed / aborted txns", num: true }, { label: "Dead letters", num: true },
+        { label: "Engine time", num: true }, { label: "Commit time", num: true }, { label: "Freshness", num: true },
+        { label: "Committed at" }, { label: "Steps: strategy and why" }, { label: "Taken by the warehouses" }],
+      ordered.slice().reverse().map((b) => [
+        f.num(b.batch_id), f.events(b.events), f.records(b.records),
+        `${f.num(b.committed_txns)} / ${f.num(b.aborted_txns)}`, f.num(b.dead_letters),
+        f.ms(b.executed_ms), f.ms(b.commit_ms), f.seconds(b.freshness_s), f.clock(b.committed_at),
+        stepsCell(b.steps), targetsCell(b),
+      ]),
+      { caption: "Batches, newest first", rowAttrs: (i) => ({ "data-batch": ordered[ordered.length - 1 - i].batch_id }),
+        empty: empty("No batch committed since this service started: push events (see the Overview) and they appear here within a second.") }));
+  }
+
+  const poller = every(1000, async () => {
+    try {
+      for (const b of await load()) entries.set(b.batch_id, b);
+      const ids = [...entries.keys()].sort((a, b) => a - b);
+      for (const id of ids.slice(0, Math.max(0, ids.length - KEEP))) entries.delete(id);
+      render();
+      problem.textContent = "";
+    } catch (err) {
+      if (err.status !== 401) problem.textContent = `Could not read the batches: ${err.message}`;
+    }
+  });
+  return { stop: () => poller.stop() };
+}

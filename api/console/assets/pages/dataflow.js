@@ -1,0 +1,77 @@
+// Dataflow: sources -> steps -> tables and sinks as a layered graph, per step its counts since
+// the service started and whether its last batch ran compiled. Refreshed every 2 s.
+
+import { ApiError, get } from "../api.js";
+import { empty, fill, h, table } from "../dom.js";
+import * as f from "../format.js";
+import { graphSvg } from "../graph.js";
+import { every } from "../poll.js";
+
+function compiledText(c) {
+  return c === true ? "compiled" : c === false ? "interpreted" : "not run yet";
+}
+
+/** The text lines of a node in the graph (its name first). */
+export function nodeLines(n) {
+  switch (n.kind) {
+    case "source":
+      return [n.name, `source · ${f.num(Object.keys(n.columns ?? {}).length)} columns`];
+    case "step":
+      return [n.name, `${n.step_kind ?? "step"} · ${compiledText(n.compiled)}`,
+        `${f.events(n.events)} · ${f.num(n.committed_txns)} committed`,
+        `${f.num(n.aborted_txns)} aborted · ${f.num(n.dead_letters)} dead letters`];
+    default:
+      return [n.name, `${n.kind} · ${f.rows(n.staged_rows)} staged`];
+  }
+}
+
+export function mount(root) {
+  const problem = h("p", { class: "error", role: "alert" });
+  const graph = h("div", { class: "graph-box" });
+  const steps = h("div");
+  const other = h("div");
+  const title = h("span");
+  fill(root,
+    h("h1", null, "Dataflow ", title),
+    h("p", { class: "lead" }, "Sources, steps, tables and sinks; counts since this service started, refreshed every 2 s."),
+    problem,
+    h("section", { class: "card" }, h("h2", null, "Graph"), graph),
+    h("div", { class: "two" },
+      h("section", { class: "card" }, h("h2", null, "Steps"), steps),
+      h("section", { class: "card" }, h("h2", null, "Sources, tables and sinks"), other)));
+
+  function render(d) {
+    fill(title, h("span", { class: "muted" }, d.name));
+    const label = `Dataflow ${d.name}: ${d.nodes.length} nodes, ${d.edges.length} edges`;
+    fill(graph, d.nodes.length ? graphSvg({ nodes: d.nodes, edges: d.edges, lines: nodeLines, label }) : empty("This dataflow has no steps."));
+    fill(steps, table(
+      [{ label: "Step" }, { label: "Kind" }, { label: "Runs" }, { label: "Events", num: true },
+        { label: "Committed", num: true }, { label: "Aborted", num: true }, { label: "Dead letters", num: true }, { label: "Last strategy" }],
+      d.nodes.filter((n) => n.kind === "step").map((n) => [
+        n.name, n.step_kind ?? "—", compiledText(n.compiled), f.events(n.events),
+        f.num(n.committed_txns), f.num(n.aborted_txns), f.num(n.dead_letters), n.last_strategy ?? "—"]),
+      { empty: empty("No steps.") }));
+    fill(other, table(
+      [{ label: "Name" }, { label: "Kind" }, { label: "Columns or rows staged" }],
+      d.nodes.filter((n) => n.kind !== "step").map((n) => [
+        n.name, n.kind,
+        n.kind === "source"
+          ? Object.entries(n.columns ?? {}).map(([c, t]) => `${c} ${t}`).join(", ")
+          : f.rows(n.staged_rows)])));
+  }
+
+  const poller = every(2000, async () => {
+    try {
+      render(await get("/console/dataflow"));
+      problem.textContent = "";
+    } catch (err) {
+      if (err instanceof ApiError && err.missing) {
+        poller.stop();
+        fill(graph, empty("This service does not answer GET /console/dataflow, so the graph is not available here."));
+        return;
+      }
+      if (err.status !== 401) problem.textContent = `Could not read the dataflow: ${err.message}`;
+    }
+  });
+  return { stop: () => poller.stop() };
+}
