@@ -7,7 +7,8 @@ Contract:
   :mod:`importlib.resources`, so an installed wheel serves what it carries. A request is
   answered from that table by its exact name; no request path ever reaches the file system.
 * Only the suffixes of :data:`MEDIA_TYPES` are shipped; a file of another kind under
-  ``assets/`` fails :meth:`ConsoleAssets.load` (a packaging mistake, found at startup).
+  ``assets/`` fails :meth:`ConsoleAssets.load` (a packaging mistake, found at startup; hidden
+  files are skipped).
 * Every answer carries :data:`SECURITY_HEADERS`: the page may run only its own scripts and
   styles (no inline script or style, nothing from another origin), its types are not sniffed,
   it is not framed. An ``ETag`` lets the browser revalidate instead of downloading again.
@@ -87,6 +88,8 @@ class ConsoleAssets:
             prefix, folder = pending.pop()
             for entry in folder.iterdir():
                 name = prefix + entry.name
+                if entry.name.startswith("."):  # an editor's swap file, never shipped
+                    continue
                 if entry.is_dir():
                     if entry.name != "__pycache__":
                         pending.append((name + "/", entry))

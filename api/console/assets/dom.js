@@ -1,5 +1,5 @@
-// Building the page: elements from data, always as text (never innerHTML: dead letters, query
-// answers and table names are data a client sent, and must never become markup).
+// Building the page: elements from data, always as text (dead letters, query answers and table
+// names are data a client sent: none of it may ever be parsed as markup).
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
