@@ -131,7 +131,7 @@ export function mount(root) {
       [{ label: "Stream" }, { label: "Last batch", num: true }, { label: "Consumer lag", num: true }, { label: "Events", num: true }],
       names.map((name) => {
         const s = o.streams[name];
-        return [name, f.batch(s.last_batch), field(`lag-${name}`, s.lag_records, f.records(s.lag_records)), f.events(s.events)];
+        return [name, field(`last-batch-${name}`, s.last_batch, f.batch(s.last_batch)), field(`lag-${name}`, s.lag_records, f.records(s.lag_records)), f.events(s.events)];
       }),
       { empty: empty("This dataflow reads no streams.") }));
     const batches = (o.recent_batches ?? []).slice(-5).reverse();

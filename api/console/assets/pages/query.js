@@ -28,7 +28,9 @@ function summary(a) {
     ["Target", a.target ?? "none"],
     ["Watermark", h("span", null, field("answer-watermark", a.watermark, f.batch(a.watermark)),
       ` (warehouse through ${f.batch(a.warehouse_watermark)}, staged through ${f.batch(a.staged_watermark)})`)],
-    ["Streams", Object.entries(a.streams).map(([s, b]) => `${s} through ${f.batch(b)}`).join(", ") || "—"],
+    ["Streams", Object.keys(a.streams).length
+      ? Object.entries(a.streams).map(([s, b], i) => [i ? ", " : "", `${s} through `, field(`answer-stream-${s}`, b, f.batch(b))])
+      : "—"],
     ["Freshness", fresh.committed_at
       ? `watermark committed at ${f.clock(fresh.committed_at)}, ${f.ms(fresh.committed_age_ms)} before the answer`
       : "—"],
