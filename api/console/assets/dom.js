@@ -50,6 +50,22 @@ export function fill(el, ...children) {
   return el;
 }
 
+/**
+ * Like fill, for content redrawn on every poll: a scrolled table box keeps its scroll position,
+ * and keeps the focus if it had it (keyboard users scroll wide tables on a narrow screen).
+ */
+export function refill(el, ...children) {
+  const before = [...el.querySelectorAll(".scroll")];
+  const state = before.map((box) => ({ left: box.scrollLeft, focused: box === document.activeElement }));
+  fill(el, ...children);
+  [...el.querySelectorAll(".scroll")].forEach((box, i) => {
+    if (!state[i]) return;
+    box.scrollLeft = state[i].left;
+    if (state[i].focused) box.focus({ preventScroll: true });
+  });
+  return el;
+}
+
 /** A value with its raw number for tests and tools: <output data-field=.. data-value=..>. */
 export function field(name, value, text) {
   return h("output", { "data-field": name, "data-value": value ?? "" }, text);

@@ -59,9 +59,16 @@ def consumed(stack: ServedService) -> int:
 def test_every_page_loads_without_console_errors(
     tab: ConsoleTab, stack: ServedService, shots: Any
 ) -> None:
-    push(stack, puts(1, 200))
+    fresh = staged(stack) == 0  # this module's first test: no event pushed yet
     tab.sign_in()
+    hint = tab.page.locator("[data-empty]", has_text="No events yet")
+    if fresh:  # the empty state says how to push, with the token's header
+        command = hint.locator("code").inner_text()
+        assert "/streams/puts/events" in command and "Authorization: Bearer" in command
+        shots(tab.page, "wide-overview-empty")
+    push(stack, puts(1, 200))
     tab.until(lambda: tab.number("staged-watermark") >= 1, "the overview never showed a batch")
+    hint.wait_for(state="detached")
     for link, heading in PAGES.items():
         tab.go(link, heading)
         time.sleep(1.2)  # a poll or two on each page

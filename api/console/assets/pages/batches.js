@@ -2,7 +2,7 @@
 // each step's strategy and why, commit time, freshness, and when each warehouse took it.
 
 import { ApiError, get } from "../api.js";
-import { empty, fill, h, s, table } from "../dom.js";
+import { empty, fill, h, s } from "../dom.js";
 import { timelineFromLedger } from "../fallback.js";
 import * as f from "../format.js";
 import { every } from "../poll.js";
@@ -16,7 +16,23 @@ function stepsCell(steps) {
     h("li", null, h("strong", null, st.step), `: ${st.strategy}`,
       st.compiled === true ? " (compiled)" : st.compiled === false ? " (interpreted)" : "",
       st.transactions !== undefined ? `, ${f.num(st.transactions)} txns` : "",
-      st.why ? h("div", { class: "muted" }, st.why) : null)));
+      st.local_strategy ? ` (local: ${st.local_strategy})` : "",
+      st.why ? h("div", { class: "muted" }, st.why) : null,
+      figuresOf(st.figures))));
+}
+
+function figureText(v) {
+  if (typeof v === "number") return f.num(v, 3);
+  if (v && typeof v === "object") return Object.entries(v).map(([k, x]) => `${k} ${f.num(x, 3)}`).join(", ");
+  return String(v);
+}
+
+/** The figures the engine's decision recorded (statistics; timings in ms), folded away. */
+function figuresOf(figures) {
+  const entries = Object.entries(figures ?? {});
+  if (!entries.length) return null;
+  return h("details", null, h("summary", null, `${entries.length} figures`),
+    h("dl", { class: "facts" }, entries.map(([k, v]) => [h("dt", null, k), h("dd", null, figureText(v))])));
 }
 
 function targetsCell(b) {
@@ -94,23 +110,55 @@ export function mount(root) {
     return timelineFromLedger(await get("/batches", { after, limit: 1000 }));
   }
 
+  const COLUMNS = [{ label: "Batch", num: true }, { label: "Events", num: true }, { label: "Records", num: true },
+    { label: "Committed / aborted txns", num: true }, { label: "Dead letters", num: true },
+    { label: "Engine time", num: true }, { label: "Commit time", num: true }, { label: "Freshness", num: true },
+    { label: "Committed at" }, { label: "Steps: strategy and why" }, { label: "Taken by the warehouses" }];
+  const tbody = h("tbody");
+  const grid = h("div", { class: "scroll" }, h("table", null, h("caption", null, "Batches, newest first"),
+    h("thead", null, h("tr", null, COLUMNS.map((c) => h("th", { scope: "col", class: c.num && "num" }, c.label)))), tbody));
+  const nothing = empty("No batch committed since this service started: push events (see the Overview) and they appear here within a second.");
+  const rows = new Map();  // batch id -> {sig, tr}: a row is rebuilt only when its batch changed
+
+  function row(b) {
+    const cells = [f.num(b.batch_id), f.events(b.events), f.records(b.records),
+      `${f.num(b.committed_txns)} / ${f.num(b.aborted_txns)}`, f.num(b.dead_letters),
+      f.ms(b.executed_ms), f.ms(b.commit_ms), f.seconds(b.freshness_s), f.clock(b.committed_at),
+      stepsCell(b.steps), targetsCell(b)];
+    return h("tr", { "data-batch": b.batch_id }, cells.map((c, j) => h("td", { class: COLUMNS[j].num && "num" }, c)));
+  }
+
+  /** Update the table in place (an open figures list, or the focus, stays where it is). */
   function render() {
     const ordered = [...entries.values()].sort((a, b) => a.batch_id - b.batch_id);
     const targets = [...new Set(ordered.flatMap((b) => Object.keys(b.targets ?? {})))].sort();
     fill(chart, timeline(ordered, targets) ?? h("p", { class: "muted" }, "No batch timings yet."));
-    fill(list, table(
-      [{ label: "Batch", num: true }, { label: "Events", num: true }, { label: "Records", num: true },
-        { label: "Committed / aborted txns", num: true }, { label: "Dead letters", num: true },
-        { label: "Engine time", num: true }, { label: "Commit time", num: true }, { label: "Freshness", num: true },
-        { label: "Committed at" }, { label: "Steps: strategy and why" }, { label: "Taken by the warehouses" }],
-      ordered.slice().reverse().map((b) => [
-        f.num(b.batch_id), f.events(b.events), f.records(b.records),
-        `${f.num(b.committed_txns)} / ${f.num(b.aborted_txns)}`, f.num(b.dead_letters),
-        f.ms(b.executed_ms), f.ms(b.commit_ms), f.seconds(b.freshness_s), f.clock(b.committed_at),
-        stepsCell(b.steps), targetsCell(b),
-      ]),
-      { caption: "Batches, newest first", rowAttrs: (i) => ({ "data-batch": ordered[ordered.length - 1 - i].batch_id }),
-        empty: empty("No batch committed since this service started: push events (see the Overview) and they appear here within a second.") }));
+    if (!ordered.length) {
+      fill(list, nothing);
+      return;
+    }
+    if (list.firstChild !== grid) fill(list, grid);
+    for (const [id, kept] of rows) {
+      if (!entries.has(id)) {
+        kept.tr.remove();
+        rows.delete(id);
+      }
+    }
+    let newer = null;  // the row above the one being placed (rows run newest first)
+    for (const b of ordered.slice().reverse()) {
+      const sig = JSON.stringify(b);
+      const kept = rows.get(b.batch_id);
+      if (kept && kept.sig === sig) {
+        newer = kept.tr;
+        continue;
+      }
+      const tr = row(b);
+      if (kept) kept.tr.replaceWith(tr);
+      else if (newer) newer.after(tr);
+      else tbody.prepend(tr);
+      rows.set(b.batch_id, { sig, tr });
+      newer = tr;
+    }
   }
 
   const poller = every(1000, async () => {

@@ -2,13 +2,17 @@
 // the service started and whether its last batch ran compiled. Refreshed every 2 s.
 
 import { ApiError, get } from "../api.js";
-import { empty, fill, h, table } from "../dom.js";
+import { empty, field, fill, h, refill, table } from "../dom.js";
 import * as f from "../format.js";
 import { graphSvg } from "../graph.js";
 import { every } from "../poll.js";
 
-function compiledText(c) {
-  return c === true ? "compiled" : c === false ? "interpreted" : "not run yet";
+/** How a step runs: compiled or interpreted (a transactional step's last batch), stateless. */
+function runsText(n) {
+  if (n.compiled === true) return "compiled";
+  if (n.compiled === false) return "interpreted";
+  if (!n.batches && !n.events) return "not run yet";
+  return n.step_kind === "transact" ? "—" : "stateless";
 }
 
 /** The text lines of a node in the graph (its name first). */
@@ -17,11 +21,14 @@ export function nodeLines(n) {
     case "source":
       return [n.name, `source · ${f.num(Object.keys(n.columns ?? {}).length)} columns`];
     case "step":
-      return [n.name, `${n.step_kind ?? "step"} · ${compiledText(n.compiled)}`,
-        `${f.events(n.events)} · ${f.num(n.committed_txns)} committed`,
-        `${f.num(n.aborted_txns)} aborted · ${f.num(n.dead_letters)} dead letters`];
+      return [n.name, `${n.step_kind ?? "step"} · ${runsText(n)}`,
+        `${f.events(n.events)} · ${f.rows(n.rows_out)} out`,
+        `${f.num(n.committed_txns)} committed · ${f.num(n.aborted_txns)} aborted`,
+        `${f.num(n.dead_letters)} dead letters`];
+    case "sink":
+      return [n.name, `sink · ${f.rows(n.staged_rows)} staged`, `${f.rows(n.rows)} since start`];
     default:
-      return [n.name, `${n.kind} · ${f.rows(n.staged_rows)} staged`];
+      return [n.name, `${n.table_kind ?? n.kind} · ${f.rows(n.staged_rows)} staged`];
   }
 }
 
@@ -43,21 +50,23 @@ export function mount(root) {
   function render(d) {
     fill(title, h("span", { class: "muted" }, d.name));
     const label = `Dataflow ${d.name}: ${d.nodes.length} nodes, ${d.edges.length} edges`;
-    fill(graph, d.nodes.length ? graphSvg({ nodes: d.nodes, edges: d.edges, lines: nodeLines, label }) : empty("This dataflow has no steps."));
-    fill(steps, table(
-      [{ label: "Step" }, { label: "Kind" }, { label: "Runs" }, { label: "Events", num: true },
-        { label: "Committed", num: true }, { label: "Aborted", num: true }, { label: "Dead letters", num: true }, { label: "Last strategy" }],
+    refill(graph, d.nodes.length ? graphSvg({ nodes: d.nodes, edges: d.edges, lines: nodeLines, label }) : empty("This dataflow has no steps."));
+    refill(steps, table(
+      [{ label: "Step" }, { label: "Kind" }, { label: "Runs" }, { label: "Batches", num: true },
+        { label: "Events in", num: true }, { label: "Rows out", num: true }, { label: "Committed txns", num: true },
+        { label: "Aborted txns", num: true }, { label: "Dead letters", num: true }, { label: "Last strategy" }],
       d.nodes.filter((n) => n.kind === "step").map((n) => [
-        n.name, n.step_kind ?? "—", compiledText(n.compiled), f.events(n.events),
+        n.name, n.step_kind ?? "—", field(`step-${n.name}-runs`, runsText(n), runsText(n)), f.batches(n.batches),
+        field(`step-${n.name}-events`, n.events, f.events(n.events)), f.rows(n.rows_out),
         f.num(n.committed_txns), f.num(n.aborted_txns), f.num(n.dead_letters), n.last_strategy ?? "—"]),
       { empty: empty("No steps.") }));
-    fill(other, table(
-      [{ label: "Name" }, { label: "Kind" }, { label: "Columns or rows staged" }],
+    refill(other, table(
+      [{ label: "Name" }, { label: "Kind" }, { label: "Columns or rows" }],
       d.nodes.filter((n) => n.kind !== "step").map((n) => [
-        n.name, n.kind,
+        n.name, n.table_kind ?? n.kind,
         n.kind === "source"
           ? Object.entries(n.columns ?? {}).map(([c, t]) => `${c} ${t}`).join(", ")
-          : f.rows(n.staged_rows)])));
+          : `${f.rows(n.staged_rows)} staged${n.kind === "sink" ? `, ${f.rows(n.rows)} since start` : ""}`])));
   }
 
   const poller = every(2000, async () => {

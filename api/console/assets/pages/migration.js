@@ -3,7 +3,7 @@
 // polled every 2 s, not every second.
 
 import { get, post } from "../api.js";
-import { empty, facts, field, fill, h, table } from "../dom.js";
+import { empty, facts, field, fill, h, refill, table } from "../dom.js";
 import * as f from "../format.js";
 import { every } from "../poll.js";
 
@@ -50,7 +50,7 @@ export function mount(root) {
   function render(m) {
     fill(head, facts([["Dataflow", m.stream], ["Staged watermark", field("migration-staged", m.staged_watermark, f.batch(m.staged_watermark))], ["Released through", f.batch(m.released_through)]]));
     const entries = Object.entries(m.targets);
-    fill(targets, table(
+    refill(targets, table(
       [{ label: "Warehouse" }, { label: "Mode" }, { label: "Acknowledged", num: true }, { label: "Behind staging", num: true },
         { label: "Merged through", num: true }, { label: "Merged at" }, { label: "Rows to merge", num: true }, { label: "Queries read it" }, { label: "State" }],
       entries.map(([name, t]) => targetRow(name, t)),

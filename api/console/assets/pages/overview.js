@@ -3,7 +3,7 @@
 
 import { ApiError, get, post, token } from "../api.js";
 import { barChart, lineChart } from "../chart.js";
-import { empty, field, fill, h, stat, table } from "../dom.js";
+import { empty, field, fill, h, refill, stat, table } from "../dom.js";
 import { overviewFromStatus } from "../fallback.js";
 import * as f from "../format.js";
 import { every } from "../poll.js";
@@ -11,14 +11,34 @@ import { setReportLink } from "../shell.js";
 
 const PERIOD_MS = 1000;
 
-function pushHint(streams) {
+const EXAMPLE = { int64: 1, int32: 1, float64: 1.5, float32: 1.5, bool: true, string: "text" };
+
+/** An example event for `columns` ({name: type}), or a placeholder when they are not known. */
+export function exampleEvent(columns) {
+  const names = Object.keys(columns ?? {});
+  if (!names.length) return { column: "value" };
+  return Object.fromEntries(names.map((n) => [n, EXAMPLE[columns[n]] ?? "value"]));
+}
+
+function pushHint(streams, sources) {
   const stream = streams[0] ?? "<stream>";
   const auth = token() ? ` \\\n  -H "Authorization: Bearer $API__TOKEN"` : "";
+  const body = JSON.stringify({ events: [exampleEvent(sources?.[stream])] });
   return empty(
-    "No events yet: push some over HTTP (the stream's columns as JSON objects, see Dataflow for them), or feed a run's bound inputs with `streamdi collect`.",
+    "No events yet: push some over HTTP (JSON objects with the stream's columns), or feed a run's bound inputs with `streamdi collect`.",
     h("code", null,
-      `curl -X POST ${location.origin}/streams/${stream}/events \\\n  -H 'Content-Type: application/json'${auth} \\\n  -d '{"events": [{"column": "value"}]}'`),
+      `curl -X POST ${location.origin}/streams/${stream}/events \\\n  -H 'Content-Type: application/json'${auth} \\\n  -d '${body}'`),
   );
+}
+
+/** The columns of each source, from the dataflow graph (null when the service has none). */
+async function sourceColumns() {
+  try {
+    const graph = await get("/console/dataflow");
+    return Object.fromEntries(graph.nodes.filter((n) => n.kind === "source").map((n) => [n.name, n.columns]));
+  } catch {
+    return null;
+  }
 }
 
 function stateOf(pipeline) {
@@ -67,6 +87,7 @@ export function mount(root) {
     h("section", { class: "card" }, h("h2", null, "Recent batches"), recent));
 
   let useStatus = false;
+  let sources;  // the sources' columns, asked once, and only for the empty state's example
   const ownSeries = [];
 
   async function load() {
@@ -99,7 +120,12 @@ export function mount(root) {
     if ("report" in o) setReportLink(o.report);
 
     const names = Object.keys(o.streams);
-    fill(hint, o.staged_watermark === 0 && !o.events_total ? pushHint(names) : null);
+    const idle = o.staged_watermark === 0 && !o.events_total;
+    if (idle && sources === undefined && !o.partial) {
+      sources = null;
+      sourceColumns().then((found) => { sources = found; });
+    }
+    fill(hint, idle ? pushHint(names, sources) : null);
     const series = o.series ?? [];
     const fresh = series.filter((p) => p.freshness_p99_s !== null && p.freshness_p99_s !== undefined);
     const last = fresh.at(-1);
@@ -116,7 +142,7 @@ export function mount(root) {
       key: "events", now: o.at, unit: "ev/s",
       label: `Events committed per second over the last 300 s; now ${f.rate(o.events_per_second)}`,
     }));
-    fill(watermarks, table(
+    refill(watermarks, table(
       [{ label: "Warehouse" }, { label: "Staged", num: true }, { label: "Acknowledged", num: true },
         { label: "Merged through", num: true }, { label: "Behind staged", num: true }, { label: "Lag", num: true },
         { label: "Mode" }, { label: "Readable" }],
@@ -124,10 +150,11 @@ export function mount(root) {
         name, f.batch(o.staged_watermark),
         field(`acknowledged-${name}`, t.acknowledged, f.batch(t.acknowledged)),
         field(`merged-${name}`, t.merged_through, f.batch(t.merged_through)),
-        f.batches(t.lag_batches), f.seconds(t.lag_seconds), t.mode ?? "—", f.yesNo(t.readable),
+        f.batches(t.lag_batches), f.seconds(t.lag_seconds), t.mode ?? "—",
+        t.reachable === false ? h("span", { class: "bad" }, `unreachable: ${t.error ?? ""}`) : f.yesNo(t.readable),
       ]),
       { empty: empty("No warehouse targets: staged data stays in staging (set MIGRATION__TARGETS to migrate it).") }));
-    fill(streams, table(
+    refill(streams, table(
       [{ label: "Stream" }, { label: "Last batch", num: true }, { label: "Consumer lag", num: true }, { label: "Events", num: true }],
       names.map((name) => {
         const s = o.streams[name];
@@ -135,7 +162,7 @@ export function mount(root) {
       }),
       { empty: empty("This dataflow reads no streams.") }));
     const batches = (o.recent_batches ?? []).slice(-5).reverse();
-    fill(recent, batches.length
+    refill(recent, batches.length
       ? table(
           [{ label: "Batch", num: true }, { label: "Events", num: true }, { label: "Engine", num: true }, { label: "Commit", num: true }, { label: "Freshness", num: true }],
           batches.map((b) => [f.num(b.batch_id), f.events(b.events), f.ms(b.executed_ms), f.ms(b.commit_ms), f.seconds(b.freshness_s)]))
