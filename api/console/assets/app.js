@@ -66,6 +66,7 @@ onUnauthorized((refused) => {
       ? "The service refused that token. Enter the API__TOKEN this service was started with."
       : "This service is protected by API__TOKEN: enter it to open the console.",
     unlockWith,
+    { refused: Boolean(refused) },
   );
 });
 

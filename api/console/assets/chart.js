@@ -5,7 +5,7 @@ import { s } from "./dom.js";
 import { num } from "./format.js";
 
 const W = 640;
-const M = { left: 52, right: 12, top: 10, bottom: 26 };
+const M = { left: 64, right: 14, top: 10, bottom: 26 };
 
 /** A round upper bound above `max` (1, 2, 2.5, 5 times a power of ten). */
 export function niceCeiling(max) {

@@ -33,10 +33,11 @@ export function setTokenKept(kept) {
 }
 
 /**
- * Lock the console: empty the page, hide the navigation, show the token form with `message`.
+ * Lock the console: empty the page, hide the navigation, show the token form with `message`
+ * (as an error when a token was `refused`).
  * `onToken(value)` is called when a token is submitted (the gate is then unlocked).
  */
-export function lock(message, onToken) {
+export function lock(message, onToken, { refused = false } = {}) {
   locked = true;
   $("main").replaceChildren();
   document.querySelector("header nav").hidden = true;
@@ -45,6 +46,7 @@ export function lock(message, onToken) {
   const form = $("gate-form");
   const input = $("gate-token");
   $("gate-message").textContent = message;
+  $("gate-message").className = refused ? "error" : "muted";
   gate.hidden = false;
   input.value = "";
   input.focus();

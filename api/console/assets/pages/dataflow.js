@@ -38,14 +38,15 @@ export function mount(root) {
   const steps = h("div");
   const other = h("div");
   const title = h("span");
+  const details = h("div", { class: "two" },
+    h("section", { class: "card" }, h("h2", null, "Steps"), steps),
+    h("section", { class: "card" }, h("h2", null, "Sources, tables and sinks"), other));
   fill(root,
     h("h1", null, "Dataflow ", title),
     h("p", { class: "lead" }, "Sources, steps, tables and sinks; counts since this service started, refreshed every 2 s."),
     problem,
     h("section", { class: "card" }, h("h2", null, "Graph"), graph),
-    h("div", { class: "two" },
-      h("section", { class: "card" }, h("h2", null, "Steps"), steps),
-      h("section", { class: "card" }, h("h2", null, "Sources, tables and sinks"), other)));
+    details);
 
   function render(d) {
     fill(title, h("span", { class: "muted" }, d.name));
@@ -76,6 +77,7 @@ export function mount(root) {
     } catch (err) {
       if (err instanceof ApiError && err.missing) {
         poller.stop();
+        details.hidden = true;
         fill(graph, empty("This service does not answer GET /console/dataflow, so the graph is not available here."));
         return;
       }

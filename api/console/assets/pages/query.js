@@ -35,7 +35,8 @@ function summary(a) {
       ? `watermark committed at ${f.clock(fresh.committed_at)}, ${f.ms(fresh.committed_age_ms)} before the answer`
       : "—"],
     ["Newest event", fresh.newest_event_time ? `${f.clock(fresh.newest_event_time)}, ${f.ms(fresh.newest_event_age_ms)} old` : null],
-    ["Rows", `${f.rows(a.total_rows)} (${f.rows(a.staged_rows)} from staging, ${f.rows(a.warehouse_rows)} from the warehouse)`],
+    ["Rows", f.rows(a.total_rows)],
+    ["Tables read", `${f.num(a.staged_rows)} staged changes above the warehouse, ${f.rows(a.warehouse_rows)} in the warehouse`],
     ["Time", `${f.seconds(a.seconds)}${Object.keys(a.timings).length ? ` (${Object.entries(a.timings).map(([k, v]) => `${k} ${f.num(v, 1)}`).join(", ")})` : ""}`],
   ]);
 }
