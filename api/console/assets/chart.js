@@ -7,11 +7,12 @@ import { num } from "./format.js";
 const W = 640;
 const M = { left: 64, right: 14, top: 10, bottom: 26 };
 
-/** A round upper bound above `max` (1, 2, 2.5, 5 times a power of ten). */
+/** A round upper bound above `max` whose quarters are round too (1, 2, 4, 8, 10 times a power
+ * of ten: ticks at 0.25, 0.5, 1, 2, 2.5 times it). */
 export function niceCeiling(max) {
   if (!(max > 0)) return 1;
   const power = 10 ** Math.floor(Math.log10(max));
-  for (const f of [1, 2, 2.5, 5, 10]) if (f * power >= max) return f * power;
+  for (const f of [1, 2, 4, 8, 10]) if (f * power >= max * (1 - 1e-9)) return f * power;
   return 10 * power;
 }
 
@@ -37,7 +38,7 @@ function frame({ height, top, unit, window, label }) {
  * Lines over time. `points`: [{t, ...}] oldest first (t in epoch seconds); `lines`:
  * [{key, className}] (a null value is a gap). Returns an <svg>.
  */
-export function lineChart({ points, lines, now, window = 300, height = 200, unit, label }) {
+export function lineChart({ points, lines, now, window = 300, height = 180, unit, label }) {
   const values = points.flatMap((p) => lines.map((l) => p[l.key])).filter((v) => v !== null && v !== undefined);
   const top = niceCeiling(Math.max(0, ...values));
   const { svg, x, y } = frame({ height, top, unit, window, label });
@@ -64,7 +65,7 @@ export function lineChart({ points, lines, now, window = 300, height = 200, unit
 }
 
 /** Bars over time: one per point at `key` (t in epoch seconds, one point per second). */
-export function barChart({ points, key, now, window = 300, height = 120, unit, label }) {
+export function barChart({ points, key, now, window = 300, height = 180, unit, label }) {
   const top = niceCeiling(Math.max(0, ...points.map((p) => p[key] ?? 0)));
   const { svg, x, y } = frame({ height, top, unit, window, label });
   const width = Math.max(1, (W - M.left - M.right) / window - 0.5);

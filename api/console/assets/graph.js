@@ -4,9 +4,9 @@
 
 import { s } from "./dom.js";
 
-const NODE_W = 200;
-const COL_W = 270;
-const LINE_H = 15;
+const NODE_W = 230;
+const COL_W = 300;
+const LINE_H = 17;
 const GAP_Y = 22;
 const PAD = 16;
 
@@ -43,7 +43,7 @@ export function layout(nodes, edges, lines) {
     column.sort((a, b) => rank(a) - rank(b) || a.name.localeCompare(b.name));
     let y = PAD;
     for (const n of column) {
-      const h = 14 + LINE_H * lines(n).length;
+      const h = 16 + LINE_H * lines(n).length;
       place.set(n.id, { x: PAD + i * COL_W, y, w: NODE_W, h });
       y += h + GAP_Y;
     }
@@ -56,7 +56,8 @@ export function layout(nodes, edges, lines) {
 /** The <svg> of the graph; `lines(node)` gives each node's text lines (the first is its name). */
 export function graphSvg({ nodes, edges, lines, label }) {
   const { place, width, height } = layout(nodes, edges, lines);
-  const svg = s("svg", { class: "graph", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": label },
+  // drawn at its own size (1:1): a wide dataflow scrolls in its box rather than shrinking
+  const svg = s("svg", { class: "graph", width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": label },
     s("title", null, label),
     s("defs", null,
       s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
@@ -75,7 +76,7 @@ export function graphSvg({ nodes, edges, lines, label }) {
   }
   for (const n of nodes) {
     const p = place.get(n.id);
-    const text = lines(n).map((line, i) => s("text", { x: p.x + 10, y: p.y + 18 + i * LINE_H, class: i ? "detail" : "name" }, line));
+    const text = lines(n).map((line, i) => s("text", { x: p.x + 10, y: p.y + 20 + i * LINE_H, class: i ? "detail" : "name" }, line));
     svg.append(s("g", { class: `node ${n.kind}`, "data-node": n.id }, s("rect", { x: p.x, y: p.y, width: p.w, height: p.h, rx: 6 }), text));
   }
   return svg;

@@ -14,10 +14,10 @@ function stepsCell(steps) {
   if (!steps?.length) return h("span", { class: "muted" }, "—");
   return h("ul", { class: "steps" }, steps.map((st) =>
     h("li", null, h("strong", null, st.step), `: ${st.strategy}`,
-      st.compiled === true ? " (compiled)" : st.compiled === false ? " (interpreted)" : "",
-      st.transactions !== undefined ? `, ${f.num(st.transactions)} txns` : "",
+      st.compiled === true ? ", compiled" : st.compiled === false ? ", interpreted" : "",
       st.local_strategy ? ` (local: ${st.local_strategy})` : "",
-      st.why ? h("div", { class: "muted" }, st.why) : null,
+      st.transactions !== undefined && st.transactions !== null ? `, ${f.num(st.transactions)} txns` : "",
+      st.why ? h("span", { class: "muted" }, ` — ${st.why}`) : null,
       figuresOf(st.figures))));
 }
 
@@ -38,11 +38,11 @@ function figuresOf(figures) {
 function targetsCell(b) {
   const names = Object.keys(b.targets ?? {});
   if (!names.length) return h("span", { class: "muted" }, "—");
-  return h("ul", { class: "steps" }, names.map((name) => {
+  return h("ul", { class: "took" }, names.map((name) => {
     const at = b.targets[name];
     if (at === null || at === undefined) return h("li", null, `${name}: not yet`);
-    const after = b.committed_at ? ` (+${f.seconds(at - b.committed_at)})` : "";
-    return h("li", null, `${name}: ${f.clock(at)}${after}`);
+    const after = b.committed_at ? `+${f.seconds(at - b.committed_at)}` : f.clock(at);
+    return h("li", { title: f.clock(at) }, `${name} ${after}`);
   }));
 }
 
@@ -110,10 +110,10 @@ export function mount(root) {
     return timelineFromLedger(await get("/batches", { after, limit: 1000 }));
   }
 
-  const COLUMNS = [{ label: "Batch", num: true }, { label: "Events", num: true }, { label: "Records", num: true },
-    { label: "Committed / aborted txns", num: true }, { label: "Dead letters", num: true },
-    { label: "Engine time", num: true }, { label: "Commit time", num: true }, { label: "Freshness", num: true },
-    { label: "Committed at" }, { label: "Steps: strategy and why" }, { label: "Taken by the warehouses" }];
+  const COLUMNS = [{ label: "Batch", num: true }, { label: "Events", num: true },
+    { label: "Txns ok / aborted", num: true }, { label: "Dead letters", num: true },
+    { label: "Engine", num: true }, { label: "Commit", num: true }, { label: "Freshness", num: true },
+    { label: "Committed at" }, { label: "Taken by (after commit)" }, { label: "Steps: strategy and why" }];
   const tbody = h("tbody");
   const grid = h("div", { class: "scroll" }, h("table", null, h("caption", null, "Batches, newest first"),
     h("thead", null, h("tr", null, COLUMNS.map((c) => h("th", { scope: "col", class: c.num && "num" }, c.label)))), tbody));
@@ -121,10 +121,10 @@ export function mount(root) {
   const rows = new Map();  // batch id -> {sig, tr}: a row is rebuilt only when its batch changed
 
   function row(b) {
-    const cells = [f.num(b.batch_id), f.events(b.events), f.records(b.records),
+    const cells = [f.num(b.batch_id), h("span", { title: f.records(b.records) }, f.events(b.events)),
       `${f.num(b.committed_txns)} / ${f.num(b.aborted_txns)}`, f.num(b.dead_letters),
       f.ms(b.executed_ms), f.ms(b.commit_ms), f.seconds(b.freshness_s), f.clock(b.committed_at),
-      stepsCell(b.steps), targetsCell(b)];
+      targetsCell(b), stepsCell(b.steps)];
     return h("tr", { "data-batch": b.batch_id }, cells.map((c, j) => h("td", { class: COLUMNS[j].num && "num" }, c)));
   }
 

@@ -38,7 +38,7 @@ export function mount(root) {
   const steps = h("div");
   const other = h("div");
   const title = h("span");
-  const details = h("div", { class: "two" },
+  const details = h("div", null,
     h("section", { class: "card" }, h("h2", null, "Steps"), steps),
     h("section", { class: "card" }, h("h2", null, "Sources, tables and sinks"), other));
   fill(root,

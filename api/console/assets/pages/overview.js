@@ -81,10 +81,10 @@ export function mount(root) {
         h("div", { class: "legend" }, h("span", { class: "key-p50" }, "p50"), h("span", { class: "key-p99" }, "p99")),
         freshness),
       h("section", { class: "card" }, h("h2", null, "Events committed per second"), throughput)),
+    h("section", { class: "card" }, h("h2", null, "Watermarks: staged, acknowledged and merged per warehouse"), watermarks),
     h("div", { class: "two" },
-      h("section", { class: "card" }, h("h2", null, "Watermarks: staged, acknowledged and merged per warehouse"), watermarks),
-      h("section", { class: "card" }, h("h2", null, "Streams"), streams)),
-    h("section", { class: "card" }, h("h2", null, "Recent batches"), recent));
+      h("section", { class: "card" }, h("h2", null, "Streams"), streams),
+      h("section", { class: "card" }, h("h2", null, "Recent batches"), recent)));
 
   let useStatus = false;
   let sources;  // the sources' columns, asked once, and only for the empty state's example
