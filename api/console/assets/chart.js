@@ -16,6 +16,17 @@ export function niceCeiling(max) {
   return 10 * power;
 }
 
+/**
+ * The window to draw: the last 300 s, or less while the data is younger (60, 120, ... s), so a
+ * service that just started shows its first seconds legibly. `points` oldest first.
+ */
+export function windowFor(points, now, keys) {
+  const first = points.find((p) => keys.some((k) => p[k] !== null && p[k] !== undefined && p[k] !== 0));
+  const span = first ? now - first.t + 5 : 0;
+  for (const w of [60, 120, 180, 240]) if (span <= w) return w;
+  return 300;
+}
+
 function frame({ height, top, unit, window, label }) {
   const h = height - M.top - M.bottom;
   const x = (ago) => M.left + (W - M.left - M.right) * (1 - ago / window);
@@ -26,7 +37,7 @@ function frame({ height, top, unit, window, label }) {
     parts.push(s("line", { class: i ? "grid-line" : "axis", x1: M.left, x2: W - M.right, y1: y(v), y2: y(v) }));
     parts.push(s("text", { x: M.left - 6, y: y(v) + 4, "text-anchor": "end" }, `${num(v, 3)} ${unit}`));
   }
-  const step = window >= 240 ? 60 : window >= 60 ? 15 : 5;
+  const step = window >= 240 ? 60 : window >= 120 ? 30 : 15;
   for (let ago = 0; ago <= window; ago += step) {
     parts.push(s("text", { x: x(ago), y: height - 8, "text-anchor": "middle" }, ago ? `-${ago} s` : "now"));
   }

@@ -2,7 +2,7 @@
 // One GET /console/overview a second (GET /status on a service without it); pause and resume.
 
 import { ApiError, get, post, token } from "../api.js";
-import { barChart, lineChart } from "../chart.js";
+import { barChart, lineChart, windowFor } from "../chart.js";
 import { empty, field, fill, h, refill, stat, table } from "../dom.js";
 import { overviewFromStatus } from "../fallback.js";
 import * as f from "../format.js";
@@ -127,20 +127,21 @@ export function mount(root) {
     }
     fill(hint, idle ? pushHint(names, sources) : null);
     const series = o.series ?? [];
+    const span = windowFor(series, o.at, ["events", "batches", "events_per_second"]);
     const fresh = series.filter((p) => p.freshness_p99_s !== null && p.freshness_p99_s !== undefined);
     const last = fresh.at(-1);
     fill(freshness, fresh.length || !o.partial
       ? lineChart({
-          points: series, now: o.at, unit: "s",
+          points: series, now: o.at, window: span, unit: "s",
           lines: [{ key: "freshness_p50_s", className: "p50" }, { key: "freshness_p99_s", className: "p99" }],
-          label: last ? `Freshness over the last 300 s; latest p50 ${f.seconds(last.freshness_p50_s)}, p99 ${f.seconds(last.freshness_p99_s)}` : "Freshness over the last 300 s: no batch committed",
+          label: last ? `Freshness over the last ${span} s; latest p50 ${f.seconds(last.freshness_p50_s)}, p99 ${f.seconds(last.freshness_p99_s)}` : `Freshness over the last ${span} s: no batch committed`,
         })
       : h("p", { class: "muted" }, "Freshness needs GET /console/overview."));
-    if (!fresh.length && !o.partial) freshness.append(h("p", { class: "muted" }, "No batch committed in the last 300 s."));
+    if (!fresh.length && !o.partial) freshness.append(h("p", { class: "muted" }, "No batch committed lately."));
     fill(throughput, barChart({
       points: series.map((p) => ({ t: p.t, events: p.events ?? p.events_per_second })),
-      key: "events", now: o.at, unit: "ev/s",
-      label: `Events committed per second over the last 300 s; now ${f.rate(o.events_per_second)}`,
+      key: "events", now: o.at, window: span, unit: "ev/s",
+      label: `Events committed per second over the last ${span} s; now ${f.rate(o.events_per_second)}`,
     }));
     refill(watermarks, table(
       [{ label: "Warehouse" }, { label: "Staged", num: true }, { label: "Acknowledged", num: true },
