@@ -80,6 +80,12 @@ def test_every_page_loads_without_console_errors(
     assert "rows staged" in page.locator('[data-table="kv"]').inner_text().lower()
     tab.go("Migration", "Migration")
     page.get_by_role("cell", name="postgres", exact=True).wait_for()
+    page.get_by_role("button", name="Push now").click()
+    outcome = page.locator("p", has_text="push round: staging at batch")
+    outcome.wait_for()
+    assert {"duckdb", "postgres"} <= set(
+        outcome.locator("xpath=..").locator("tbody tr td:first-child").all_inner_texts()
+    )
     assert tab.errors == []
 
 
@@ -194,6 +200,28 @@ def test_a_query_returns_the_pushed_rows(tab: ConsoleTab, stack: ServedService, 
     page.get_by_role("button", name="Previous page").click()
     page.locator("caption", has_text=captions[1]).wait_for()
     shots(page, "query-answer")
+
+    # the same rows through the structured form: key >= 7000 and key < 7100, newest key first
+    page.get_by_label("Structured").check()
+    page.get_by_label("Table", exact=True).select_option("kv")
+    page.get_by_label("Columns (comma-separated)").fill("key, value")
+    conditions = page.locator(".condition")
+    conditions.nth(0).get_by_label("Column").fill("key")
+    conditions.nth(0).get_by_label("Operator").select_option(">=")
+    conditions.nth(0).get_by_label("Value").fill("7000")
+    page.get_by_role("button", name="Add a condition").click()
+    conditions.nth(1).get_by_label("Column").fill("key")
+    conditions.nth(1).get_by_label("Operator").select_option("<")
+    conditions.nth(1).get_by_label("Value").fill("7100")
+    page.get_by_label("Order by column").fill("key")
+    page.get_by_label("descending").check()
+    page.get_by_label("Rows per page").fill("10")
+    page.get_by_role("button", name="Run query").click()
+    caption = page.locator("caption", has_text="Rows 1\N{EN DASH}5 of 5")
+    caption.wait_for()
+    rows = caption.locator("xpath=..").locator("tbody tr").all()
+    got = [[int(c) for c in r.locator("td").all_inner_texts()] for r in rows]
+    assert got == [[e["key"], e["value"]] for e in reversed(events)]
     assert tab.errors == []
 
 
@@ -341,3 +369,48 @@ def test_the_token_gate_holds(tab: ConsoleTab, stack: ServedService, shots: Any)
 
 def _public(path: str) -> bool:
     return path == "/" or path.startswith("/console/assets/")
+
+
+def test_the_page_modules_compute_what_the_pages_show(tab: ConsoleTab) -> None:
+    """The pure parts of the page's modules, run in the browser as the pages run them: units,
+    chart bounds, the graph's layers, typed values of the structured form, the push example."""
+    tab.sign_in()
+    got = tab.page.evaluate(
+        """async () => {
+          const f = await import('/console/assets/format.js');
+          const c = await import('/console/assets/chart.js');
+          const g = await import('/console/assets/graph.js');
+          const q = await import('/console/assets/pages/structured.js');
+          const o = await import('/console/assets/pages/overview.js');
+          const nodes = ['source:a', 'step:s1', 'step:s2', 'table:t', 'sink:k']
+            .map((id) => ({id, kind: id.split(':')[0], name: id.split(':')[1]}));
+          const edges = [['source:a', 'step:s1'], ['step:s1', 'table:t'], ['table:t', 'step:s2'],
+                         ['step:s1', 'step:s2'], ['step:s2', 'sink:k']]
+            .map(([from, to]) => ({from, to, kind: 'input'}));
+          return {
+            rate: [f.rate(12345.6), f.rate(0.25), f.rate(0)],
+            ms: [f.ms(0.4213), f.ms(12.34), f.ms(1234.5)],
+            seconds: [f.seconds(0.0481), f.seconds(1.256), f.seconds(312.4)],
+            counts: [f.rows(1), f.rows(2000), f.batches(1), f.events(0), f.batch(17), f.rows(null)],
+            ceilings: [c.niceCeiling(0.25), c.niceCeiling(3), c.niceCeiling(1234), c.niceCeiling(0)],
+            windows: [c.windowFor([{t: 990, events: 5}], 1000, ['events']),
+                      c.windowFor([{t: 800, events: 0}, {t: 850, events: 1}], 1000, ['events']),
+                      c.windowFor([{t: 600, events: 1}], 1000, ['events'])],
+            layers: Object.fromEntries(g.layers(nodes, edges)),
+            typed: [q.typed('42'), q.typed('true'), q.typed('"7"'), q.typed('abc'), q.typed(' 1.5 ')],
+            example: o.exampleEvent({op: 'string', key: 'int64', ok: 'bool'}),
+            placeholder: o.exampleEvent(null),
+          };
+        }"""
+    )
+    assert got["rate"] == ["12,346 events/s", "0.3 events/s", "0 events/s"]
+    assert got["ms"] == ["0.42 ms", "12.3 ms", "1,235 ms"]
+    assert got["seconds"] == ["0.048 s", "1.26 s", "312 s"]
+    assert got["counts"] == ["1 row", "2,000 rows", "1 batch", "0 events", "batch 17", "—"]
+    assert got["ceilings"] == [0.4, 4, 2000, 1]
+    assert got["windows"] == [60, 180, 300]
+    assert got["layers"] == {"source:a": 0, "step:s1": 1, "table:t": 2, "step:s2": 3, "sink:k": 4}
+    assert got["typed"] == [42, True, "7", "abc", 1.5]
+    assert got["example"] == {"op": "text", "key": 1, "ok": True}
+    assert got["placeholder"] == {"column": "value"}
+    assert tab.errors == []
