@@ -10,11 +10,6 @@ export class ApiError extends Error {
     this.code = code;
     this.detail = detail;
   }
-
-  /** A route this service does not have (an older service, or no run report). */
-  get missing() {
-    return this.status === 404 && this.code === "not_found";
-  }
 }
 
 let unauthorized = () => {};

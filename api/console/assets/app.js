@@ -1,9 +1,9 @@
 // The console's entry point: hash routing (#/page?key=value), one module per page, the token
 // gate. A page module exports mount(root, params) -> {stop()}; only one page is mounted.
 
-import { ApiError, forgetToken, get, onUnauthorized, setToken, token } from "./api.js";
+import { forgetToken, get, onUnauthorized, setToken, token } from "./api.js";
 import { h } from "./dom.js";
-import { highlight, isLocked, isReportKnown, lock, setReportLink, setTokenKept } from "./shell.js";
+import { highlight, isLocked, lock, setReportLink, setTokenKept } from "./shell.js";
 
 const PAGES = {
   overview: () => import("./pages/overview.js"),
@@ -71,17 +71,15 @@ onUnauthorized((refused) => {
 });
 
 /**
- * Whether the service serves a run report (its link is shown only then). The overview's answer
- * says so (its "report" key); a service whose overview does not is asked once, a little later.
+ * Whether the service serves a run report: the overview's answer says so (its "report" key), and
+ * the Overview page sets the link from it; any other first page asks the overview once.
  */
 async function probeReport() {
-  await new Promise((resolve) => setTimeout(resolve, 1500));
-  if (isReportKnown() || isLocked()) return;
+  if (parseHash().name === "overview") return;
   try {
-    await get("/console/report");
-    setReportLink(true);
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 404) setReportLink(false);
+    setReportLink((await get("/console/overview")).report);
+  } catch {
+    // a 401 brings the token form (which probes again once a token is given); else no link
   }
 }
 

@@ -15,17 +15,10 @@ export function highlight(name) {
   }
 }
 
-let reportKnown = false;
-
 /** Show the run report's link or not (anything but a boolean leaves it as it is). */
 export function setReportLink(available) {
-  if (available !== true && available !== false) return;
-  reportKnown = true;
-  $("nav-report").hidden = !available;
+  if (available === true || available === false) $("nav-report").hidden = !available;
 }
-
-/** Whether the service has said if it serves a run report. */
-export const isReportKnown = () => reportKnown;
 
 /** Show or hide "Forget token" (only useful when a token is kept). */
 export function setTokenKept(kept) {

@@ -10,7 +10,6 @@ directory and, when ``STREAMDI_ARTIFACTS`` is set, are copied to ``$STREAMDI_ART
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import time
@@ -22,41 +21,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.integration.api.conftest import ServedService
+from tests.integration.console.browser import browser_missing, chromium
 
-CHROMIUM = Path(os.environ.get("STREAMDI_CHROMIUM", "/usr/bin/chromium"))
 TOKEN = "console-browser-token"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 WIDE = {"width": 1280, "height": 800}
 NARROW = {"width": 390, "height": 844}
-
-#: Routes the page asks for that a service may not serve, so that their 404 is expected and
-#: Chromium's "Failed to load resource" line for it is not a page error: ``/console/report``
-#: answers 404 when the service hosts no TPC-DI run (the page then hides its link); the console's
-#: other routes answer 404 on a service that predates them (the page falls back to /status and
-#: the batch ledger).
-OPTIONAL_ROUTES = frozenset(
-    {"/console/report", "/console/overview", "/console/batches", "/console/dataflow"}
-)
-
-
-def browser_missing() -> str | None:
-    """Why the browser tests cannot run here, or None."""
-    if importlib.util.find_spec("playwright") is None:
-        return "playwright is not installed: make install-dev"
-    if not CHROMIUM.exists():
-        return (
-            f"Chromium is not installed at {CHROMIUM}: `make browser` (as root) installs Debian's "
-            "chromium; STREAMDI_CHROMIUM names another"
-        )
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +33,8 @@ def browser() -> Iterator[Any]:
     reason = browser_missing()
     if reason is not None:
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        # a fresh profile of its own (Playwright's temporary user data directory), no network
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +93,8 @@ class ConsoleTab:
         self.page.on("response", lambda r: self.answers.append((urlsplit(r.url).path, r.status)))
 
     def _console(self, message: Any) -> None:
-        if message.type != "error":
-            return
-        where = urlsplit(message.location.get("url", "")).path
-        if "status of 404" in message.text and where in OPTIONAL_ROUTES:
-            return
-        self.errors.append(f"{message.text} ({message.location.get('url')})")
+        if message.type == "error":  # a failed request (any 4xx or 5xx) is one too
+            self.errors.append(f"{message.text} ({message.location.get('url')})")
 
     def open(self, fragment: str = "") -> None:
         self.page.goto(f"{self.stack.url}/{fragment}")

@@ -75,6 +75,16 @@ def test_every_page_loads_without_console_errors(
         shots(tab.page, f"wide-{link.lower().replace(' ', '-')}")
     page = tab.page
     assert page.get_by_role("link", name="Run report").is_hidden()  # no TPC-DI run here
+    tab.go("Batches", "Batches")
+    newest = page.locator("tbody tr[data-batch]").first
+    newest.wait_for()
+    assert "apply:" in newest.inner_text()  # the engine's strategy for the step, and why
+    tab.go("Dataflow", "Dataflow")
+    page.locator('[data-node="step:apply"]').wait_for()
+    for node in ("source:puts", "table:kv", "sink:log"):
+        assert page.locator(f'[data-node="{node}"]').count() == 1, node
+    tab.until(lambda: tab.number("step-apply-events") >= 200, "the step's count stayed short")
+    assert tab.value("step-apply-runs") in ("compiled", "interpreted")
     tab.go("Tables", "Tables")
     page.locator('[data-table="kv"]').wait_for()
     assert "rows staged" in page.locator('[data-table="kv"]').inner_text().lower()
@@ -135,6 +145,7 @@ def test_throughput_and_watermark_rise_while_events_are_pushed(
     page = tab.page
     page.evaluate("window.notReloaded = true")
     before = tab.number("staged-watermark")
+    total = tab.number("events-total")
     receipts: list[dict[str, Any]] = []
 
     def producer() -> None:
@@ -160,6 +171,11 @@ def test_throughput_and_watermark_rise_while_events_are_pushed(
     assert marks[-1] > before and sorted(marks) == marks, marks  # it rose, never went back
     assert len(set(marks)) >= 2, f"the watermark did not move while events arrived: {marks}"
     assert page.evaluate("window.notReloaded") is True
+    tab.until(lambda: tab.number("events-total") >= total + 1500, "events since start did not rise")
+    # the freshness chart draws the seconds those batches committed in (a line or a dot each)
+    tab.until(
+        lambda: page.locator("svg.chart .p99").count() > 0, "no freshness p99 drawn", timeout=10
+    )
     assert page.locator('[data-field="events-per-second"]').inner_text().endswith("events/s")
     assert page.locator('[data-field="staged-watermark"]').inner_text().startswith("batch ")
     shots(page, "overview-after-pushing")

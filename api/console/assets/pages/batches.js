@@ -1,9 +1,8 @@
 // Batches: the timeline of the last batches, one poll a second. Per batch: events, engine time,
 // each step's strategy and why, commit time, freshness, and when each warehouse took it.
 
-import { ApiError, get } from "../api.js";
+import { get } from "../api.js";
 import { empty, fill, h, s } from "../dom.js";
-import { timelineFromLedger } from "../fallback.js";
 import * as f from "../format.js";
 import { every } from "../poll.js";
 
@@ -75,39 +74,21 @@ function timeline(entries, targets) {
 
 export function mount(root) {
   const problem = h("p", { class: "error", role: "alert" });
-  const notice = h("p", { class: "notice", hidden: true });
   const chart = h("div");
   const list = h("div");
   fill(root,
     h("h1", null, "Batches"),
     h("p", { class: "lead" }, `The last ${KEEP} batches this service committed, newest first; refreshed every second.`),
-    notice, problem,
+    problem,
     h("section", { class: "card" }, h("h2", null, "Timeline"), chart),
     h("section", { class: "card" }, h("h2", null, "Batches"), list));
 
   const entries = new Map();
-  let ledger = false;
 
   function since() {
     const ids = [...entries.keys()].sort((a, b) => a - b);
     const pending = ids.find((id) => Object.values(entries.get(id).targets ?? {}).some((t) => t === null));
     return pending !== undefined ? pending - 1 : ids.at(-1) ?? 0;
-  }
-
-  async function load() {
-    if (!ledger) {
-      try {
-        return await get("/console/batches", { after: since(), limit: 1000 });
-      } catch (err) {
-        if (!(err instanceof ApiError && err.missing)) throw err;
-        ledger = true;
-        notice.hidden = false;
-        notice.textContent = "This service does not answer GET /console/batches: the batches come from the ledger (GET /batches), without steps, commit times or warehouse times.";
-      }
-    }
-    let after = since();
-    if (!entries.size) after = Math.max(0, (await get("/status")).staging.watermark - KEEP);
-    return timelineFromLedger(await get("/batches", { after, limit: 1000 }));
   }
 
   const COLUMNS = [{ label: "Batch", num: true }, { label: "Events", num: true },
@@ -163,7 +144,7 @@ export function mount(root) {
 
   const poller = every(1000, async () => {
     try {
-      for (const b of await load()) entries.set(b.batch_id, b);
+      for (const b of await get("/console/batches", { after: since(), limit: 1000 })) entries.set(b.batch_id, b);
       const ids = [...entries.keys()].sort((a, b) => a - b);
       for (const id of ids.slice(0, Math.max(0, ids.length - KEEP))) entries.delete(id);
       render();

@@ -1,10 +1,9 @@
 // Overview: is data flowing, where is the lag, how fresh is it, has each warehouse caught up.
 // One GET /console/overview a second (GET /status on a service without it); pause and resume.
 
-import { ApiError, get, post, token } from "../api.js";
+import { get, post, token } from "../api.js";
 import { barChart, lineChart, windowFor } from "../chart.js";
 import { empty, field, fill, h, refill, stat, table } from "../dom.js";
-import { overviewFromStatus } from "../fallback.js";
 import * as f from "../format.js";
 import { every } from "../poll.js";
 import { setReportLink } from "../shell.js";
@@ -55,7 +54,6 @@ export function mount(root) {
     released: h("span"),
     clock: h("span"),
   };
-  const notice = h("p", { class: "notice", hidden: true });
   const problem = h("p", { class: "error", role: "alert" });
   const acted = h("span", { class: "muted", role: "status" });
   const pause = h("button", { type: "button", onclick: () => act("pause") }, "Pause ingest");
@@ -70,7 +68,7 @@ export function mount(root) {
   fill(root,
     h("h1", null, "Overview"),
     h("p", { class: "lead" }, "Live, refreshed every second. Service clock: ", v.clock),
-    notice, problem,
+    problem,
     h("div", { class: "grid" },
       stat("Pipeline", v.state), stat("Throughput", v.rate), stat("Events since start", v.total),
       stat("Staged watermark", v.staged), stat("Released through", v.released)),
@@ -86,21 +84,7 @@ export function mount(root) {
       h("section", { class: "card" }, h("h2", null, "Streams"), streams),
       h("section", { class: "card" }, h("h2", null, "Recent batches"), recent)));
 
-  let useStatus = false;
   let sources;  // the sources' columns, asked once, and only for the empty state's example
-  const ownSeries = [];
-
-  async function load() {
-    if (!useStatus) {
-      try {
-        return await get("/console/overview");
-      } catch (err) {
-        if (!(err instanceof ApiError && err.missing)) throw err;
-        useStatus = true;
-      }
-    }
-    return overviewFromStatus(await get("/status"), ownSeries);
-  }
 
   function render(o) {
     const state = stateOf(o.pipeline);
@@ -113,34 +97,27 @@ export function mount(root) {
     fill(v.clock, f.clock(o.at));
     pause.disabled = state !== "running";
     resume.disabled = !o.pipeline.paused;
-    notice.hidden = !o.partial;
-    notice.textContent = o.partial
-      ? "This service does not answer GET /console/overview: figures come from GET /status, without freshness or per-warehouse merge points."
-      : "";
-    if ("report" in o) setReportLink(o.report);
+    setReportLink(o.report);
 
     const names = Object.keys(o.streams);
     const idle = o.staged_watermark === 0 && !o.events_total;
-    if (idle && sources === undefined && !o.partial) {
+    if (idle && sources === undefined) {
       sources = null;
       sourceColumns().then((found) => { sources = found; });
     }
     fill(hint, idle ? pushHint(names, sources) : null);
     const series = o.series ?? [];
-    const span = windowFor(series, o.at, ["events", "batches", "events_per_second"]);
+    const span = windowFor(series, o.at, ["events", "batches"]);
     const fresh = series.filter((p) => p.freshness_p99_s !== null && p.freshness_p99_s !== undefined);
     const last = fresh.at(-1);
-    fill(freshness, fresh.length || !o.partial
-      ? lineChart({
+    fill(freshness, lineChart({
           points: series, now: o.at, window: span, unit: "s",
           lines: [{ key: "freshness_p50_s", className: "p50" }, { key: "freshness_p99_s", className: "p99" }],
           label: last ? `Freshness over the last ${span} s; latest p50 ${f.seconds(last.freshness_p50_s)}, p99 ${f.seconds(last.freshness_p99_s)}` : `Freshness over the last ${span} s: no batch committed`,
-        })
-      : h("p", { class: "muted" }, "Freshness needs GET /console/overview."));
-    if (!fresh.length && !o.partial) freshness.append(h("p", { class: "muted" }, "No batch committed lately."));
+        }));
+    if (!fresh.length) freshness.append(h("p", { class: "muted" }, "No batch committed lately."));
     fill(throughput, barChart({
-      points: series.map((p) => ({ t: p.t, events: p.events ?? p.events_per_second })),
-      key: "events", now: o.at, window: span, unit: "ev/s",
+      points: series, key: "events", now: o.at, window: span, unit: "ev/s",
       label: `Events committed per second over the last ${span} s; now ${f.rate(o.events_per_second)}`,
     }));
     refill(watermarks, table(
@@ -173,7 +150,7 @@ export function mount(root) {
 
   const poller = every(PERIOD_MS, async () => {
     try {
-      render(await load());
+      render(await get("/console/overview"));
       problem.textContent = "";
     } catch (err) {
       if (err.status !== 401) problem.textContent = `Could not read the overview: ${err.message}`;
