@@ -108,7 +108,9 @@ class ConsoleOverview(BaseModel):
     clock, the pipeline, throughput (events per second over the last 10 s of commits) and
     events since the service started, staging's watermark and release point, per stream and
     per target their progress, the per-second series of the last 300 s (oldest first, the
-    second under way left out) and the newest 20 batches (newest last)."""
+    second under way left out), the newest 20 batches (newest last), and whether
+    ``GET /console/report`` answers (``report``: the page shows its link only then, without a
+    request that would 404)."""
 
     at: float
     pipeline: PipelineInfo
@@ -120,6 +122,7 @@ class ConsoleOverview(BaseModel):
     targets: dict[str, TargetOverview]
     series: list[SeriesPoint]
     recent_batches: list[BatchTimelineEntry]
+    report: bool
 
 
 # -- the dataflow graph --------------------------------------------------------------------------

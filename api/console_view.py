@@ -171,6 +171,7 @@ def overview(service: QueryService) -> ConsoleOverview:
             for p in view.series
         ],
         recent_batches=[timeline_entry(b, names) for b in view.recent],
+        report=service.run_report is not None,
     )
 
 

@@ -5,7 +5,8 @@ incremental updates through the embedded broker, the engine, staging and migrati
 and then the warehouse it left is checked directly:
 
 * the run's report: every audit check OK, the JSON keys the issue names, the chart, its copy in
-  the workdir for `--serve`, and a service on the run's workdir showing it (``/console/report``);
+  the workdir for `--serve`, and a service on the run's workdir showing it (``/console/report``,
+  and the console's Run report page in headless Chromium where it is installed);
 * the DW invariants of clause 4.4.1 (one current version per key, versions that neither overlap
   nor leave gaps, no same-day versions, unique surrogate keys) and every fact key resolving;
 * the incremental updates against an independent oracle: the same rules computed straight from
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ import pytest
 
 from ingest.broker import free_port
 from tests.integration.conftest import REPO
+from tests.integration.console.browser import browser_missing, chromium
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
 
@@ -396,6 +399,7 @@ def test_serving_the_run_shows_its_report(run: Run) -> None:
             answer = client.get("/console/report")
             assert answer.status_code == 200, answer.text
             assert answer.json() == run.report
+        check_report_page(f"http://127.0.0.1:{port}", run.report)
     finally:
         child.send_signal(signal.SIGTERM)
         try:
@@ -403,6 +407,31 @@ def test_serving_the_run_shows_its_report(run: Run) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+def check_report_page(url: str, report: dict[str, Any]) -> None:
+    """The console of the service at ``url`` links its Run report and shows TPC_DI_RPS, every
+    phase and the audit's verdict, with no console error. Without a browser here (see
+    tests/integration/console) it warns why it did not look, and the API check above stands."""
+    missing = browser_missing()
+    if missing is not None:
+        warnings.warn(f"the console's Run report page was not checked: {missing}", stacklevel=2)
+        return
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{url}/")
+        page.get_by_role("link", name="Run report").click()  # shown: the overview says a run
+        rps = page.locator('[data-field="tpc-di-rps"]')
+        rps.wait_for(timeout=30_000)
+        assert rps.get_attribute("data-value") == str(report["tpc_di_rps"])
+        shown = page.locator("main").inner_text()
+        assert all(phase in shown for phase in report["phases"]), shown
+        audit = report["audit"]
+        assert f"{audit['ok']:,} OK, {audit['fail']:,} failed" in shown
+        assert errors == []
 
 
 @pytest.mark.slow

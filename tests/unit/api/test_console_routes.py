@@ -78,6 +78,7 @@ def test_overview(served: Served) -> None:
     events = served.stage.events
     body = get(served.client, "/console/overview")
     assert body["pipeline"] == {"state": "absent", "error": None, "paused": False}
+    assert body["report"] is False  # no TPC-DI run served: no report (test_the_run_report)
     assert body["at"] == pytest.approx(time.time(), abs=5)
     assert body["events_total"] == 6 * events
     assert body["staged_watermark"] == 6
@@ -254,6 +255,7 @@ def test_the_run_report(tmp_path: Path) -> None:
     )
     with TestClient(create_app(service, settings)) as client:
         report = get(client, "/console/report")
+        assert get(client, "/console/overview")["report"] is True
     assert report["tpc_di_rps"] == document["tpc_di_rps"] and report["tpc_di_rps"] > 0
     assert report["phases"]["incremental1"]["freshness_s"] == 0.8
     assert report["audit"]["ok"] == 1 and report["audit"]["checks"][0]["clause"] == "3.2.1"
