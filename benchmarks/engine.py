@@ -64,21 +64,6 @@ def table_digest(hasher: Any, table: pa.Table) -> None:
         _column_digest(hasher, column)
 
 
-def _make_executor(name: str, flow: Any, state: Any) -> Any:
-    from etl_dataflows.executors import LocalExecutor, create_executor
-
-    if ":" in name:
-        base, strategy = name.split(":", 1)
-        if base == "spark":  # spark:driver, spark:spark, spark:supersteps fix the placement
-            from etl_dataflows.executors import SparkExecutor
-
-            return SparkExecutor(flow, state, placement=strategy)  # type: ignore[arg-type]
-        if base != "local":
-            raise ValueError(f"only local and spark take a fixed strategy, not {base!r}")
-        return LocalExecutor(flow, state, strategy=strategy)  # type: ignore[arg-type]
-    return create_executor(name, flow, state)
-
-
 def _peak_rss_mb() -> float:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -97,13 +82,14 @@ def run_one(
     """Run one (app, executor) pair; meant to run in its own process. ``pipelined``: prepare
     each next batch on a second thread (:meth:`BaseExecutor.run_stream`)."""
     from etl_dataflows.apps import AppKnobs, app
+    from etl_dataflows.executors import create_executor
 
     chosen = app(app_name)
     extra = {**chosen.defaults, **knobs.pop("extra", {})}
     app_knobs = AppKnobs(**knobs, extra=extra)
     batches = chosen.batches(app_knobs)
     flow = chosen.dataflow(app_knobs)
-    runner = _make_executor(executor, flow, chosen.initial_state(app_knobs))
+    runner = create_executor(executor, flow, chosen.initial_state(app_knobs))
     hasher = hashlib.sha256()
     latencies: list[float] = []
     strategies: Counter[str] = Counter()

@@ -5,9 +5,10 @@ Executors that keep state in arrays give every key a *slot* (a row of the state 
 move, so a slot found once stays valid for the life of the executor.
 
 ``int64`` keys use an open-addressing hash table in numpy arrays probed by a compiled loop (tens of
-nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); ``string`` keys go through Arrow dictionary encoding, so Python touches each
-distinct key of a batch once; keys of several columns (:class:`TupleKeyIndex`) are looked up as
-tuples, one dictionary lookup per row.
+nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); ``string``
+keys go through Arrow dictionary encoding, so Python touches each distinct key of a batch once;
+keys of several columns (:class:`TupleKeyIndex`) are looked up as tuples, one dictionary lookup
+per row.
 """
 
 from __future__ import annotations
