@@ -257,7 +257,9 @@ def analyze_step(
         _check_state_expr(expr, types, None, f"output {name!r}", reasons, extended, uses)
     if step.emit_when is not None:
         _check_state_expr(step.emit_when, types, None, "emit when", reasons, extended, uses)
-    emits = [*step.emit_columns.values(), *([step.emit_when] if step.emit_when else [])]
+    emits = [*step.emit_columns.values()]
+    if step.emit_when is not None:
+        emits.append(step.emit_when)
     _check_declared(emits, "emit", reasons)
     return StepAnalysis(step.id, not reasons, reasons, bool(uses), frozenset(pre_reads))
 
@@ -266,14 +268,23 @@ def analyze(
     flow: CompiledDataflow, extended: bool = False
 ) -> tuple[set[str], dict[str, StepAnalysis]]:
     """The compiled tables and, per transactional step, whether (and why not) it is compiled
-    (``extended``: with the extensions of the module docstring)."""
+    (``extended``: with the extensions of the module docstring). A step's reasons start with
+    those that first kept it from compiling (a later round, with its tables demoted, would only
+    say "table ... is not compiled")."""
     compiled = {name for name, table in flow.tables.items() if table_is_compilable(table, extended)}
     steps = flow.transactional_steps()
+    first: dict[str, list[str]] = {}
     while True:
         results = {s.id: analyze_step(flow, s, compiled, extended) for s in steps}
-
+        for step_id, result in results.items():
+            if result.reasons:
+                first.setdefault(step_id, result.reasons)
         demoted = {op.table for s in steps if not results[s.id].compiled for op in s.operations}
         if not (demoted & compiled):
+            for step_id, result in results.items():
+                if not result.compiled:
+                    earlier = first[step_id]
+                    result.reasons = [*earlier, *(r for r in result.reasons if r not in earlier)]
             return compiled, results
         compiled -= demoted
 
