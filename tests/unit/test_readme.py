@@ -39,9 +39,7 @@ def test_readme_dataflow_example_runs(capsys: Any) -> None:
 
 def test_readme_late_event_example() -> None:
     names = run_block("# late events: order is event time within a batch")
-    assert names["together"].final_state.tables["wallets"].to_pylist() == [
-        {"id": 1, "balance": 5}
-    ]
+    assert names["together"].final_state.tables["wallets"].to_pylist() == [{"id": 1, "balance": 5}]
     assert names["apart"].final_state.tables["wallets"].to_pylist() == [{"id": 1, "balance": 10}]
     assert [a["reason"] for a in names["apart"].sink.abort_rows()] == [
         "op0 update wallets: insufficient funds"
