@@ -6,7 +6,10 @@ value is null (the value slot then holds a filler). Results equal the scalar ref
 of ``if_else`` are evaluated, so an error (overflow, an exception from a Python function) may be
 raised for a row whose branch the scalar evaluation would not take. Callers that see
 :class:`~etl_dataflows.expressions.ExpressionError` or a user exception fall back to the scalar
-evaluation row by row, which decides.
+evaluation row by row, which decides. A Python function's results that are not all plain values
+of its declared type raise :class:`~etl_dataflows.expressions.ExpressionError` too (never a
+column numpy converted, which would truncate ``1.5`` to ``1``): the row-by-row evaluation then
+fails exactly the rows whose value is wrong.
 """
 
 from __future__ import annotations
