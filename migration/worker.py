@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from migration.migrator import Migrator, Via, build_targets
+from migration.migrator import MigrationHook, Migrator, Via, build_targets
 from migration.schema import WarehouseLayout
 from staging.handoff import StagedDeltas
 from staging.store import BatchCommit, StagingStore
@@ -162,11 +162,16 @@ class MigrationWorker:
 
 
 def start_migration_worker(
-    store: StagingStore, settings: StreamdiSettings, *, migrator: Migrator | None = None
+    store: StagingStore,
+    settings: StreamdiSettings,
+    *,
+    migrator: Migrator | None = None,
+    hook: MigrationHook | None = None,
 ) -> MigrationWorker | None:
     """The running migration of a pipeline over ``store`` (``None`` when ``MIGRATION__TARGETS``
-    is empty), with ``migrator`` when the caller shares one (the query service). Targets connect
-    lazily: one that is down does not stop the pipeline."""
+    is empty), with ``migrator`` when the caller shares one (the query service; it carries its
+    own hook). Targets connect lazily: one that is down does not stop the pipeline. ``hook``:
+    the fault-injection hook of the migrator built here."""
     if not settings.migration.target_names:
         return None
     if migrator is None:
@@ -176,6 +181,7 @@ def start_migration_worker(
             build_targets(settings, layout),
             settings.migration,
             bootstrap="background",
+            hook=hook,
         )
     worker = MigrationWorker(migrator, settings.migration)
     worker.start()
