@@ -35,8 +35,8 @@ def render(data: dict[str, Any]) -> str:
         f"{data['runs']['faulted']['seconds']:.0f} s) on {machine['cpus']} cores, load average "
         f"{machine['load_before'][0]:.2f} before and {machine['load_after'][0]:.2f} after.",
         "",
-        f"Recovery (end of a fault until staging and both warehouses hold every batch offered "
-        f"before it): p50 {_fmt(data['recovery']['p50_s'])}, p99 "
+        f"Recovery (from the end of a fault until the first offer acknowledged after it is in "
+        f"staging and in both warehouses): p50 {_fmt(data['recovery']['p50_s'])}, p99 "
         f"{_fmt(data['recovery']['p99_s'])}, max {_fmt(data['recovery']['max_s'])} over "
         f"{data['recovery']['count']} faults.",
         "",

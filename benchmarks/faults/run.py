@@ -357,7 +357,8 @@ class LedgerRun:
 
     def _recover(self, injection: Injection, sampler: Sampler, pusher: Pusher) -> None:
         """Step 4: wait for the recovery after ``injection``: the first offer acknowledged after
-        the end of the disturbance must reach staging and both warehouses."""
+        the end of the disturbance must reach staging and both warehouses (the last offer, when
+        the input ended first)."""
         ended = injection.ended
         pusher.set_gate(max(pusher.gate, pusher.next_index))  # at least one offer more
         deadline = time.monotonic() + RECOVERY_TIMEOUT_S
@@ -368,9 +369,10 @@ class LedgerRun:
             if after is not None:
                 target = self.batch_of(after.index)
                 at = sampler.caught_up(target, after.at)
-                if at is not None:
-                    break
-            elif pusher.done():
+            elif pusher.done():  # the input ended before the fault did: its last batch, then
+                target = self.batch_of(len(self.config.offers) - 1)
+                at = sampler.caught_up(target, ended)
+            if at is not None:
                 break
             time.sleep(0.1)
         seconds = None if at is None else round(at - ended, 3)
