@@ -82,6 +82,9 @@ class Injector:
         """The exit of serve at the pending point, once it happened."""
         self.unplanned: list[ServeExit] = []
         """Exits of serve nobody asked for (neither a kill nor an armed point)."""
+        self.upcoming: Fault | None = None
+        """The next fault when it is a crash point at a batch: the restart after the fault in
+        hand starts serve armed for it (no arming kill then)."""
 
     # -- arming ------------------------------------------------------------------------------------
 
@@ -112,15 +115,22 @@ class Injector:
         if exit_.by_campaign:
             return
         if exit_.armed is not None and exit_.armed == self.pending_spec:
+            landed = self.pending
+            self.set_pending(self.upcoming if self.upcoming is not landed else None)
             self.landed = exit_
-            self.pending = None
-            self.pending_spec = None
             return
         self.unplanned.append(exit_)
 
     # -- injection ---------------------------------------------------------------------------------
 
-    def inject(self, fault: Fault) -> Injection:
+    def inject(self, fault: Fault, upcoming: Fault | None = None) -> Injection:
+        """Inject ``fault``; ``upcoming``: the fault after it (armed ahead when it can be)."""
+        counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
+        # a counted point lets the input run past the next fault's batch: never armed ahead then
+        ahead = upcoming is not None and upcoming.kind in BATCH_POINT_KINDS and not counted
+        self.upcoming = upcoming if ahead else None
+        if fault.kind not in POINT_KINDS:
+            self.set_pending(self.upcoming)  # a restart this fault causes starts serve armed
         action = getattr(self, f"_{fault.kind}")
         injection: Injection = action(fault)
         logger.info(
@@ -162,8 +172,8 @@ class Injector:
                     fault, started, landed.at, landed.code == -signal.SIGKILL, detail, arming
                 )
             time.sleep(0.05)
-        with sup.lock:  # never reached: start serve again unarmed
-            self.set_pending(None)
+        with sup.lock:  # never reached: start serve again, armed for the next fault if it can be
+            self.set_pending(self.upcoming)
             sup.kill_serve()
         return Injection(fault, started, time.monotonic(), False, f"{spec} not reached", arming)
 

@@ -342,14 +342,11 @@ class LedgerRun:
                 self._reprocess(supervisor, sampler, pusher, env)
                 pusher.set_gate(gates[i + 1])
                 continue
-            if fault.kind not in POINT_KINDS and following is not None:
-                # a restart this fault causes starts serve armed for the next crash point
-                injector.set_pending(following if following.kind in BATCH_POINT_KINDS else None)
             # the input goes on up to the next milestone (a crash point needs its batch to come;
             # one counted in checkpoints or migration rounds needs commits to go on a while)
             counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
             pusher.set_gate(min(last, gates[i + 1] + (COUNTED_LEAD if counted else 0)))
-            injection = injector.inject(fault)
+            injection = injector.inject(fault, following)
             self.result.injections.append(injection)
             pusher.set_gate(max(gates[i + 1], pusher.next_index))
             self._recover(injection, sampler, pusher)
