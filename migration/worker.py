@@ -16,9 +16,11 @@ its connection) and writes acknowledgements and releases under the store's write
 * A target added later is bootstrapped in the background (:mod:`migration.bootstrap`); rounds
   look at it every ``retry_ms`` until it is done.
 * On a clean stop the worker pushes what is pending (``push_on_stop``).
-* At start, batches staging holds that a push target has not acknowledged (a pipeline that was
-  killed, or stopped with a warehouse away) are pushed at once: they have waited longer than any
-  threshold, and no commit may come to count them (the input may have ended).
+* At start, a round runs at once: batches staging holds that a push target has not acknowledged
+  (a pipeline that was killed, or stopped with a warehouse away) have waited longer than any
+  threshold, and no commit may come to count them (the input may have ended); the round also
+  opens the targets, so deltas a target holds unmerged are merged ``merge_ms`` later, without
+  waiting for a new load.
 """
 
 from __future__ import annotations
@@ -80,9 +82,9 @@ class MigrationWorker:
         self._thread = threading.Thread(target=self._loop, name="migration", daemon=True)
 
     def start(self) -> None:
-        backlog = max((self.migrator.pending_batches(t) for t in self.push_targets), default=0)
-        if backlog:
-            logger.info("migration backlog at start batches=%s: pushing now", backlog)
+        if self.push_targets:
+            backlog = max(self.migrator.pending_batches(t) for t in self.push_targets)
+            logger.info("migration round at start backlog_batches=%s", backlog)
             self._retry_at = time.monotonic()
         self._thread.start()
 

@@ -110,6 +110,10 @@ MIGRATION_POINTS = tuple(
 )
 #: Faults are at least this many offers apart (a crash point lands a few offers after its due).
 SPACING = 4
+#: Points counted in checkpoints or migration rounds: reached only while commits go on...
+COUNTED_KINDS: frozenset[FaultKind] = frozenset({"checkpoint_point", "migration_point"})
+#: ...so none is scheduled in the last this many offers.
+COUNTED_TAIL = 50
 #: ``streamdi migrate push --crash-at PHASE:TARGET`` phases (None: a kill at a random moment).
 MIGRATE_PHASES = ("copy", "loaded", "rejects", "committed", "acked", "merge", "merged", None)
 
@@ -208,6 +212,19 @@ def schedule(
         chosen.append(rng.choices(kinds, weights)[0])
     picked = sorted(rng.sample(range(room), count))
     at = [candidates[slot + SPACING * i] for i, slot in enumerate(picked)]
+    # a point counted in checkpoints or migration rounds needs input after it: none near the end
+    for i in reversed(range(count)):
+        if chosen[i] in COUNTED_KINDS and at[i] > offers - COUNTED_TAIL:
+            swap = next(
+                (
+                    j
+                    for j in reversed(range(i))
+                    if chosen[j] not in COUNTED_KINDS and at[j] <= offers - COUNTED_TAIL
+                ),
+                None,
+            )
+            if swap is not None:
+                chosen[i], chosen[swap] = chosen[swap], chosen[i]
     return [
         make_fault(rng, i, offer, kind)
         for i, (offer, kind) in enumerate(zip(at, chosen, strict=True))

@@ -329,6 +329,13 @@ class LedgerRun:
         items = self._milestones()
         last = len(self.config.offers) - 1
         gates = [self._gate(item) for item in items] + [last]
+        # how far the input may ever go before milestone i: no further than a reprocess's gate
+        # (it runs with exactly the offers before it) or a crash point's (armed ahead, its batch
+        # must not come early); any other milestone may be passed
+        hard = [
+            gates[j] if f is None or f.kind in BATCH_POINT_KINDS else last
+            for j, (_, f) in enumerate(items)
+        ] + [last]
         pusher.set_gate(gates[0])
         pusher.start()
         for i, (offer, fault) in enumerate(items):
@@ -342,22 +349,26 @@ class LedgerRun:
                 self._reprocess(supervisor, sampler, pusher, env)
                 pusher.set_gate(gates[i + 1])
                 continue
-            # the input goes on up to the next milestone (a crash point needs its batch to come;
-            # one counted in checkpoints or migration rounds needs commits to go on a while)
-            counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
-            pusher.set_gate(min(last, gates[i + 1] + (COUNTED_LEAD if counted else 0)))
+            # the input goes on up to the next milestone; a crash point needs its batch to come,
+            # one counted in checkpoints or migration rounds needs commits to go on a while
+            gate = gates[i + 1]
+            if fault.kind in BATCH_POINT_KINDS:
+                gate = max(gate, pusher.next_index + fault.after + 1)
+            elif fault.kind in POINT_KINDS:
+                gate += COUNTED_LEAD
+            pusher.set_gate(min(gate, hard[i + 1]))
             injection = injector.inject(fault, following)
             self.result.injections.append(injection)
-            pusher.set_gate(max(gates[i + 1], pusher.next_index))
-            self._recover(injection, sampler, pusher)
+            pusher.set_gate(min(max(gates[i + 1], pusher.next_index), hard[i + 1]))
+            self._recover(injection, sampler, pusher, hard[i + 1])
         pusher.set_gate(last)
 
-    def _recover(self, injection: Injection, sampler: Sampler, pusher: Pusher) -> None:
+    def _recover(self, injection: Injection, sampler: Sampler, pusher: Pusher, hard: int) -> None:
         """Step 4: wait for the recovery after ``injection``: the first offer acknowledged after
-        the end of the disturbance must reach staging and both warehouses (the last offer, when
-        the input ended first)."""
+        the end of the disturbance must reach staging and both warehouses (the last offer
+        acknowledged, when the input ended first or may not go further than ``hard``)."""
         ended = injection.ended
-        pusher.set_gate(max(pusher.gate, pusher.next_index))  # at least one offer more
+        pusher.set_gate(max(pusher.gate, min(pusher.next_index, hard)))  # one offer more
         deadline = time.monotonic() + RECOVERY_TIMEOUT_S
         at = None
         target = 0
@@ -366,8 +377,8 @@ class LedgerRun:
             if after is not None:
                 target = self.batch_of(after.index)
                 at = sampler.caught_up(target, after.at)
-            elif pusher.done():  # the input ended before the fault did: its last batch, then
-                target = self.batch_of(len(self.config.offers) - 1)
+            elif pusher.done() or pusher.next_index > pusher.gate:  # no offer may follow yet
+                target = self.batch_of(pusher.next_index - 1)
                 at = sampler.caught_up(target, ended)
             if at is not None:
                 break

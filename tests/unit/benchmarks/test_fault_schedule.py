@@ -13,7 +13,13 @@ import pytest
 
 from benchmarks.faults import compare
 from benchmarks.faults.campaign import CampaignOptions
-from benchmarks.faults.kinds import FAULT_KINDS, SPACING, schedule
+from benchmarks.faults.kinds import (
+    COUNTED_KINDS,
+    COUNTED_TAIL,
+    FAULT_KINDS,
+    SPACING,
+    schedule,
+)
 from benchmarks.faults.ledger import BASE_US, CLOCK_JUMPS, input_faults, ledger_offers
 
 
@@ -29,6 +35,9 @@ def test_a_schedule_is_its_seed() -> None:
     assert all(10 <= o < 590 for o in offers)
     assert all(f.point for f in first if f.kind.endswith("_point"))
     assert [f.index for f in first] == list(range(40))
+    for seed in range(20):  # points counted in commits that follow are never at the very end
+        late = [f for f in schedule(seed, 12, 150) if f.at_offer > 150 - COUNTED_TAIL]
+        assert not [f for f in late if f.kind in COUNTED_KINDS], seed
 
 
 def test_a_schedule_that_does_not_fit_is_refused() -> None:
