@@ -311,13 +311,6 @@ class LedgerRun:
         items.sort(key=lambda item: (item[0], item[1] is not None))
         return items
 
-    @staticmethod
-    def _gate(item: tuple[int, Fault | None]) -> int:
-        offer, fault = item
-        if fault is None:
-            return offer - 1  # the reprocess runs with every offer before it staged
-        return offer if fault.kind in POINT_KINDS else offer + LEAD
-
     def _walk(
         self,
         injector: Injector,
@@ -328,14 +321,7 @@ class LedgerRun:
     ) -> None:
         items = self._milestones()
         last = len(self.config.offers) - 1
-        gates = [self._gate(item) for item in items] + [last]
-        # how far the input may ever go before milestone i: no further than a reprocess's gate
-        # (it runs with exactly the offers before it) or a crash point's (armed ahead, its batch
-        # must not come early); any other milestone may be passed
-        hard = [
-            gates[j] if f is None or f.kind in BATCH_POINT_KINDS else last
-            for j, (_, f) in enumerate(items)
-        ] + [last]
+        gates, hard = milestone_gates(items, last)
         pusher.set_gate(gates[0])
         pusher.start()
         for i, (offer, fault) in enumerate(items):
@@ -508,6 +494,27 @@ class LedgerRun:
                 return True
             time.sleep(0.1)
         return bool(done())
+
+
+def milestone_gates(
+    items: list[tuple[int, Fault | None]], last: int
+) -> tuple[list[int], list[int]]:
+    """Per milestone (and one more for the end), the offer the input may reach before it
+    (``gates``), and the offer it may never pass before it (``hard``): a reprocess runs with
+    exactly the offers before it staged, and an armed crash point's batch must not come before
+    the fault is due; the input may run past any other milestone (its fault then comes late)."""
+    gates = []
+    hard = []
+    for offer, fault in items:
+        if fault is None:
+            gates.append(offer - 1)
+        elif fault.kind in POINT_KINDS:
+            gates.append(offer)
+        else:
+            gates.append(offer + LEAD)
+        batch_point = fault is None or fault.kind in BATCH_POINT_KINDS
+        hard.append(gates[-1] if batch_point else last)
+    return [*gates, last], [*hard, last]
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:

@@ -107,3 +107,21 @@ def test_the_comparison_finds_every_difference_but_volatile_columns(tmp_path: Pa
     assert difference.extra_examples == [[2, "failed"], [4, "committed"]]
     [lacking] = compare.compare(reference, {})
     assert lacking.note == "missing in this run"
+
+
+def test_the_input_never_passes_a_reprocess_or_an_armed_point() -> None:
+    """A reprocess runs with exactly the offers before it (a campaign that let one more offer
+    through before it shifted every batch id after it by one); a crash point armed ahead must
+    not see its batch come before it is due; other milestones may be passed."""
+    from benchmarks.faults.kinds import Fault
+    from benchmarks.faults.run import LEAD, milestone_gates
+
+    items = [
+        (20, Fault(0, 20, "broker_kill")),
+        (40, None),  # the reprocess
+        (50, Fault(1, 50, "commit_point", point="commit-ledger", after=2)),
+        (60, Fault(2, 60, "checkpoint_point", point="checkpoint-written", after=1)),
+    ]
+    gates, hard = milestone_gates(items, 99)
+    assert gates == [20 + LEAD, 39, 50, 60, 99]
+    assert hard == [99, 39, 50, 99, 99]
