@@ -59,7 +59,7 @@ SCHEMA = "ledger"
 LEAD = 3
 #: ...and past the next milestone while a crash point counted in checkpoints or migration rounds
 #: waits to be reached (those need commits to go on for a while).
-COUNTED_LEAD = 40
+COUNTED_LEAD = 60
 #: Longest wait for a recovery before it counts as none (a finding).
 RECOVERY_TIMEOUT_S = 240.0
 #: ``upgrade reprocess --crash-at`` phases of the faulted run's first attempt (None: a kill after
@@ -203,7 +203,7 @@ def run_env(state: Path, staging: Path, port: int, dsn: str) -> dict[str, str]:
         MIGRATION__TARGETS="duckdb,postgres",
         MIGRATION__PUSH_BATCHES="8",
         MIGRATION__PUSH_MS="500",
-        MIGRATION__MERGE_MS="3000",
+        MIGRATION__MERGE_MS="2000",
         MIGRATION__RETRY_MS="1000",
         API__PORT=str(port),
         API__PUSH_TIMEOUT_S="10",
@@ -502,7 +502,8 @@ def milestone_gates(
     """Per milestone (and one more for the end), the offer the input may reach before it
     (``gates``), and the offer it may never pass before it (``hard``): a reprocess runs with
     exactly the offers before it staged, and an armed crash point's batch must not come before
-    the fault is due; the input may run past any other milestone (its fault then comes late)."""
+    the fault is due, so neither may be passed while any milestone before them is in hand; the
+    input may run past any other milestone (its fault then comes late)."""
     gates = []
     hard = []
     for offer, fault in items:
@@ -514,7 +515,10 @@ def milestone_gates(
             gates.append(offer + LEAD)
         batch_point = fault is None or fault.kind in BATCH_POINT_KINDS
         hard.append(gates[-1] if batch_point else last)
-    return [*gates, last], [*hard, last]
+    hard.append(last)
+    for j in reversed(range(len(items))):  # never past a later one either
+        hard[j] = min(hard[j], hard[j + 1])
+    return [*gates, last], hard
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:
