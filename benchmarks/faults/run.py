@@ -335,18 +335,13 @@ class LedgerRun:
                 self._reprocess(supervisor, sampler, pusher, env)
                 pusher.set_gate(gates[i + 1])
                 continue
-            # the input goes on up to the next milestone; a crash point needs its batch to come,
-            # one counted in checkpoints or migration rounds needs commits to go on a while
-            gate = gates[i + 1]
-            if fault.kind in BATCH_POINT_KINDS:
-                gate = max(gate, pusher.next_index + fault.after + 1)
-            elif fault.kind in POINT_KINDS:
-                gate += COUNTED_LEAD
-            pusher.set_gate(min(gate, hard[i + 1]))
+            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
+            pusher.set_gate(during)
             injection = injector.inject(fault, following)
             self.result.injections.append(injection)
-            pusher.set_gate(min(max(gates[i + 1], pusher.next_index), hard[i + 1]))
-            self._recover(injection, sampler, pusher, hard[i + 1])
+            _, after = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
+            pusher.set_gate(after)
+            self._recover(injection, sampler, pusher, after)
         pusher.set_gate(last)
 
     def _recover(self, injection: Injection, sampler: Sampler, pusher: Pusher, hard: int) -> None:
@@ -501,8 +496,7 @@ def milestone_gates(
 ) -> tuple[list[int], list[int]]:
     """Per milestone (and one more for the end), the offer the input may reach before it
     (``gates``), and the offer it may never pass before it (``hard``): a reprocess runs with
-    exactly the offers before it staged, and an armed crash point's batch must not come before
-    the fault is due, so neither may be passed while any milestone before them is in hand; the
+    exactly the offers before it staged, so no fault before it may let the input past it; the
     input may run past any other milestone (its fault then comes late)."""
     gates = []
     hard = []
@@ -513,12 +507,31 @@ def milestone_gates(
             gates.append(offer)
         else:
             gates.append(offer + LEAD)
-        batch_point = fault is None or fault.kind in BATCH_POINT_KINDS
-        hard.append(gates[-1] if batch_point else last)
+        hard.append(gates[-1] if fault is None else last)
     hard.append(last)
     for j in reversed(range(len(items))):  # never past a later one either
         hard[j] = min(hard[j], hard[j + 1])
     return [*gates, last], hard
+
+
+def fault_gates(
+    fault: Fault, following: Fault | None, gate: int, hard: int, next_index: int
+) -> tuple[int, int]:
+    """How far the input may go while ``fault`` is injected, and after it (``gate`` and
+    ``hard``: the next milestone's). A crash point at a batch needs that batch to come; one
+    counted in checkpoints or migration rounds needs commits to go on a while. A following crash
+    point at a batch is armed ahead by the restart this fault causes (unless this one is a
+    counted point), so its batch must not come before it is due."""
+    during = gate
+    if fault.kind in BATCH_POINT_KINDS:
+        during = max(during, next_index + fault.after + 1)
+    elif fault.kind in POINT_KINDS:
+        during += COUNTED_LEAD
+    cap = hard
+    armed_ahead = following is not None and following.kind in BATCH_POINT_KINDS
+    if armed_ahead and not (fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS):
+        cap = min(cap, gate)
+    return min(during, cap), min(max(gate, next_index), cap)
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:

@@ -111,18 +111,25 @@ def test_the_comparison_finds_every_difference_but_volatile_columns(tmp_path: Pa
 
 def test_the_input_never_passes_a_reprocess_or_an_armed_point() -> None:
     """A reprocess runs with exactly the offers before it (a campaign that let one more offer
-    through before it shifted every batch id after it by one); a crash point armed ahead must
-    not see its batch come before it is due, not even while an earlier fault lets the input run
-    ahead (one did: the point was never reached); other milestones may be passed."""
+    through before it shifted every batch id after it by one); a crash point armed ahead by the
+    fault before it must not see its batch come early; a crash point gets the offers its batch
+    needs, one counted in checkpoints or migration rounds a long lead (the campaign once held
+    one at a later point's offer: it was never reached); other milestones may be passed."""
     from benchmarks.faults.kinds import Fault
-    from benchmarks.faults.run import LEAD, milestone_gates
+    from benchmarks.faults.run import COUNTED_LEAD, LEAD, fault_gates, milestone_gates
 
-    items = [
-        (20, Fault(0, 20, "broker_kill")),
-        (40, None),  # the reprocess
-        (50, Fault(1, 50, "commit_point", point="commit-ledger", after=2)),
-        (60, Fault(2, 60, "checkpoint_point", point="checkpoint-written", after=1)),
-    ]
+    kill = Fault(0, 20, "broker_kill")
+    commit = Fault(1, 50, "commit_point", point="commit-ledger", after=2)
+    checkpoint = Fault(2, 60, "checkpoint_point", point="checkpoint-written", after=1)
+    items = [(20, kill), (40, None), (50, commit), (60, checkpoint)]
     gates, hard = milestone_gates(items, 99)
     assert gates == [20 + LEAD, 39, 50, 60, 99]
-    assert hard == [39, 39, 50, 99, 99]  # not even while the first fault is in hand
+    assert hard == [39, 39, 99, 99, 99]  # not even while the first fault is in hand
+    # the kill before the commit point arms it ahead: the input stops at its offer
+    assert fault_gates(kill, commit, 50, 99, 45) == (50, 50)
+    # the commit point itself gets its batch, even when the input ran ahead of it
+    assert fault_gates(commit, checkpoint, 60, 99, 55) == (60, 60)
+    assert fault_gates(commit, checkpoint, 60, 99, 70) == (73, 70)
+    # a counted point runs on, and does not arm the next point ahead (so no cap)
+    assert fault_gates(checkpoint, commit, 70, 200, 61) == (70 + COUNTED_LEAD, 70)
+    assert fault_gates(checkpoint, None, 70, 75, 61) == (75, 70)  # a reprocess at 76
