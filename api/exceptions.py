@@ -38,6 +38,7 @@ ErrorCode = Literal[
     "unsupported_media_type",
     "stream_not_pushable",
     "push_unavailable",
+    "position_conflict",
     "no_pipeline",
     "dead_letter_not_found",
     "target_unavailable",
@@ -209,6 +210,15 @@ class PushUnavailable(ApiError, TransientError):
 
     status = 503
     code: ErrorCode = "push_unavailable"
+
+
+class PositionConflict(ApiError, TerminalError):
+    """A conditional push (``expect_pos``) expected its first event at another position than the
+    stream's next one (``detail.next_pos``); nothing was taken. A client retrying an offer whose
+    fate it did not learn reads it as: that offer was taken when ``next_pos`` is past it."""
+
+    status = 409
+    code: ErrorCode = "position_conflict"
 
 
 class DeadLetterNotFound(ApiError, TerminalError):

@@ -62,11 +62,17 @@ class EventSink(Protocol):
     returns once they are produced to Kafka. An offer refused as a whole raises an
     :class:`api.exceptions.ApiError`: :class:`~api.exceptions.UnknownFieldsPushed`,
     :class:`~api.exceptions.EventTooLarge`, :class:`~api.exceptions.NoEventsPushed`,
-    :class:`~api.exceptions.InvalidRequest` (events that cannot become the stream's), or
-    :class:`~api.exceptions.PushUnavailable` (not produced within ``timeout_s``)."""
+    :class:`~api.exceptions.InvalidRequest` (events that cannot become the stream's),
+    :class:`~api.exceptions.PositionConflict` (``expect_pos`` is not the stream's next position:
+    nothing taken), or :class:`~api.exceptions.PushUnavailable` (not produced within
+    ``timeout_s``)."""
 
     def offer(
-        self, events: Sequence[Mapping[str, Any]] | pa.Table, *, timeout_s: float
+        self,
+        events: Sequence[Mapping[str, Any]] | pa.Table,
+        *,
+        timeout_s: float,
+        expect_pos: int | None = None,
     ) -> PushedEvents: ...
 
 

@@ -456,8 +456,15 @@ class QueryService:
 
     # -- the HTTP push source ----------------------------------------------------------------------
 
-    def push(self, stream: str, events: list[dict[str, Any]] | pa.Table) -> PushReceiptBody:
-        """Offer ``events`` to ``stream``'s collector; the receipt once they are in Kafka."""
+    def push(
+        self,
+        stream: str,
+        events: list[dict[str, Any]] | pa.Table,
+        expect_pos: int | None = None,
+    ) -> PushReceiptBody:
+        """Offer ``events`` to ``stream``'s collector; the receipt once they are in Kafka.
+        With ``expect_pos``, only if the first event gets that position (a conditional offer,
+        :mod:`ingest.push`; :class:`~api.exceptions.PositionConflict` otherwise)."""
         if stream not in self.store.flow.sources:
             raise UnknownStream(
                 f"no stream {stream!r}; the dataflow's sources are {list(self.store.flow.sources)}",
@@ -473,7 +480,9 @@ class QueryService:
             raise PushUnavailable(
                 f"stream {stream!r} has no running collector (the service hosts no pipeline)"
             )
-        receipt = source.offer(events, timeout_s=self.settings.api.push_timeout_s)
+        receipt = source.offer(
+            events, timeout_s=self.settings.api.push_timeout_s, expect_pos=expect_pos
+        )
         self.metrics.pushed.labels(stream).inc(receipt.events)
         return PushReceiptBody(
             stream=stream,

@@ -20,6 +20,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.union",
     "benchmarks.freshness",
     "benchmarks.upgrade",
+    "benchmarks.faults",
 )
 
 

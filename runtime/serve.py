@@ -52,6 +52,7 @@ from ingest.push import HttpPushSource
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from runtime.broker_watch import watched_broker
+from runtime.faults import PipelineFaults
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.push_sink import PushSink
 from runtime.runspec import RunSpec, StreamBinding
@@ -127,9 +128,12 @@ def serve(
     host: str,
     port: int,
     run_report: Mapping[str, Any] | None = None,
+    faults: PipelineFaults | None = None,
 ) -> int:
     """Run the service until stopped; see the module docstring. Returns the exit code.
-    ``run_report`` is the report of the TPC-DI run it serves (``GET /console/report``)."""
+    ``run_report`` is the report of the TPC-DI run it serves (``GET /console/report``);
+    ``faults``: the crash tests' hooks (:mod:`runtime.faults`), for the pipeline and its
+    migrator."""
     import uvicorn
 
     # the pipeline's threads keep the interpreter busy; queries hand it back and forth between
@@ -164,10 +168,11 @@ def serve(
                 build_targets(settings, layout),
                 settings.migration,
                 bootstrap="background",
+                hook=faults.migration_hook() if faults is not None else None,
             )
         # 4.
         runner = _PipelineThread(
-            Pipeline(spec, settings, broker, options, migrator=migrator), store
+            Pipeline(spec, settings, broker, options, migrator=migrator, faults=faults), store
         )
 
         def replay(entries: list[tuple[int, Any]]) -> tuple[int, list[tuple[int, str]]]:
