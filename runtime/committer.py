@@ -48,6 +48,10 @@ class PipelineReport:
     commits: int = 0
     seconds: float = 0.0
     resumed_from: int = 0
+    #: seconds the engine spent running batches (the consuming loop's thread)
+    execute_s: float = 0.0
+    #: seconds spent in staging commits (the committer's thread)
+    commit_s: float = 0.0
     commit_latency_ms: list[float] = field(default_factory=list)
     collectors: list[CollectorReport] = field(default_factory=list)
 
@@ -264,4 +268,5 @@ class StagingCommitter:
                     self.report.dead_letters += g.commit.dead_letters.num_rows
                     self._offsets.update(g.commit.offsets)
                 self.report.commits += 1
+                self.report.commit_s += now - commit_started
                 self.committed_batches += len(group)

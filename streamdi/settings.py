@@ -323,6 +323,11 @@ class MigrationSettings(BaseModel):
     max_batches_per_load: int = Field(
         default=64, ge=1, description="Most batches one target transaction carries."
     )
+    parallel_targets: bool = Field(
+        default=True,
+        description="Load (and merge) every target of a round at once, a thread each, instead "
+        "of one after the other.",
+    )
     merge_rows: int = Field(
         default=500_000,
         ge=1,
