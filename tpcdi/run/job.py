@@ -197,7 +197,16 @@ def open_warehouse(
 class _Phase:
     """Times one phase into the record and moves the progress bar."""
 
-    def __init__(self, record: RunRecord, name: str, batch_id: int | None, bar: Any) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        name: str,
+        batch_id: int | None,
+        bar: Any,
+        memory: MemorySampler | None = None,
+    ) -> None:
+        if memory is not None:
+            memory.label(name)
         self.phase = PhaseRecord(name, batch_id, _now())
         record.phases[name] = self.phase
         self.bar = bar
@@ -246,7 +255,7 @@ def run_tpcdi(
         warehouse = open_warehouse(settings, layout, options.targets)
         stack.callback(warehouse.close)
         # 2. initialization
-        phase = _Phase(record, "initialization", 0, bar)
+        phase = _Phase(record, "initialization", 0, bar, memory)
         _fresh_state(settings)
         warehouse.reset()
         _status(warehouse, 0, "Phase started", "initialization")
@@ -255,7 +264,7 @@ def run_tpcdi(
         phase.step("validation")
         phase.done()
         # 3. historical load
-        _historical(options, settings, flow, layout, warehouse, data, record, bar)
+        _historical(options, settings, flow, layout, warehouse, data, record, bar, memory)
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
@@ -272,10 +281,12 @@ def run_tpcdi(
                     updates = UpdateStream(upgraded, settings, warehouse, executor=executor)
                     updates.start()
                 visibility.batch_id = batch_id
-                _incremental(name, batch_id, data, updates, warehouse, record, bar, visibility)
+                _incremental(
+                    name, batch_id, data, updates, warehouse, record, bar, visibility, memory
+                )
             updates.stop()
         # 5. audit
-        phase = _Phase(record, "audit", None, bar)
+        phase = _Phase(record, "audit", None, bar, memory)
         phases.final_visibility(warehouse, 3)
         phase.step("visibility")
         record.audits = phases.audit_phase(warehouse, data)
@@ -287,6 +298,7 @@ def run_tpcdi(
         }
         record.metric = phases.metric(warehouse, record)
     record.peak_mem_mb = memory.peak_mb
+    record.memory = memory.as_json()
     return record
 
 
@@ -326,24 +338,25 @@ def _historical(
     data: Path,
     record: RunRecord,
     bar: Any,
+    memory: MemorySampler | None = None,
 ) -> None:
     from tpcdi.historical.load import load_warehouse, transform
 
-    phase = _Phase(record, "historical", 1, bar)
+    phase = _Phase(record, "historical", 1, bar, memory)
     _status(warehouse, 1, "Phase started", "historical load")
     workdir = settings.streamdi.state_dir / "spark"
     try:
         result = transform(
             data / "Batch1", flow, layout, settings.spark, workdir, master=options.spark_master
         )
+        phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
+        phase.step("transform")
+        counts = load_warehouse(result, warehouse)
+        phase.step("load")
     finally:
-        # the Spark session stays up: it is the process's one session, which the engine's spark
-        # executor shares (it ends with the process)
+        # Spark's Parquet files go once loaded; the Spark session stays up: it is the process's
+        # one session, which the engine's spark executor shares (it ends with the process)
         shutil.rmtree(workdir, ignore_errors=True)
-    phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
-    phase.step("transform")
-    counts = load_warehouse(result, warehouse)
-    phase.step("load")
     with StagingStore(
         settings.staging_path,
         flow,
@@ -356,7 +369,11 @@ def _historical(
     phase.step("validation")
     phase.phase.rows = result.source_rows
     phase.phase.dw_rows = sum(counts.values())
-    phase.phase.details = {"rejects": result.rejects, "tables": counts}
+    phase.phase.details = {
+        "rejects": result.rejects,
+        "tables": counts,
+        "pieces": result.pieces.as_json(),
+    }
     record.batch_rows[1] = result.source_rows
     phase.done()
 
@@ -370,8 +387,9 @@ def _incremental(
     record: RunRecord,
     bar: Any,
     visibility: phases.VisibilityWriter,
+    memory: MemorySampler | None = None,
 ) -> None:
-    phase = _Phase(record, name, batch_id, bar)
+    phase = _Phase(record, name, batch_id, bar, memory)
     _status(warehouse, batch_id, "Phase started", name)
     before = warehouse.count("prospect")
     rows_before = _dw_rows(warehouse)

@@ -74,6 +74,8 @@ class RunRecord:
     spark_master: str = "local[2]"
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     peak_mem_mb: float = 0.0
+    #: peaks in MB by part of the process tree and by phase (:meth:`MemorySampler.as_json`)
+    memory: dict[str, Any] = field(default_factory=dict)
     #: rows per DW table per target after the run
     table_rows: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the audit result per target (``tpcdi.audit.checks.AuditResult``); empty when it did not run
@@ -127,6 +129,7 @@ class RunRecord:
                 for t, a in self.audits.items()
             },
             "table_rows": self.table_rows,
+            "memory_mb": self.memory,
             "batch_rows": {str(k): v for k, v in self.batch_rows.items()},
             "notes": self.notes,
             "upgrade": self.upgrade,
