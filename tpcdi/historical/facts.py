@@ -91,6 +91,7 @@ def run_facts(
     """Every fact table on Spark (see the module docstring); ``columns`` are the warehouse's
     columns of each fact table, ``step(name)`` times a step."""
     done = FactsDone()
+    alerts: list[str] = []  # queried at the end, as one Spark job
     for name in DIMENSION_VIEWS:
         spark.view(name, dimensions[name])
     for file, view in SOURCE_VIEWS.items():
@@ -109,37 +110,31 @@ def run_facts(
 
     trade_keys = ("sk_accountid", "sk_securityid")
     output("dimtrade", sql_facts.dimtrade(), trade_keys)
-    done.alerts.append(
-        spark.arrow(
-            dangling_alerts(
-                "dimtrade_all", trade_keys, "DimTrade", "Trade.txt",
-                "Unknown account or security",
-                "concat('T_ID = ', tradeid, ', T_CA_ID = ', T_CA_ID, ', T_S_SYMB = ', T_S_SYMB)",
-                "_line",
-            )
+    alerts.append(
+        dangling_alerts(
+            "dimtrade_all", trade_keys, "DimTrade", "Trade.txt",
+            "Unknown account or security",
+            "concat('T_ID = ', tradeid, ', T_CA_ID = ', T_CA_ID, ', T_S_SYMB = ', T_S_SYMB)",
+            "_line",
         )
     )  # fmt: skip
-    done.alerts.append(spark.arrow(sql_facts.trade_alerts()))
+    alerts.append(sql_facts.trade_alerts())
     step("dimtrade")
     output("factcashbalances", sql_facts.factcashbalances(), ("sk_accountid",))
-    done.alerts.append(
-        spark.arrow(
-            dangling_alerts(
-                "factcashbalances_all", ("sk_accountid",), "FactCashBalances",
-                "CashTransaction.txt", "Unknown account", "concat('CT_CA_ID = ', accountid)",
-                "_line",
-            )
+    alerts.append(
+        dangling_alerts(
+            "factcashbalances_all", ("sk_accountid",), "FactCashBalances",
+            "CashTransaction.txt", "Unknown account", "concat('CT_CA_ID = ', accountid)",
+            "_line",
         )
     )  # fmt: skip
     output("factholdings", sql_facts.factholdings(), ("sk_accountid",))
-    done.alerts.append(
-        spark.arrow(
-            dangling_alerts(
-                "factholdings_all", ("sk_accountid",), "FactHoldings", "HoldingHistory.txt",
-                "Holding of an unknown trade",
-                "concat('HH_H_T_ID = ', tradeid, ', HH_T_ID = ', currenttradeid)",
-                "_line",
-            )
+    alerts.append(
+        dangling_alerts(
+            "factholdings_all", ("sk_accountid",), "FactHoldings", "HoldingHistory.txt",
+            "Holding of an unknown trade",
+            "concat('HH_H_T_ID = ', tradeid, ', HH_T_ID = ', currenttradeid)",
+            "_line",
         )
     )  # fmt: skip
     step("cash_holdings")
@@ -149,14 +144,12 @@ def run_facts(
         f"SELECT * FROM ({sql_facts.factwatches()}) WHERE NOT never_placed",
         watch_keys,
     )
-    done.alerts.append(
-        spark.arrow(
-            dangling_alerts(
-                "factwatches_all", watch_keys, "FactWatches", "WatchHistory.txt",
-                "Unknown customer or security",
-                "concat('W_C_ID = ', customerid, ', W_S_SYMB = ', symbol)",
-                "_line",
-            )
+    alerts.append(
+        dangling_alerts(
+            "factwatches_all", watch_keys, "FactWatches", "WatchHistory.txt",
+            "Unknown customer or security",
+            "concat('W_C_ID = ', customerid, ', W_S_SYMB = ', symbol)",
+            "_line",
         )
     )  # fmt: skip
     step("watches")
@@ -170,21 +163,20 @@ def run_facts(
     output("factmarkethistory", sql_facts.factmarkethistory(), ("sk_securityid",))
     done.window_seed = spark.arrow(sql_facts.market_seed())
     md0.unpersist()
-    done.alerts.append(
-        spark.arrow(
-            dangling_alerts(
-                "factmarkethistory_all", ("sk_securityid",), "FactMarketHistory",
-                "DailyMarket.txt", "Unknown security", "concat('DM_S_SYMB = ', symbol)", "0",
-            )
+    alerts.append(
+        dangling_alerts(
+            "factmarkethistory_all", ("sk_securityid",), "FactMarketHistory",
+            "DailyMarket.txt", "Unknown security", "concat('DM_S_SYMB = ', symbol)", "0",
         )
     )  # fmt: skip
+    alerts.append(
+        "SELECT 'FactMarketHistory' AS messagesource, "
+        "'No earnings for company' AS messagetext, "
+        "concat('DM_S_SYMB = ', symbol) AS messagedata "
+        "FROM factmarkethistory WHERE no_earnings"
+    )
     done.alerts.append(
-        spark.arrow(
-            "SELECT 'FactMarketHistory' AS messagesource, "
-            "'No earnings for company' AS messagetext, "
-            "concat('DM_S_SYMB = ', symbol) AS messagedata "
-            "FROM factmarkethistory WHERE no_earnings"
-        )
+        spark.arrow(" UNION ALL ".join(f"SELECT * FROM ({query})" for query in alerts))
     )
     step("market")
     done.seed_parts = seed_parts(spark)

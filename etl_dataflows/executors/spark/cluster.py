@@ -17,9 +17,10 @@ Drivers connect with ``--spark-master`` / ``SPARK__MASTER`` = :attr:`StandaloneC
 Work the executors read or write by path (the TPC-DI load's Parquet files) must be on a file
 system every worker sees: here, the same machine.
 
-:func:`tasks_by_worker` reads an event log (``spark.eventLog.enabled``) and counts the finished
-tasks of each executor and of each worker (by the worker web UI address in the executor's log
-links), the evidence that a run's work really ran on the workers.
+:func:`tasks_by_worker` reads an event log (``spark.eventLog.enabled``, uncompressed:
+:func:`event_log_conf`) and counts the finished tasks of each executor and of each worker (by the
+worker web UI address in the executor's log links), the evidence that a run's work really ran on
+the workers.
 """
 
 from __future__ import annotations
@@ -220,29 +221,55 @@ class TaskPlacement:
         return sum(self.by_executor.values())
 
 
-def tasks_by_worker(event_log: Path) -> TaskPlacement:
-    """Count the finished tasks in the Spark event log file ``event_log`` (one JSON event per
-    line) by executor and by worker."""
+def tasks_by_worker(event_log: Path | list[Path]) -> TaskPlacement:
+    """Count the finished tasks in a Spark event log (one JSON event per line; a file, or the
+    files of a rolling log in order) by executor and by worker."""
+    files = [event_log] if isinstance(event_log, Path) else list(event_log)
+    compressed = [f for f in files if Path(f).suffix in (".zstd", ".lz4", ".snappy", ".lzf")]
+    if compressed:
+        raise ValueError(
+            f"{compressed[0]} is compressed: write event logs with spark.eventLog.compress=false"
+        )
     tasks: Counter[str] = Counter()
     worker_of: dict[str, str] = {"driver": "driver"}
-    with Path(event_log).open() as handle:
-        for line in handle:
-            event = json.loads(line)
-            kind = event.get("Event")
-            if kind == "SparkListenerExecutorAdded":
-                links = event.get("Executor Info", {}).get("Log Urls", {})
-                url = next(iter(links.values()), "")
-                worker_of[str(event["Executor ID"])] = urlsplit(url).netloc or "?"
-            elif kind == "SparkListenerTaskEnd":
-                tasks[str(event["Task Info"]["Executor ID"])] += 1
+    for file in files:
+        with Path(file).open() as handle:
+            for line in handle:
+                event = json.loads(line)
+                kind = event.get("Event")
+                if kind == "SparkListenerExecutorAdded":
+                    links = event.get("Executor Info", {}).get("Log Urls", {})
+                    url = next(iter(links.values()), "")
+                    worker_of[str(event["Executor ID"])] = urlsplit(url).netloc or "?"
+                elif kind == "SparkListenerTaskEnd":
+                    tasks[str(event["Task Info"]["Executor ID"])] += 1
     by_worker: Counter[str] = Counter()
     for executor, count in tasks.items():
         by_worker[worker_of.get(executor, "?")] += count
     return TaskPlacement(dict(tasks), dict(by_worker))
 
 
-def event_logs(directory: Path) -> list[Path]:
-    """The event log files of ``directory``, oldest first."""
-    return sorted(
-        (p for p in Path(directory).iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime
-    )
+def event_logs(directory: Path) -> dict[str, list[Path]]:
+    """The event logs under ``spark.eventLog.dir`` ``directory`` by application: a plain log
+    is one file; a rolling log (Spark 4's default, ``eventlog_v2_<app>/events_<n>_<app>``) its
+    files in order."""
+    found: dict[str, list[Path]] = {}
+    for entry in sorted(Path(directory).iterdir()):
+        if entry.is_dir() and entry.name.startswith("eventlog_v2_"):
+            parts = [p for p in entry.iterdir() if p.name.startswith("events_")]
+            found[entry.name.removeprefix("eventlog_v2_")] = sorted(
+                parts, key=lambda p: int(p.name.split("_")[1])
+            )
+        elif entry.is_file():
+            found[entry.name.removesuffix(".inprogress")] = [entry]
+    return found
+
+
+def event_log_conf(directory: Path) -> dict[str, str]:
+    """Spark properties for an event log under ``directory`` that :func:`tasks_by_worker` reads
+    (uncompressed)."""
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": str(directory),
+        "spark.eventLog.compress": "false",
+    }

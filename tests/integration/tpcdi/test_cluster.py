@@ -15,11 +15,17 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from etl_dataflows.executors.spark.cluster import StandaloneCluster, event_logs, tasks_by_worker
+from etl_dataflows.executors.spark.cluster import (
+    StandaloneCluster,
+    event_log_conf,
+    event_logs,
+    tasks_by_worker,
+)
 from tests.integration.conftest import REPO
 from tpcdi.generator import generate
 from tpcdi.warehouse.fingerprint import differences, warehouse_fingerprint
@@ -54,18 +60,27 @@ def load(data: Path, out: Path, master: str, **conf: str) -> dict[str, object]:
 def test_the_cluster_loads_the_same_warehouse_with_tasks_on_both_workers(tmp_path: Path) -> None:
     data = tmp_path / "data"
     generate(data, SF, seed=3)
-    local = load(data, tmp_path / "local", "local[2]")
     events = tmp_path / "events"
     events.mkdir()
-    with StandaloneCluster(tmp_path / "cluster", workers=2, cores=1, memory="1g") as cluster:
+    cluster = StandaloneCluster(tmp_path / "cluster", workers=2, cores=1, memory="1g")
+    try:
+        # the cluster's daemons boot while the local-mode load runs (they run no job meanwhile)
+        with ThreadPoolExecutor(1) as pool:
+            booting = pool.submit(cluster.start)
+            try:
+                local = load(data, tmp_path / "local", "local[2]")
+            finally:
+                booting.result()
         assert len(cluster.alive_workers()) == 2
         remote = load(
             data,
             tmp_path / "remote",
             cluster.url,
-            **{"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
-               "spark.executor.memory": "1g"},
-        )  # fmt: skip
+            **event_log_conf(events),
+            **{"spark.executor.memory": "1g"},
+        )
+    finally:
+        cluster.stop()
     assert remote["counts"] == local["counts"]
     counts = remote["counts"]
     assert isinstance(counts, dict) and counts["dimtrade"] > 0 and counts["factmarkethistory"] > 0
@@ -74,7 +89,7 @@ def test_the_cluster_loads_the_same_warehouse_with_tasks_on_both_workers(tmp_pat
         right = warehouse_fingerprint(str(tmp_path / "remote" / "dw.duckdb"), schema)
         assert len(left) >= (20 if schema == "tpcdi" else 10)
         assert differences(left, right) == {}, schema
-    [log] = event_logs(events)
+    [log] = event_logs(events).values()
     placement = tasks_by_worker(log)
     workers = {f"127.0.0.1:{port}" for port in cluster.worker_ui_ports}
     assert set(placement.by_worker) == workers, placement
