@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import shutil
 import sys
 import time
@@ -117,22 +116,6 @@ def configure_spark_master(settings: StreamdiSettings, master: str | None) -> No
     from etl_dataflows.executors.spark.session import config_from_settings, configure_spark
 
     configure_spark(config_from_settings(settings, master))
-
-
-#: Spark driver memory the historical load needs per unit of scale factor (measured: SF 10 lost
-#: FactMarketHistory's task results with 2 GiB and finished with 6 GiB).
-DRIVER_GIB_PER_SF = 0.6
-
-
-def with_driver_memory_for(settings: StreamdiSettings, sf: float | None) -> StreamdiSettings:
-    """``settings`` with a Spark driver memory sized for a data set of scale factor ``sf``
-    (``max(2, ceil(0.6 * sf))`` GiB), unless ``SPARK__DRIVER_MEMORY`` was set or the scale
-    factor is unknown."""
-    if sf is None or "driver_memory" in settings.spark.model_fields_set:
-        return settings
-    gib = max(2, math.ceil(DRIVER_GIB_PER_SF * sf))
-    spark = settings.spark.model_copy(update={"driver_memory": f"{gib}g"})
-    return settings.model_copy(update={"spark": spark})
 
 
 def scale_factor_of(root: Path) -> float | None:
@@ -236,7 +219,6 @@ def run_tpcdi(
     executor = options.executor or settings.engine.executor
     data = prepare_data(options, base, out)
     sf = options.sf if options.sf is not None else scale_factor_of(data)
-    settings = with_driver_memory_for(settings, sf)
     configure_spark_master(settings, options.spark_master)
     record = RunRecord(
         data_dir=str(data),
