@@ -6,7 +6,7 @@ its own embedded server; generated data comes from the run's cache, generated on
 
 * the historical load's seconds, source rows and rows/s, and its steps' seconds;
 * peak memory of the process tree (the Spark JVM and PostgreSQL included) over the run and over
-  the historical load, by part (driver process, its children, PostgreSQL);
+  the historical load, by part (driver process, Spark driver JVM, broker, PostgreSQL);
 * the largest piece the facts moved into the warehouse in;
 * the warehouse's size on disk (the DuckDB file; PostgreSQL's data directory), the audit, the
   updates' freshness, and the load average before and after (the machine is shared).
@@ -161,8 +161,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"# TPC-DI cost by scale factor ({data['target']}, Spark {data['spark']})",
         "",
         "| SF | historical | source rows | rows/s | peak memory (historical) | "
-        "driver / JVM+broker / PostgreSQL | largest piece | warehouse | freshness 1 / 2 | audit "
-        "| load avg |",
+        "driver / Spark JVM / broker / PostgreSQL | largest piece | warehouse | freshness 1 / 2 "
+        "| audit | load avg |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -177,8 +177,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"| {r['sf']:g} | {r['historical_s']:.1f} s | {r['source_rows']:,} | "
             f"{r['rows_per_s']:,} | {r['peak_mem_mb'] / 1024:.2f} GiB "
             f"({(r['historical_peak_mb'] or 0) / 1024:.2f}) | "
-            f"{parts.get('process', 0) / 1024:.2f} / {parts.get('children', 0) / 1024:.2f} / "
-            f"{parts.get('postgres', 0) / 1024:.2f} GiB | "
+            f"{parts.get('process', 0) / 1024:.2f} / {parts.get('spark', 0) / 1024:.2f} / "
+            f"{parts.get('children', 0) / 1024:.2f} / {parts.get('postgres', 0) / 1024:.2f} GiB | "
             f"{piece.get('rows', 0):,} rows ({piece.get('bytes', 0) / 2**20:.0f} MB) | "
             f"{(size or 0) / 1024:.2f} GiB | {fresh} | {r['audit']['ok']} OK, "
             f"{r['audit']['fail']} FAIL | {r['load_avg_before'][0]:.1f} |"

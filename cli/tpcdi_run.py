@@ -86,10 +86,11 @@ def _memory_lines(record: Any, out: Any) -> None:
     phases = record.memory.get("phases") or {}
     if parts:
         text = (
-            "  by part: this process {process:,.0f} MB, its children (Spark JVM, broker) "
-            "{children:,.0f} MB, PostgreSQL {postgres:,.0f} MB; historical load {h:,.0f} MB\n"
+            "  by part: this process {process:,.0f} MB, the Spark driver's JVM {spark:,.0f} MB, "
+            "other children (broker) {children:,.0f} MB, PostgreSQL {postgres:,.0f} MB; "
+            "historical load {h:,.0f} MB\n"
         )
-        out.write(text.format(h=phases.get("historical", 0.0), **parts))
+        out.write(text.format(h=phases.get("historical", 0.0), **{"spark": 0.0, **parts}))
     historical = record.phases.get("historical")
     largest = historical.details.get("pieces", {}).get("largest") if historical else None
     if largest:

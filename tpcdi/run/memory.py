@@ -1,7 +1,8 @@
 """Peak memory of a run: the resident set of this process and all its children (the Spark JVM,
 the embedded Kafka broker), plus the embedded PostgreSQL server when the run uses it, sampled on
-a thread; the peak of each part (this process, its children, PostgreSQL) and of each labelled
-phase are kept too (:attr:`MemorySampler.parts`, :attr:`MemorySampler.phases`).
+a thread; the peak of each part (this process, the Spark driver's JVM, its other children such as
+the broker, PostgreSQL) and of each labelled phase are kept too (:attr:`MemorySampler.parts`,
+:attr:`MemorySampler.phases`).
 
 The embedded PostgreSQL server detaches from its parent (``pg_ctl``), so it is found by its data
 directory; its processes are counted by their proportional set size (PSS), because every backend
@@ -53,8 +54,10 @@ def server_pss(server: psutil.Process) -> int:
     return total
 
 
-#: The parts of a sample: this process, its descendants (the Spark JVM, the broker), PostgreSQL.
-PARTS = ("process", "children", "postgres")
+#: The parts of a sample: this process, the Spark driver's JVM (a descendant started through
+#: spark-submit), the other descendants (the broker), PostgreSQL.
+PARTS = ("process", "spark", "children", "postgres")
+_SPARK_MAIN = "org.apache.spark.deploy.SparkSubmit"
 
 
 class MemorySampler:
@@ -72,6 +75,7 @@ class MemorySampler:
         self.parts: dict[str, int] = dict.fromkeys(PARTS, 0)
         self.phases: dict[str, int] = {}
         self._label: str | None = None
+        self._spark_pids: dict[int, bool] = {}
         self._server: psutil.Process | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
@@ -82,22 +86,39 @@ class MemorySampler:
         if name is not None:
             self.phases.setdefault(name, 0)
 
+    def _is_spark(self, child: psutil.Process) -> bool:
+        known = self._spark_pids.get(child.pid)
+        if known is None:
+            try:
+                known = _SPARK_MAIN in child.cmdline()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                known = False
+            self._spark_pids[child.pid] = known
+        return known
+
     def sample(self, process: psutil.Process | None = None) -> int:
         """One sample (bytes), folded into the peaks."""
         root = process or psutil.Process()
-        try:
-            own = int(root.memory_info().rss)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            own = 0
-        children = tree_rss(root) - own
+        own = spark = children = 0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                rss = int(p.memory_info().rss)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if p.pid == root.pid:
+                own = rss
+            elif self._is_spark(p):
+                spark += rss
+            else:
+                children += rss
         server = 0
         if self.postgres_dir is not None:
             if self._server is None or not self._server.is_running():
                 self._server = postgres_server(self.postgres_dir)
             if self._server is not None:
                 server = server_pss(self._server)
-        total = own + children + server
-        for part, value in zip(PARTS, (own, children, server), strict=True):
+        total = own + spark + children + server
+        for part, value in zip(PARTS, (own, spark, children, server), strict=True):
             self.parts[part] = max(self.parts[part], value)
         self.peak = max(self.peak, total)
         label = self._label

@@ -22,7 +22,7 @@ def run(sf: float, read: float, market: float) -> dict[str, Any]:
         "largest_piece": {"table": "dimtrade", "rows": 131072, "bytes": 24 << 20},
         "peak_mem_mb": 2000 + 100 * sf,
         "historical_peak_mb": 1900 + 100 * sf,
-        "peak_parts_mb": {"process": 800.0, "children": 1200.0, "postgres": 0.0},
+        "peak_parts_mb": {"process": 800.0, "spark": 1000.0, "children": 200.0, "postgres": 0.0},
         "warehouse_mb": 100.0 * sf,
         "postgres_mb": None,
         "freshness_s": [2.0, 2.1],
