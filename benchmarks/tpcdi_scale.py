@@ -9,7 +9,10 @@ its own embedded server; generated data comes from the run's cache, generated on
   the historical load, by part (driver process, Spark driver JVM, broker, PostgreSQL);
 * the largest piece the facts moved into the warehouse in;
 * the warehouse's size on disk (the DuckDB file; PostgreSQL's data directory), the audit, the
-  updates' freshness, and the load average before and after (the machine is shared).
+  updates' freshness, and the load average before and after (the machine is shared);
+* the engine's resume after the run, in another fresh process: what a restarted pipeline does
+  before it reads Kafka again (open staging, load every state table, build and warm up the
+  executor), with the state's rows (DuckDB target only: the reference data comes from it).
 
 Then the fitted growth: least squares of seconds and of memory against SF (per SF: the slope;
 at SF 0: the intercept) and, per historical step, the exponent ``b`` of ``seconds ~ SF^b``
@@ -28,12 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +108,50 @@ def run_one(
         ],
         "audit": {"ok": run["audit"]["ok"], "fail": run["audit"]["fail"]},
         "tpc_di_rps": run["tpc_di_rps"],
+        "resume": resume(state / "work"),
     }
     return result
+
+
+def measure_resume(workdir: str, executor: str = "local") -> dict[str, Any]:
+    """Runs in a fresh process: the engine's restart on the TPC-DI run's staging under
+    ``workdir`` (see the module docstring); seconds and the state's rows per table."""
+    import duckdb
+
+    from etl_dataflows.executors import create_executor
+    from staging.store import StagingStore
+    from tpcdi.incremental import build_flow
+    from tpcdi.incremental.reference import Reference
+
+    root = Path(workdir)
+    con = duckdb.connect(str(root / "warehouse.duckdb"), read_only=True)
+    try:
+        con.execute("SET search_path = 'tpcdi'")
+        reference = Reference.from_warehouse(lambda sql: con.sql(sql).fetch_arrow_table())
+    finally:
+        con.close()
+    flow = build_flow(reference).build()
+    started = time.perf_counter()
+    with StagingStore(root / "staging.duckdb", flow) as store:
+        state = store.load_state()
+    loaded = time.perf_counter() - started
+    engine = create_executor(executor, flow, state)
+    engine.warm_up()
+    return {
+        "seconds": round(time.perf_counter() - started, 2),
+        "load_state_s": round(loaded, 2),
+        "state_rows": sum(t.num_rows for t in state.tables.values()),
+        "tables": {n: t.num_rows for n, t in state.tables.items() if t.num_rows},
+    }
+
+
+def resume(workdir: Path) -> dict[str, Any] | None:
+    """:func:`measure_resume` in a fresh process (None without a DuckDB warehouse)."""
+    if not (workdir / "warehouse.duckdb").exists():
+        return None
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(measure_resume, str(workdir)).result()
 
 
 def fit_line(xs: list[float], ys: list[float]) -> dict[str, float] | None:
@@ -204,6 +251,13 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(f"- exponents per step: {steps}")
         named = ", ".join(g["superlinear"]) or "none"
         lines.append(f"- steps growing faster than linearly (b > 1.15, > 5 s): {named}")
+    resumes = [
+        f"SF {r['sf']:g}: {r['resume']['seconds']} s for {r['resume']['state_rows']:,} state rows"
+        for r in rows
+        if r.get("resume")
+    ]
+    if resumes:
+        lines.append(f"- the engine's resume after the run: {'; '.join(resumes)}")
     lines.append("")
     lines.append(f"Commands: `{data['command']}`; each run: `{rows[0].get('command', '')}`.")
     return "\n".join(lines) + "\n"
