@@ -50,7 +50,42 @@ STEP_PREFIX = "transform."
 
 
 def _tree_bytes(root: Path) -> int:
+    """Bytes of a file, or of the files under a directory (0 when missing)."""
+    if root.is_file():
+        return root.stat().st_size
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def prepare(sf: float, seed: int = 0) -> dict[str, Any]:
+    """Runs in a fresh process: the data set of ``streamdi tpcdi run --sf SF`` generated into the
+    run's cache (as the run would, so the run finds it), timed; nothing when it is there."""
+    from streamdi.settings import load_settings
+    from tpcdi.generator import generate
+
+    settings = load_settings()
+    root = settings.tpcdi.cache_dir / f"generated-sf{sf:g}-seed{seed}"
+    if (root / ".complete").exists():
+        return {"cached": str(root)}
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    report = generate(root, sf, seed=seed)
+    (root / ".complete").touch()
+    import resource
+
+    return {
+        "seconds": round(report.seconds, 1),
+        "records": report.total_records,
+        "records_per_s": round(report.total_records / report.seconds),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "bytes": _tree_bytes(root),
+    }
+
+
+def _fresh(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a fresh process (spawned: nothing of this one's memory)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(function, *args).result()
 
 
 def run_one(
@@ -68,6 +103,8 @@ def run_one(
     if master:
         argv += ["--spark-master", master]
     child_env = dict(env, STREAMDI__STATE_DIR=str(state / "state"), STREAMDI__LOG_LEVEL="WARNING")
+    # generated apart, so the run's memory is the run's (a process keeps what it once held)
+    generation = _fresh(prepare, sf)
     load_before = os.getloadavg()
     started = time.perf_counter()
     with (state / "run.log").open("wb") as log:
@@ -109,6 +146,7 @@ def run_one(
         "audit": {"ok": run["audit"]["ok"], "fail": run["audit"]["fail"]},
         "tpc_di_rps": run["tpc_di_rps"],
         "resume": resume(state / "work"),
+        "generation": generation,
     }
     return result
 
@@ -149,9 +187,8 @@ def resume(workdir: Path) -> dict[str, Any] | None:
     """:func:`measure_resume` in a fresh process (None without a DuckDB warehouse)."""
     if not (workdir / "warehouse.duckdb").exists():
         return None
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(measure_resume, str(workdir)).result()
+    found: dict[str, Any] = _fresh(measure_resume, str(workdir))
+    return found
 
 
 def fit_line(xs: list[float], ys: list[float]) -> dict[str, float] | None:
@@ -258,6 +295,15 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if resumes:
         lines.append(f"- the engine's resume after the run: {'; '.join(resumes)}")
+    generated = [
+        f"SF {r['sf']:g}: {r['generation']['records']:,} records in "
+        f"{r['generation']['seconds']} s ({r['generation']['records_per_s']:,}/s, peak "
+        f"{r['generation']['peak_rss_mb']:,.0f} MB)"
+        for r in rows
+        if (r.get("generation") or {}).get("records")
+    ]
+    if generated:
+        lines.append(f"- generation (one process, before the run): {'; '.join(generated)}")
     lines.append("")
     lines.append(f"Commands: `{data['command']}`; each run: `{rows[0].get('command', '')}`.")
     return "\n".join(lines) + "\n"

@@ -66,7 +66,8 @@ class MemorySampler:
 
     ``parts`` holds the peak of each part of :data:`PARTS` on its own (peaks of parts need not
     coincide, so they may add up to more than ``peak``); ``phases`` the peak while each label set
-    with :meth:`label` was in force (a label lasts until the next one)."""
+    with :meth:`label` was in force (a label lasts until the next one), ``phase_parts`` each
+    part's peak in each phase."""
 
     def __init__(self, interval: float = 0.25, *, postgres_dir: Path | None = None) -> None:
         self.interval = interval
@@ -74,6 +75,7 @@ class MemorySampler:
         self.peak = 0
         self.parts: dict[str, int] = dict.fromkeys(PARTS, 0)
         self.phases: dict[str, int] = {}
+        self.phase_parts: dict[str, dict[str, int]] = {}
         self._label: str | None = None
         self._spark_pids: dict[int, bool] = {}
         self._server: psutil.Process | None = None
@@ -87,14 +89,16 @@ class MemorySampler:
             self.phases.setdefault(name, 0)
 
     def _is_spark(self, child: psutil.Process) -> bool:
-        known = self._spark_pids.get(child.pid)
-        if known is None:
-            try:
-                known = _SPARK_MAIN in child.cmdline()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                known = False
-            self._spark_pids[child.pid] = known
-        return known
+        # only a yes is kept: the JVM starts as a launcher script that execs java in place
+        if self._spark_pids.get(child.pid):
+            return True
+        try:
+            found = _SPARK_MAIN in child.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+        if found:
+            self._spark_pids[child.pid] = True
+        return found
 
     def sample(self, process: psutil.Process | None = None) -> int:
         """One sample (bytes), folded into the peaks."""
@@ -124,6 +128,9 @@ class MemorySampler:
         label = self._label
         if label is not None:
             self.phases[label] = max(self.phases.get(label, 0), total)
+            peaks = self.phase_parts.setdefault(label, dict.fromkeys(PARTS, 0))
+            for part, value in zip(PARTS, (own, spark, children, server), strict=True):
+                peaks[part] = max(peaks[part], value)
         return total
 
     def _loop(self) -> None:
@@ -147,9 +154,13 @@ class MemorySampler:
         return self.peak / (1 << 20)
 
     def as_json(self) -> dict[str, object]:
-        """The peaks in MB: ``parts`` and ``phases``."""
+        """The peaks in MB: ``parts``, ``phases`` and each phase's parts (``phase_parts``)."""
         mb = 1 << 20
         return {
             "parts": {k: round(v / mb, 1) for k, v in self.parts.items()},
             "phases": {k: round(v / mb, 1) for k, v in self.phases.items()},
+            "phase_parts": {
+                phase: {k: round(v / mb, 1) for k, v in parts.items()}
+                for phase, parts in self.phase_parts.items()
+            },
         }

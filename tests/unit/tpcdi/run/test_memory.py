@@ -34,5 +34,8 @@ def test_a_child_counts_in_its_part_and_in_the_phase_it_ran_in() -> None:
     assert sampler.phases["busy"] > sampler.phases["quiet"] + 60 * mb
     assert sampler.peak >= sampler.phases["busy"]
     report = sampler.as_json()
-    assert set(report) == {"parts", "phases"}
+    assert (
+        sampler.phase_parts["busy"]["children"] > 80 * mb > sampler.phase_parts["quiet"]["children"]
+    )
+    assert set(report) == {"parts", "phases", "phase_parts"}
     assert set(report["phases"]) == {"quiet", "busy"}  # type: ignore[call-overload]
