@@ -89,13 +89,26 @@ def _fresh(function: Any, *args: Any) -> Any:
 
 
 def run_one(
-    sf: float, target: str, workdir: Path, *, master: str | None, env: dict[str, str]
+    sf: float,
+    target: str,
+    workdir: Path,
+    *,
+    master: str | None,
+    env: dict[str, str],
+    spark_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One ``streamdi tpcdi run --sf SF`` in a child process; its figures (see the module
-    docstring)."""
+    docstring). With ``spark_conf`` (a cluster run), the run writes a Spark event log and the
+    figures count its tasks per worker."""
+    from etl_dataflows.executors.spark.cluster import event_log_conf, event_logs, tasks_by_worker
+
     state = workdir / f"sf{sf:g}"
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
+    events = state / "events"
+    if spark_conf is not None:
+        events.mkdir()
+        env = dict(env, SPARK__CONF=json.dumps({**spark_conf, **event_log_conf(events)}))
     report = state / "run.json"
     argv = [sys.executable, "-m", "cli.main", "tpcdi", "run", "--sf", f"{sf:g}"]
     argv += ["--target", target, "--no-progress", "--json", str(report)]
@@ -148,6 +161,12 @@ def run_one(
         "resume": resume(state / "work"),
         "generation": generation,
     }
+    if spark_conf is not None:
+        placement = [tasks_by_worker(files) for files in event_logs(events).values()]
+        result["tasks_by_worker"] = {
+            worker: sum(p.by_worker.get(worker, 0) for p in placement)
+            for worker in sorted({w for p in placement for w in p.by_worker})
+        }
     return result
 
 
@@ -304,6 +323,13 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if generated:
         lines.append(f"- generation (one process, before the run): {'; '.join(generated)}")
+    placed = [
+        f"SF {r['sf']:g}: " + ", ".join(f"{w} {n:,}" for w, n in r["tasks_by_worker"].items())
+        for r in rows
+        if r.get("tasks_by_worker")
+    ]
+    if placed:
+        lines.append(f"- Spark tasks by worker (event log): {'; '.join(placed)}")
     lines.append("")
     lines.append(f"Commands: `{data['command']}`; each run: `{rows[0].get('command', '')}`.")
     return "\n".join(lines) + "\n"
@@ -319,18 +345,21 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     env.setdefault("TPCDI__CACHE_DIR", str(settings.tpcdi.cache_dir))
     cluster = None
     master = args.spark_master
+    spark_conf = None
     if args.cluster:
         cluster = StandaloneCluster(
             workdir / "cluster", workers=2, cores=1, memory=args.executor_memory
         ).start()
         master = cluster.url
         env["SPARK__DRIVER_MEMORY"] = args.driver_memory
-        env["SPARK__CONF"] = json.dumps({"spark.executor.memory": args.executor_memory})
+        spark_conf = {"spark.executor.memory": args.executor_memory}
     runs = []
     try:
         for sf in args.sf:
             print(f"tpcdi run SF={sf:g} (load average {os.getloadavg()[0]:.2f}) …", flush=True)
-            result = run_one(sf, args.target, workdir, master=master, env=env)
+            result = run_one(
+                sf, args.target, workdir, master=master, env=env, spark_conf=spark_conf
+            )
             runs.append(result)
             print(json.dumps({k: result.get(k) for k in ("sf", "historical_s", "peak_mem_mb")}))
             if not args.keep:
