@@ -16,6 +16,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.bootstrap",
     "benchmarks.spark",
     "benchmarks.tpcdi",
+    "benchmarks.tpcdi_scale",
     "benchmarks.audit",
     "benchmarks.union",
     "benchmarks.freshness",

@@ -92,6 +92,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             out.write(f"days chart: {chart}\n")
     if args.json == "-":
         write_json(document, "-")
+    _memory_lines(record, out)
     for target, result in list(record.audits.items())[1:]:
         out.write(f"audit on {target}: {result.ok} OK, {result.fail} FAIL\n")
         for check in result.failed():
@@ -108,6 +109,27 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         )
     passed = bool(record.audits) and all(a.passed for a in record.audits.values())
     return EXIT_OK if passed else EXIT_FAILED
+
+
+def _memory_lines(record: Any, out: Any) -> None:
+    """Where the memory went: the peak by part and of the historical load, and the largest
+    piece the facts moved into the warehouse in."""
+    parts = record.memory.get("parts") or {}
+    phases = record.memory.get("phases") or {}
+    if parts:
+        text = (
+            "  by part: this process {process:,.0f} MB, the Spark driver's JVM {spark:,.0f} MB, "
+            "other children (broker) {children:,.0f} MB, PostgreSQL {postgres:,.0f} MB; "
+            "historical load {h:,.0f} MB\n"
+        )
+        out.write(text.format(h=phases.get("historical", 0.0), **{"spark": 0.0, **parts}))
+    historical = record.phases.get("historical")
+    largest = historical.details.get("pieces", {}).get("largest") if historical else None
+    if largest:
+        out.write(
+            f"  facts moved in pieces; the largest: {largest['rows']:,} rows of "
+            f"{largest['table']} ({largest['bytes'] / (1 << 20):,.1f} MB)\n"
+        )
 
 
 def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:

@@ -502,6 +502,12 @@ class SparkSettings(BaseModel):
         description="Most Spark passes of one batch; deeper crossing transactions run on the "
         "driver.",
     )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="More Spark properties for the session, as JSON "
+        '(`{"spark.executor.memory": "2g", "spark.eventLog.enabled": "true"}`); they win over '
+        "streamdi's own.",
+    )
 
     @field_validator("master")
     @classmethod
