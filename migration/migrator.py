@@ -579,11 +579,16 @@ class Migrator:
         return max(0, self.staged.watermark() - self.acknowledged().get(name, 0))
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
-        """Merge now, on every reachable target of ``names`` (default: all)."""
+        """Merge now, on every reachable target of ``names`` (default: all); the time counts in
+        :meth:`spent` like a round's merges."""
         with self._lock:
             out: dict[str, MergeResult | None] = {}
             for name in list(names) if names is not None else list(self.targets):
-                merged = out[name] = self._open(name).merge(self._target_hook(name))
+                started = time.perf_counter()
+                try:
+                    merged = out[name] = self._open(name).merge(self._target_hook(name))
+                finally:
+                    self._spend(f"merge.{name}", time.perf_counter() - started)
                 self._unmerged[name] = 0
                 self._last_merge[name] = time.monotonic()
                 if merged is not None:

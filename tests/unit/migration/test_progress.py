@@ -70,3 +70,19 @@ def test_a_target_that_cannot_be_opened_is_told_unreachable(tmp_path: Path) -> N
     finally:
         migrator.close()
         store.close()
+
+
+def test_a_merge_asked_for_counts_in_the_time_spent_like_a_rounds(tmp_path: Path) -> None:
+    """``Migrator.spent`` (the report's "where the time went") holds every merge, a round's and
+    one asked for with :meth:`Migrator.merge` (the worker's timer): a run whose merges all came
+    from the timer showed no merge time for that target."""
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 5), events=40)
+    migrator = _migrator(store, tmp_path)
+    try:
+        migrator.migrate(via="push", merge="never")
+        assert "merge.duckdb" not in migrator.spent()
+        assert migrator.merge()["duckdb"] is not None
+        assert migrator.spent()["merge.duckdb"] > 0
+    finally:
+        migrator.close()
+        store.close()
