@@ -38,6 +38,7 @@ ErrorCode = Literal[
     "unsupported_media_type",
     "stream_not_pushable",
     "push_unavailable",
+    "position_conflict",
     "no_pipeline",
     "dead_letter_not_found",
     "target_unavailable",
@@ -211,6 +212,15 @@ class PushUnavailable(ApiError, TransientError):
     code: ErrorCode = "push_unavailable"
 
 
+class PositionConflict(ApiError, TerminalError):
+    """A conditional push (``expect_pos``) expected its first event at another position than the
+    stream's next one (``detail.next_pos``); nothing was taken. A client retrying an offer whose
+    fate it did not learn reads it as: that offer was taken when ``next_pos`` is past it."""
+
+    status = 409
+    code: ErrorCode = "position_conflict"
+
+
 class DeadLetterNotFound(ApiError, TerminalError):
     status = 404
     code: ErrorCode = "dead_letter_not_found"
@@ -234,3 +244,10 @@ class IngestNotHosted(ApiError, TerminalError):
 
     status = 409
     code: ErrorCode = "no_pipeline"
+
+
+class ReportNotFound(ApiError, TerminalError):
+    """The service serves no TPC-DI run, so it has no run report (``GET /console/report``)."""
+
+    status = 404
+    code: ErrorCode = "not_found"

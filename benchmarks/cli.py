@@ -16,10 +16,12 @@ BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.bootstrap",
     "benchmarks.spark",
     "benchmarks.tpcdi",
+    "benchmarks.tpcdi_scale",
     "benchmarks.audit",
     "benchmarks.union",
     "benchmarks.freshness",
     "benchmarks.upgrade",
+    "benchmarks.faults",
 )
 
 

@@ -33,9 +33,10 @@ CHROMIUM_FLAGS = (
     "--remote-debugging-port=0",  # keeps the browser up with its page until it is stopped
 )
 
-#: Routes only the console calls (the benchmark's own clients call ``/query`` and ``/streams``).
+#: The console's JSON routes, which only the open page calls (the benchmark's own clients call
+#: ``/query`` and ``/streams``; the page's assets are loaded once and not counted).
 CONSOLE_ROUTE = re.compile(
-    r'^streamdi_http_requests_total\{[^}]*route="/console/[^"]*"[^}]*\} (\S+)$'
+    r'^streamdi_http_requests_total\{[^}]*route="/console/(?!assets/)[^"]*"[^}]*\} (\S+)$'
 )
 
 

@@ -165,6 +165,16 @@ class _Service:
             time.sleep(0.2)
         raise RuntimeError(f"streamdi serve not ready:\n{self.log.read_text()}")
 
+    def errors_logged(self, most: int = 40) -> str:
+        """The service log's lines about errors (the last ``most``), for a failed run's message."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        wanted = [
+            line
+            for line in lines
+            if "error" in line.lower() or "exception" in line.lower() or line.startswith(" ")
+        ]
+        return "service log, errors:\n" + "\n".join(wanted[-most:])
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -230,15 +240,23 @@ def _produce(port: int, rate: int, seconds: float, marks: _Marks, stop: threadin
 
 
 def _poll(
-    port: int, body: dict[str, Any], marks: _Marks, stop: threading.Event, out: list[float]
+    port: int,
+    body: dict[str, Any],
+    marks: _Marks,
+    stop: threading.Event,
+    out: list[float],
+    failures: list[str],
 ) -> None:
+    """Poll ``body`` until ``stop``; a failed query ends the poller, noted in ``failures`` (the
+    run then fails: its latencies would stop short)."""
     client = _Client(port)
     seen = 0  # marks before this index are resolved
     while not stop.is_set():
         status, answer = client.query(body)
         arrived = time.time()
         if status != 200:
-            raise RuntimeError(f"query failed: {status} {answer}")
+            failures.append(f"{body['sql']!r} ({body.get('target')}): {status} {answer}")
+            break
         value = answer["rows"][0][0] if answer["rows"] else None
         if value is None:
             continue
@@ -397,6 +415,7 @@ def _run_target(
         stop = threading.Event()
         staged: list[float] = []
         warehouse: list[float] = []
+        failures: list[str] = []
         pollers = [
             threading.Thread(
                 target=_poll,
@@ -406,6 +425,7 @@ def _run_target(
                     marks,
                     stop,
                     staged,
+                    failures,
                 ),
             ),
             threading.Thread(
@@ -420,6 +440,7 @@ def _run_target(
                     marks,
                     stop,
                     warehouse,
+                    failures,
                 ),
             ),
         ]
@@ -450,6 +471,10 @@ def _run_target(
         stop.set()
         for p in pollers:
             p.join(60)
+        if failures:
+            raise RuntimeError(
+                f"a poller's query failed: {failures[0]}\n" + service.errors_logged()
+            )
         sent = marks.snapshot()
         events_per_s = _rate(sent, window[0], window[1])
         results = []

@@ -31,17 +31,16 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _crash_at(text: str | None) -> tuple[str, int] | None:
-    from runtime.faults import CRASH_PHASES
+def crash_at(text: str | None) -> Any:
+    """The :class:`runtime.faults.CrashAt` of a hidden ``--crash-at POINT:N`` (None without)."""
+    from runtime.faults import CrashAt, parse_crash_at
 
     if not text:
         return None
-    phase, _, n = text.partition(":")
-    if phase not in CRASH_PHASES or not n.isdigit():
-        raise argparse.ArgumentTypeError(
-            f"--crash-at expects PHASE:BATCH with PHASE in {CRASH_PHASES}"
-        )
-    return phase, int(n)
+    try:
+        return CrashAt(*parse_crash_at(text))
+    except ValueError as exc:
+        raise ConfigurationError([("--crash-at", str(exc))]) from exc
 
 
 def add_upgrade_options(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +68,6 @@ def upgrade_before_start(flow: Any, settings: StreamdiSettings, *, allow_drop: b
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from runtime.broker_watch import watched_broker
-    from runtime.faults import CrashAt
     from runtime.pipeline import Pipeline, PipelineOptions
     from runtime.runspec import load_run_spec
 
@@ -86,8 +84,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         collect=not args.no_collect,
         progress=not args.no_progress,
     )
-    crash = _crash_at(args.crash_at)
-    faults = CrashAt(*crash) if crash is not None else None
+    faults = crash_at(args.crash_at)
     stop = _stop_on_signals()
     with watched_broker(settings.kafka, settings.streamdi.state_dir) as watch:
         broker = watch.handle

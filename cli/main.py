@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.upgrade",
     "cli.serve",
     "cli.tpcdi",
+    "cli.spark",
     "benchmarks.cli",
     "cli.config",
     "cli.operations",

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from cli.commands import Commands
-from cli.ingest import add_upgrade_options, upgrade_before_start
+from cli.ingest import add_upgrade_options, crash_at, upgrade_before_start
 from streamdi.settings import StreamdiSettings
 
 
@@ -32,6 +32,7 @@ def _serve(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         options,
         host=args.host or settings.api.host,
         port=args.port if args.port is not None else settings.api.port,
+        faults=crash_at(args.crash_at),
     )
 
 
@@ -52,4 +53,5 @@ def register(commands: Commands) -> None:
     serve.add_argument("--executor", help="executor name (default: ENGINE__EXECUTOR)")
     serve.add_argument("--progress", action="store_true", help="print the pipeline's live line")
     add_upgrade_options(serve)
+    serve.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (runtime.faults)
     serve.set_defaults(handler=_serve)

@@ -34,6 +34,7 @@ def _quiet_clients(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.run import phases
+    from tpcdi.run.report_file import save_report
 
     _quiet_clients(args)
     from tpcdi.run.job import RunOptions, run_tpcdi
@@ -78,6 +79,8 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         return EXIT_FAILED
     out = sys.stderr if args.json == "-" else sys.stdout
     document = phases.report(record, args.json, args.png, out)
+    workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
+    save_report(workdir, document)  # for --serve (GET /console/report), now or later
     if record.feed is not None:
         from tpcdi.run.feed_report import draw_feed_chart, feed_chart_path, format_feed
 
@@ -89,6 +92,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
             out.write(f"days chart: {chart}\n")
     if args.json == "-":
         write_json(document, "-")
+    _memory_lines(record, out)
     for target, result in list(record.audits.items())[1:]:
         out.write(f"audit on {target}: {result.ok} OK, {result.fail} FAIL\n")
         for check in result.failed():
@@ -96,10 +100,36 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if args.serve:
         from tpcdi.run.serve import serve
 
-        workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
-        return serve(settings, workdir, options.targets, executor=options.executor)
+        return serve(
+            settings,
+            workdir,
+            options.targets,
+            executor=options.executor,
+            version=2 if options.upgrade_between else 1,
+        )
     passed = bool(record.audits) and all(a.passed for a in record.audits.values())
     return EXIT_OK if passed else EXIT_FAILED
+
+
+def _memory_lines(record: Any, out: Any) -> None:
+    """Where the memory went: the peak by part and of the historical load, and the largest
+    piece the facts moved into the warehouse in."""
+    parts = record.memory.get("parts") or {}
+    phases = record.memory.get("phases") or {}
+    if parts:
+        text = (
+            "  by part: this process {process:,.0f} MB, the Spark driver's JVM {spark:,.0f} MB, "
+            "other children (broker) {children:,.0f} MB, PostgreSQL {postgres:,.0f} MB; "
+            "historical load {h:,.0f} MB\n"
+        )
+        out.write(text.format(h=phases.get("historical", 0.0), **{"spark": 0.0, **parts}))
+    historical = record.phases.get("historical")
+    largest = historical.details.get("pieces", {}).get("largest") if historical else None
+    if largest:
+        out.write(
+            f"  facts moved in pieces; the largest: {largest['rows']:,} rows of "
+            f"{largest['table']} ({largest['bytes'] / (1 << 20):,.1f} MB)\n"
+        )
 
 
 def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:

@@ -28,6 +28,11 @@ Producing is safe to repeat after a crash. The protocol of :meth:`BatchCollector
    its batch ids only after this step; if the run fails first, the source's iterator is closed
    and the push is told it was not produced.
 
+``hook(point, batch_id)`` (fault injection: :mod:`runtime.faults`) is called at the dangerous
+points between steps 3 and 4: ``sent`` (a batch's records handed to the producer), ``flushed``
+(Kafka acknowledged the batches up to ``batch_id``; no checkpoint) and ``checkpointed`` (the
+checkpoint written; the waiting source not told yet).
+
 A broker that goes away is ridden out by the producer (it retries for
 :data:`DELIVERY_TIMEOUT_MS`); longer, and the run raises :class:`BrokerUnavailable` (transient):
 the caller runs the collector again, which resumes from step 2 (the topic, not memory, says
@@ -43,7 +48,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,8 +118,10 @@ class BatchCollector:
         buffer_bytes: int = 64 * 1024 * 1024,
         fallback: ResumePoint | None = None,
         event_times: EventTimeBounds | None = None,
+        hook: Callable[[str, int], None] | None = None,
     ) -> None:
         self.stream = stream
+        self.hook = hook
         self.topic = topic
         self.source = source
         self.kafka = kafka
@@ -347,6 +354,8 @@ class BatchCollector:
                 in_flight.append((last_future, len(record.value)))
                 held += len(record.value)
                 held = self._backpressure(in_flight, held)
+            if self.hook is not None:
+                self.hook("sent", batch_id)
             if events.num_rows:
                 sender.sent_events_up_to(int(pc.max(events.column("_ts")).as_py()))
             report.batches += 1
@@ -442,7 +451,11 @@ class BatchCollector:
         except KafkaError as exc:
             raise BrokerUnavailable(f"producing to {self.topic!r} failed: {exc}") from exc
         offsets.update(sender.offsets())
+        if self.hook is not None:
+            self.hook("flushed", batch_id)
         self._write_checkpoint(batch_id, last_pos, int(metadata.offset), offsets)
+        if self.hook is not None:
+            self.hook("checkpointed", batch_id)
 
 
 def reject_out_of_range(chunk: SourceChunk, bounds: EventTimeBounds) -> None:

@@ -71,6 +71,15 @@ class NoEvents(PushRefused):
     """An offer without a single event (an empty list, an Arrow stream of zero rows)."""
 
 
+class PositionConflict(PushRefused):
+    """A conditional offer expected its first event at position ``expected``; the stream's next
+    position is ``next_pos``. Nothing of the offer was taken (see :mod:`ingest.push`)."""
+
+    def __init__(self, reason: str, *, expected: int, next_pos: int) -> None:
+        self.expected, self.next_pos = expected, next_pos
+        super().__init__(reason)
+
+
 class PushTimedOut(IngestError, TransientError):
     """The collector did not take and produce pushed events in time."""
 

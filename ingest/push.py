@@ -23,6 +23,17 @@ When the offer returns, the events are in Kafka, acknowledged by every in-sync r
 that times out may or may not have been produced (the receipt never lies about what was). Between
 offers the source yields empty chunks every ``heartbeat_s`` so the collector notices a stop.
 
+**Conditional offers** make a client's retries exact. An offer may say the position its first
+event must get (``expect_pos``): at step 2, where positions are given, an offer whose expected
+position is not the stream's next one is refused with nothing taken
+(:class:`~ingest.exceptions.PositionConflict`, carrying the stream's next position). A client that
+numbers its events from 0 and offers them in order, one offer at a time, retries an offer whose
+fate it does not know (a timeout, a connection lost, a killed service) with the same
+``expect_pos``: it is taken if the first attempt was not, and refused with the next position
+``expect_pos + n`` if it was. Because the check and the numbering happen at the same place, in
+the collector's one thread, after a restart from the topic (the collector resumes after the last
+batch Kafka holds), nothing is taken twice and nothing is lost.
+
 Events that pass the offer's checks but not the row checks — a value that does not convert, an
 event time (``_ts``) that is not integer µs or out of range (:mod:`ingest.eventtime`) — are
 rejects: they go to the dead letters as the JSON event given (an Arrow row as JSON), and the
@@ -46,6 +57,7 @@ from etl_dataflows.types import POS, TS
 from ingest.exceptions import (
     EventTooLarge,
     NoEvents,
+    PositionConflict,
     PushNotProduced,
     PushRefused,
     PushTimedOut,
@@ -77,6 +89,8 @@ class PushReceipt:
     done: threading.Event = field(default_factory=threading.Event, repr=False)
     #: Set (with ``done``) when the collector failed before the events were acknowledged.
     failure: str | None = field(default=None, repr=False)
+    #: Set (with ``done``) when a conditional offer was refused: the stream's next position.
+    conflict: int | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -86,6 +100,8 @@ class _Offer:
     receipt: PushReceipt
     bad: dict[int, Reject] = field(default_factory=dict)
     """Rows of ``table`` that are rejects (by row index; positions are set when read)."""
+    expect_pos: int | None = None
+    """The position the first event must get (a conditional offer), or None."""
 
 
 _CLOSE = object()
@@ -118,19 +134,27 @@ class HttpPushSource(IterableSource):
         return f"http:{self.name}"
 
     def offer(
-        self, events: Sequence[Mapping[str, Any]] | pa.Table, *, timeout_s: float = 30.0
+        self,
+        events: Sequence[Mapping[str, Any]] | pa.Table,
+        *,
+        timeout_s: float = 30.0,
+        expect_pos: int | None = None,
     ) -> PushReceipt:
         """Hand ``events`` to the collector and wait until they are produced (see the module
-        docstring). Raises :class:`PushRefused` (or a subclass) for an offer refused as a whole
-        and :class:`PushTimedOut` when the collector did not produce it within ``timeout_s``."""
+        docstring). Raises :class:`PushRefused` (or a subclass) for an offer refused as a whole,
+        :class:`PositionConflict` when ``expect_pos`` is given and is not the stream's next
+        position (nothing taken), and :class:`PushTimedOut` when the collector did not produce
+        it within ``timeout_s``."""
+        if expect_pos is not None and expect_pos < 0:
+            raise PushRefused(f"stream {self.name!r}: expect_pos must be 0 or more")
         receipt = PushReceipt(self.name, 0, 0, -1, -1)
         if isinstance(events, pa.Table):
             table, bad = self._conform(events)
-            offer = _Offer(None, table, receipt, bad)
+            offer = _Offer(None, table, receipt, bad, expect_pos)
         else:
             rows = list(events)
             self._check_rows(rows)
-            offer = _Offer(rows, None, receipt)
+            offer = _Offer(rows, None, receipt, expect_pos=expect_pos)
         try:
             self._queue.put(offer, timeout=timeout_s)
         except queue.Full as exc:
@@ -140,6 +164,14 @@ class HttpPushSource(IterableSource):
         if not offer.receipt.done.wait(timeout_s):
             raise PushTimedOut(
                 f"stream {self.name!r}: the events were not produced within {timeout_s:g} s"
+            )
+        if offer.receipt.conflict is not None:
+            raise PositionConflict(
+                f"stream {self.name!r}: the offer expected its first event at position "
+                f"{expect_pos}, the stream's next position is {offer.receipt.conflict}; nothing "
+                "was taken",
+                expected=expect_pos if expect_pos is not None else -1,
+                next_pos=offer.receipt.conflict,
             )
         if offer.receipt.failure is not None:
             raise PushNotProduced(
@@ -299,6 +331,10 @@ class HttpPushSource(IterableSource):
             if item is _CLOSE:
                 return
             offer: _Offer = item
+            if offer.expect_pos is not None and offer.expect_pos != pos:
+                offer.receipt.conflict = pos  # refused with nothing taken
+                offer.receipt.done.set()
+                continue
             if offer.table is not None:
                 n = offer.table.num_rows
                 positions = pa.array(np.arange(pos, pos + n, dtype=np.int64))

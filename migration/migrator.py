@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from migration.bootstrap import BootstrapMode, Bootstrapper, BootstrapProgress
 from migration.exceptions import TargetMismatch
+from migration.progress import ProgressObserver, TargetProgress, tell
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget, MergeResult
 from staging.handoff import StagedChanges, StagedDeltas
@@ -162,7 +163,8 @@ class Migrator:
     """See the module docstring. ``release_targets`` are the targets every release waits for
     (all configured targets; default: the keys of ``targets``). ``bootstrap``: run a target's
     bootstrap ``inline`` in the round (``streamdi migrate``) or in the ``background`` (the
-    pipeline and the service: the other targets' rounds go on meanwhile)."""
+    pipeline and the service: the other targets' rounds go on meanwhile). :attr:`observers`
+    are told what each round learns of each target (:mod:`migration.progress`)."""
 
     def __init__(
         self,
@@ -193,9 +195,26 @@ class Migrator:
         self.bootstraps = Bootstrapper(
             staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
         )
+        #: Told what the migrator learns of each target: acknowledgements, merges, failures
+        #: (:mod:`migration.progress`; the query service's console).
+        self.observers: list[ProgressObserver] = []
         self._spent: dict[str, float] = {}
         self._spent_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+
+    def _tell(
+        self,
+        name: str,
+        *,
+        acknowledged: int | None = None,
+        merged_through: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        if self.observers:
+            progress = TargetProgress(
+                name, error is None, acknowledged, merged_through, error, time.time()
+            )
+            tell(self.observers, progress)
 
     def _each(
         self, names: Sequence[str], work: Callable[[str], Any]
@@ -318,14 +337,26 @@ class Migrator:
     def _open(self, name: str) -> BaseTarget:
         target = self.targets[name]
         first = not target.opened
-        target.open()
+        try:
+            target.open()
+        except WarehouseUnavailable as exc:
+            self._tell(name, error=str(exc))
+            raise
         if first:
             self._unmerged[name] = target.delta_rows()
             self._last_merge.setdefault(name, time.monotonic())
-            self.bootstraps.observe(
-                name, target, target.watermark(), self.staged.released_through()
-            )
+            watermark = target.watermark()
+            self.bootstraps.observe(name, target, watermark, self.staged.released_through())
+            if self.observers:
+                self._tell(name, acknowledged=watermark, merged_through=self._merged(target))
         return target
+
+    @staticmethod
+    def _merged(target: BaseTarget) -> int | None:
+        try:
+            return target.merged_through()[0]
+        except WarehouseUnavailable:
+            return None
 
     def migrate(
         self,
@@ -361,6 +392,7 @@ class Migrator:
             except WarehouseUnavailable as exc:
                 result.error = str(exc)
                 logger.warning("migration target unavailable target=%s: %s", name, exc)
+                self._tell(name, error=result.error)
                 continue
             if w > top:
                 raise TargetMismatch(
@@ -387,6 +419,7 @@ class Migrator:
                 )
             result.start = result.watermark = progress[name] = w
             self._note_ack(name, w, acks)  # heals an acknowledgement lost in a crash
+            self._tell(name, acknowledged=w)
         # 3.
         step = self.settings.max_batches_per_load
         while True:
@@ -405,6 +438,7 @@ class Migrator:
                 if isinstance(outcome, WarehouseUnavailable):
                     result.error = str(outcome)
                     logger.warning("migration load failed target=%s: %s", name, outcome)
+                    self._tell(name, error=result.error)
                     del progress[name]
                     continue
                 if isinstance(outcome, BaseException):
@@ -417,6 +451,7 @@ class Migrator:
                     result.loads += 1
                     self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
                 self._note_ack(name, w, acks)
+                self._tell(name, acknowledged=w)
                 progress[name] = result.watermark = w
         for name, w in progress.items():
             self.bootstraps.caught_up(name, self.targets[name], w, top)
@@ -434,12 +469,15 @@ class Migrator:
             if isinstance(outcome, WarehouseUnavailable):
                 result.error = str(outcome)
                 logger.warning("migration merge failed target=%s: %s", name, outcome)
+                self._tell(name, error=result.error)
                 continue
             if isinstance(outcome, BaseException):
                 raise outcome
             result.merge = outcome
             self._unmerged[name] = 0
             self._last_merge[name] = time.monotonic()
+            if outcome is not None:
+                self._tell(name, merged_through=outcome.through)
         # 5.
         self._round_since_release = True
         if self.settings.release_ms == 0:
@@ -541,13 +579,20 @@ class Migrator:
         return max(0, self.staged.watermark() - self.acknowledged().get(name, 0))
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
-        """Merge now, on every reachable target of ``names`` (default: all)."""
+        """Merge now, on every reachable target of ``names`` (default: all); the time counts in
+        :meth:`spent` like a round's merges."""
         with self._lock:
             out: dict[str, MergeResult | None] = {}
             for name in list(names) if names is not None else list(self.targets):
-                out[name] = self._open(name).merge(self._target_hook(name))
+                started = time.perf_counter()
+                try:
+                    merged = out[name] = self._open(name).merge(self._target_hook(name))
+                finally:
+                    self._spend(f"merge.{name}", time.perf_counter() - started)
                 self._unmerged[name] = 0
                 self._last_merge[name] = time.monotonic()
+                if merged is not None:
+                    self._tell(name, merged_through=merged.through)
             return out
 
     def status(self) -> dict[str, Any]:
@@ -581,7 +626,9 @@ class Migrator:
                     boot = self.bootstraps.status(name, target)
                     if boot is not None:
                         entry["bootstrap"] = boot
+                    self._tell(name, acknowledged=w, merged_through=merged)
             except WarehouseUnavailable as exc:
                 entry.update(reachable=False, error=str(exc))
+                self._tell(name, error=str(exc))
             out["targets"][name] = entry
         return out

@@ -16,6 +16,11 @@ its connection) and writes acknowledgements and releases under the store's write
 * A target added later is bootstrapped in the background (:mod:`migration.bootstrap`); rounds
   look at it every ``retry_ms`` until it is done.
 * On a clean stop the worker pushes what is pending (``push_on_stop``).
+* At start, a round runs at once: batches staging holds that a push target has not acknowledged
+  (a pipeline that was killed, or stopped with a warehouse away) have waited longer than any
+  threshold, and no commit may come to count them (the input may have ended); the round also
+  opens the targets, so deltas a target holds unmerged are merged ``merge_ms`` later, without
+  waiting for a new load.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from migration.migrator import Migrator, Via, build_targets
+from migration.migrator import MigrationHook, Migrator, Via, build_targets
 from migration.schema import WarehouseLayout
 from staging.handoff import StagedDeltas
 from staging.store import BatchCommit, StagingStore
@@ -77,6 +82,10 @@ class MigrationWorker:
         self._thread = threading.Thread(target=self._loop, name="migration", daemon=True)
 
     def start(self) -> None:
+        if self.push_targets:
+            backlog = max(self.migrator.pending_batches(t) for t in self.push_targets)
+            logger.info("migration round at start backlog_batches=%s", backlog)
+            self._retry_at = time.monotonic()
         self._thread.start()
 
     def notify(self, batches: int, rows: int) -> None:
@@ -162,11 +171,16 @@ class MigrationWorker:
 
 
 def start_migration_worker(
-    store: StagingStore, settings: StreamdiSettings, *, migrator: Migrator | None = None
+    store: StagingStore,
+    settings: StreamdiSettings,
+    *,
+    migrator: Migrator | None = None,
+    hook: MigrationHook | None = None,
 ) -> MigrationWorker | None:
     """The running migration of a pipeline over ``store`` (``None`` when ``MIGRATION__TARGETS``
-    is empty), with ``migrator`` when the caller shares one (the query service). Targets connect
-    lazily: one that is down does not stop the pipeline."""
+    is empty), with ``migrator`` when the caller shares one (the query service; it carries its
+    own hook). Targets connect lazily: one that is down does not stop the pipeline. ``hook``:
+    the fault-injection hook of the migrator built here."""
     if not settings.migration.target_names:
         return None
     if migrator is None:
@@ -176,6 +190,7 @@ def start_migration_worker(
             build_targets(settings, layout),
             settings.migration,
             bootstrap="background",
+            hook=hook,
         )
     worker = MigrationWorker(migrator, settings.migration)
     worker.start()

@@ -23,17 +23,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from etl_dataflows.batch import StepDecision, StepStats
 from ingest.assembler import AssembledBatch, TopicPartition, engine_dead_letters
 from ingest.collector import CollectorReport
 from runtime.faults import PipelineFaults
 from runtime.interfaces import BatchExecutor, BatchStage
-from staging.store import BatchCommit
+from staging.store import BatchCommit, StreamProgress
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,10 @@ class PipelineReport:
 
 @dataclass(frozen=True)
 class CommittedBatch:
-    """What :attr:`runtime.pipeline.Pipeline.observers` learn of each committed batch."""
+    """What :attr:`runtime.pipeline.Pipeline.observers` learn of each committed batch (the
+    service's metrics and its console, :class:`api.hosted.CommittedBatchFacts`). It holds only
+    small facts and references the engine already made (no row data), so an observer may keep
+    it."""
 
     batch_id: int
     events: int
@@ -72,6 +76,42 @@ class CommittedBatch:
     executed_s: float
     #: from the batch's first record arriving to its staging commit
     latency_s: float
+    records: int = 0
+    #: dead letters the commit wrote (ingest's rejects and the engine's)
+    dead_letters: int = 0
+    #: epoch seconds: the batch's first record arrived; its staging commit returned
+    arrived_at: float = 0.0
+    committed_at: float = 0.0
+    #: duration of the staging commit that took the batch (a group commit's batches share it)
+    commit_s: float = 0.0
+    #: the engine's decision per transactional step (none from the serial executor)
+    decisions: tuple[StepDecision, ...] = ()
+    #: the engine's counts per step
+    steps: Mapping[str, StepStats] = field(default_factory=dict)
+    #: per stream, its progress after this batch (the streams the batch consumed from)
+    streams: Mapping[str, StreamProgress] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, commit: BatchCommit, latency_s: float, committed_at: float, commit_s: float
+    ) -> CommittedBatch:
+        """The facts of ``commit``, committed at ``committed_at`` by a commit of
+        ``commit_s``."""
+        result = commit.result
+        return cls(
+            batch_id=commit.batch_id,
+            events=commit.events,
+            executed_s=commit.executed_ms / 1000,
+            latency_s=latency_s,
+            records=commit.records,
+            dead_letters=commit.dead_letters.num_rows,
+            arrived_at=commit.arrived_at,
+            committed_at=committed_at,
+            commit_s=commit_s,
+            decisions=tuple(result.decisions),
+            steps=dict(result.stats),
+            streams=dict(commit.streams),
+        )
 
 
 def execute_batch(executor: BatchExecutor, assembled: AssembledBatch) -> BatchCommit:
@@ -196,7 +236,7 @@ class StagingCommitter:
                 break
             ids = [g.commit.batch_id for g in group]
             # 2.
-            began = time.monotonic()
+            commit_started = time.monotonic()
             try:
                 self.store.commit(
                     [g.commit for g in group], hook=self.faults.commit_hook(ids[0], ids[-1])
@@ -206,19 +246,16 @@ class StagingCommitter:
                 self.error = exc
                 stop.set()
                 return
+            commit_s = time.monotonic() - commit_started
             self.faults.after_commit(ids[0], ids[-1])
             # 3.
             if self.after_commit is not None:
                 self.after_commit([g.commit for g in group])
             # 4.
             now = time.monotonic()
-            for g in group:
-                seen = CommittedBatch(
-                    g.commit.batch_id,
-                    g.commit.events,
-                    g.commit.executed_ms / 1000,
-                    now - g.arrived_mono,
-                )
+            committed_at = time.time()
+            for g in group if self.observers else ():
+                seen = CommittedBatch.of(g.commit, now - g.arrived_mono, committed_at, commit_s)
                 for observe in self.observers:
                     try:
                         observe(seen)
@@ -233,5 +270,5 @@ class StagingCommitter:
                     self.report.dead_letters += g.commit.dead_letters.num_rows
                     self._offsets.update(g.commit.offsets)
                 self.report.commits += 1
-                self.report.commit_s += now - began
+                self.report.commit_s += now - commit_started
                 self.committed_batches += len(group)

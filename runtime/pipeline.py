@@ -242,7 +242,9 @@ class Pipeline:
         # 3.
         collector_threads = self._start_collectors(stop, progress) if options.collect else []
         # 5.
-        self._migration = start_migration_worker(store, settings, migrator=self.migrator)
+        self._migration = start_migration_worker(
+            store, settings, migrator=self.migrator, hook=self.faults.migration_hook()
+        )
         committer = StagingCommitter(
             store,
             self.report,
@@ -256,7 +258,9 @@ class Pipeline:
         committer.start(stop)
         every = settings.staging.checkpoint_every_s
         if every > 0 and options.replay_to is None:
-            self._checkpointer = Checkpointer(store, every, settings.staging.checkpoints_keep)
+            self._checkpointer = Checkpointer(
+                store, every, settings.staging.checkpoints_keep, hook=self.faults.checkpoint_hook()
+            )
             self._checkpointer.start()
         loop = self.consuming_loop(
             feed,
@@ -415,6 +419,7 @@ class Pipeline:
                 buffer_bytes=settings.ingest.producer_buffer_bytes,
                 fallback=fallback,
                 event_times=EventTimeBounds.from_settings(settings.ingest),
+                hook=self.faults.collector_hook(stream),
             )
             self.report.collectors.append(collector.report)
 

@@ -16,6 +16,7 @@ from api.exceptions import (
     EventTooLarge,
     InvalidRequest,
     NoEventsPushed,
+    PositionConflict,
     PushUnavailable,
     UnknownFieldsPushed,
 )
@@ -32,11 +33,19 @@ class PushSink:
         self.source = source
 
     def offer(
-        self, events: Sequence[Mapping[str, Any]] | pa.Table, *, timeout_s: float
+        self,
+        events: Sequence[Mapping[str, Any]] | pa.Table,
+        *,
+        timeout_s: float,
+        expect_pos: int | None = None,
     ) -> PushReceipt:
         stream = self.stream
         try:
-            return self.source.offer(events, timeout_s=timeout_s)
+            return self.source.offer(events, timeout_s=timeout_s, expect_pos=expect_pos)
+        except ingest_errors.PositionConflict as exc:
+            raise PositionConflict(
+                str(exc), stream=stream, expected=exc.expected, next_pos=exc.next_pos
+            ) from exc
         except ingest_errors.UnknownFields as exc:
             raise UnknownFieldsPushed(str(exc), stream=stream, fields=exc.fields[:100]) from exc
         except ingest_errors.EventTooLarge as exc:

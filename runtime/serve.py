@@ -10,7 +10,9 @@ the migration (the DuckDB warehouse) also answers the queries. The run, in order
    (``POST /streams/{stream}/events``); sources bound to a file keep their file.
 3. Open staging and, with ``MIGRATION__TARGETS``, the migrator the pipeline pushes with; the
    query service reads through the same store and targets.
-4. Run the pipeline in a thread (collectors, engine, commits, migration worker).
+4. Run the pipeline in a thread (collectors, engine, commits, migration worker); the query
+   service's metrics and console (:mod:`api.console_recorder`) observe its committed batches,
+   the console also the migrator's targets.
 5. Serve the app with uvicorn on ``API__HOST:API__PORT`` (127.0.0.1 by default; another address
    without ``API__TOKEN`` is warned about) until SIGTERM or Ctrl-C, or until the pipeline fails
    (then exit 1: a process whose pipeline died should be restarted, not left answering from a
@@ -38,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from api.app import create_app
@@ -50,6 +52,7 @@ from ingest.push import HttpPushSource
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from runtime.broker_watch import watched_broker
+from runtime.faults import PipelineFaults
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.push_sink import PushSink
 from runtime.runspec import RunSpec, StreamBinding
@@ -124,8 +127,13 @@ def serve(
     *,
     host: str,
     port: int,
+    run_report: Mapping[str, Any] | None = None,
+    faults: PipelineFaults | None = None,
 ) -> int:
-    """Run the service until stopped; see the module docstring. Returns the exit code."""
+    """Run the service until stopped; see the module docstring. Returns the exit code.
+    ``run_report`` is the report of the TPC-DI run it serves (``GET /console/report``);
+    ``faults``: the crash tests' hooks (:mod:`runtime.faults`), for the pipeline and its
+    migrator."""
     import uvicorn
 
     # the pipeline's threads keep the interpreter busy; queries hand it back and forth between
@@ -160,10 +168,11 @@ def serve(
                 build_targets(settings, layout),
                 settings.migration,
                 bootstrap="background",
+                hook=faults.migration_hook() if faults is not None else None,
             )
         # 4.
         runner = _PipelineThread(
-            Pipeline(spec, settings, broker, options, migrator=migrator), store
+            Pipeline(spec, settings, broker, options, migrator=migrator, faults=faults), store
         )
 
         def replay(entries: list[tuple[int, Any]]) -> tuple[int, list[tuple[int, str]]]:
@@ -181,8 +190,10 @@ def serve(
             pipeline_state=runner.state,
             ingest=runner.pipeline,
             broker=watch.state,
+            run_report=run_report,
         )
         runner.pipeline.observers.append(service.metrics.observe_batch)
+        runner.pipeline.observers.append(service.console.observe_batch)
         try:
             service.start()
         except StreamdiError as exc:

@@ -22,6 +22,8 @@ A checkpoint holds exactly that, beside the staging file::
 5. Delete all but the newest ``keep`` checkpoints, never the seed's (watermark 0 of a seeded file).
 
 A crash leaves at most a ``.tmp`` folder, which readers ignore and the next take removes.
+``hook(point)`` (fault injection: :mod:`runtime.faults`) is called after step 3's tables
+(``tables``), after its ``checkpoint.json`` (``written``) and after step 4 (``renamed``).
 :class:`Checkpointer` takes them in the background of a running pipeline, every
 ``STAGING__CHECKPOINT_EVERY_S`` seconds once batches committed, and once more at stop when due;
 :meth:`~staging.store.StagingStore.seed` takes the seed's.
@@ -36,6 +38,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -181,9 +184,14 @@ def list_checkpoints(staging_path: Path) -> list[Checkpoint]:
     return found
 
 
-def take_checkpoint(store: StagingStore, *, keep: int | None = None) -> Checkpoint:
+def take_checkpoint(
+    store: StagingStore,
+    *,
+    keep: int | None = None,
+    hook: Callable[[str], None] | None = None,
+) -> Checkpoint:
     """A checkpoint of ``store`` at its last committed batch, per the module docstring; ``keep``:
-    how many to keep (None: all)."""
+    how many to keep (None: all); ``hook``: see the module docstring."""
     from staging.store import (
         SEEDED,
         read_offsets,
@@ -237,15 +245,21 @@ def take_checkpoint(store: StagingStore, *, keep: int | None = None) -> Checkpoi
         cursor.execute("ROLLBACK")
     finally:
         cursor.close()
+    if hook is not None:
+        hook("tables")
     text = json.dumps(checkpoint.to_json(), indent=1)
     with open(staging_dir / CHECKPOINT_FILE, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+    if hook is not None:
+        hook("written")
     # 4.
     os.replace(staging_dir, final)
     fsync_path(folder)
     logger.info("checkpoint taken path=%s watermark=%s", final, watermark)
+    if hook is not None:
+        hook("renamed")
     # 5.
     if keep is not None:
         prune(store.path, keep)
@@ -281,10 +295,18 @@ class Checkpointer:
     is due. A failure is logged and tried again at the next commit: checkpoints never stop the
     pipeline."""
 
-    def __init__(self, store: StagingStore, every_s: float, keep: int) -> None:
+    def __init__(
+        self,
+        store: StagingStore,
+        every_s: float,
+        keep: int,
+        *,
+        hook: Callable[[str], None] | None = None,
+    ) -> None:
         self.store = store
         self.every_s = every_s
         self.keep = keep
+        self.hook = hook
         self.taken: Checkpoint | None = None
         done = list_checkpoints(store.path)
         self._last_at = time.monotonic() if done else float("-inf")
@@ -324,7 +346,7 @@ class Checkpointer:
         if not self.due():
             return
         try:
-            self.taken = take_checkpoint(self.store, keep=self.keep)
+            self.taken = take_checkpoint(self.store, keep=self.keep, hook=self.hook)
         except Exception as exc:  # a checkpoint never stops the pipeline
             logger.warning("checkpoint failed path=%s: %s", self.store.path, exc)
             return

@@ -30,7 +30,27 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
 
-ExecutorName = Literal["serial", "local", "spark"]
+#: The names ENGINE__EXECUTOR accepts: every name ``etl_dataflows.executors.create_executor``
+#: takes (``etl_dataflows.executors.executor_names()``; the base imports no stage, so the list is
+#: written here and tests/unit/streamdi/test_settings.py keeps the two equal).
+ExecutorName = Literal[
+    "serial",
+    "local",
+    "local:sequential",
+    "local:waves",
+    "local:chains",
+    "local:chain_scan",
+    "local:lock",
+    "local:pat",
+    "local:tstream",
+    "lock",
+    "pat",
+    "tstream",
+    "spark",
+    "spark:driver",
+    "spark:spark",
+    "spark:supersteps",
+]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -414,7 +434,10 @@ class EngineSettings(BaseModel):
     executor: ExecutorName = Field(
         default="local",
         description="Executor running the dataflows: local (compiled, adaptive), spark (local "
-        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle).",
+        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle); "
+        "local:<strategy> fixes local's strategy (sequential, waves, chains, chain_scan, lock, "
+        "pat, tstream), spark:<placement> Spark's placement (driver, spark, supersteps); lock, pat "
+        "and tstream are the benchmark baselines.",
     )
     memory_budget: int | None = Field(
         default=None,
@@ -478,6 +501,12 @@ class SparkSettings(BaseModel):
         ge=1,
         description="Most Spark passes of one batch; deeper crossing transactions run on the "
         "driver.",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="More Spark properties for the session, as JSON "
+        '(`{"spark.executor.memory": "2g", "spark.eventLog.enabled": "true"}`); they win over '
+        "streamdi's own.",
     )
 
     @field_validator("master")

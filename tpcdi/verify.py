@@ -11,6 +11,7 @@ before they were placed, prices outside the day's range, CDC sequence numbers th
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpcdi.readers import BatchData, read_batch, read_batch_date, read_file, staging_batches
+from tpcdi.readers import (
+    BatchData,
+    iter_file,
+    read_batch,
+    read_batch_date,
+    read_file,
+    staging_batches,
+)
+from tpcdi.readers.delimited import CHUNK_BYTES
 from tpcdi.readers.finwire import finwire_files, read_finwire
+from tpcdi.readers.rejects import concat_rejects
 
 Key = tuple[str, int, str]
 
@@ -53,33 +63,135 @@ def _dob_out(dobs: pa.Array, batch_date: datetime.date) -> tuple[int, int]:
     return _count(days < limit), _count(days > today)
 
 
-def recount(root: Path) -> dict[Key, int]:
+#: The files whose rows :func:`recount` counts chunk by chunk (they grow with the scale factor
+#: into the tens of millions of rows); the others are read whole.
+STREAMED = (
+    "Trade.txt",
+    "TradeHistory.txt",
+    "CashTransaction.txt",
+    "HoldingHistory.txt",
+    "DailyMarket.txt",
+    "WatchHistory.txt",
+)
+_TRADE_TYPES = ("TLB", "TLS", "TMB", "TMS")
+
+
+@dataclass
+class _StreamedCounts:
+    """What :func:`recount` keeps of the streamed files of one batch."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    canceled: int = 0
+    new_trades: int = 0
+    invalid_commission: int = 0
+    invalid_charge: int = 0
+    watches_placed: int = 0
+    history_types: dict[str, int] = field(default_factory=dict)
+    history_canceled: int = 0
+
+
+def _stream_batch(folder: Path, batch: int, chunk_bytes: int = CHUNK_BYTES) -> _StreamedCounts:
+    """Count the streamed files of ``folder`` chunk by chunk: memory holds a few chunks and, for
+    Batch1, each trade's id and type (to count the trade history by type)."""
+    counts = _StreamedCounts()
+    ids: list[np.ndarray] = []
+    types: list[np.ndarray] = []
+    index: tuple[np.ndarray, np.ndarray] | None = None
+    for name in STREAMED:
+        path = folder / name
+        if not path.exists():
+            continue
+        if name == "TradeHistory.txt":
+            known = np.concatenate(ids) if ids else np.empty(0, np.int64)
+            order = np.argsort(known, kind="stable")
+            index = (known[order], np.concatenate(types)[order] if types else known)
+        total = 0
+        for piece in iter_file(path, batch=batch, chunk_bytes=chunk_bytes):
+            table = piece.table
+            total += table.num_rows
+            if name == "Trade.txt":
+                counts.canceled += _count(pc.equal(table["T_ST_ID"], "CNCL"))
+                counts.new_trades += (
+                    table.num_rows if batch == 1 else _count(pc.equal(table["CDC_FLAG"], "I"))
+                )
+                comm, charge = _invalid_fees(table)
+                counts.invalid_commission += comm
+                counts.invalid_charge += charge
+                if batch == 1:
+                    ids.append(table["T_ID"].to_numpy(zero_copy_only=False))
+                    code = pc.index_in(table["T_TT_ID"], value_set=pa.array(_TRADE_TYPES))
+                    types.append(pc.fill_null(code, -1).to_numpy(zero_copy_only=False))
+            elif name == "WatchHistory.txt":
+                counts.watches_placed += _count(pc.equal(table["W_ACTION"], "ACTV"))
+            elif name == "TradeHistory.txt" and index is not None:
+                _count_history(table, index, counts)
+        counts.rows[name] = total
+    return counts
+
+
+def _count_history(
+    table: pa.Table, index: tuple[np.ndarray, np.ndarray], counts: _StreamedCounts
+) -> None:
+    """Count a chunk of TradeHistory by its trade's type (``index``: the trade ids, sorted, and
+    their types' positions in :data:`_TRADE_TYPES`); a history row of an unknown trade has none."""
+    known_ids, known_types = index
+    wanted = table["TH_T_ID"].to_numpy(zero_copy_only=False)
+    at = np.searchsorted(known_ids, wanted)
+    inside = at < len(known_ids)
+    found = np.zeros(len(wanted), dtype=bool)
+    found[inside] = known_ids[at[inside]] == wanted[inside]
+    codes = np.full(len(wanted), -1)
+    codes[found] = known_types[at[found]]
+    for k, name in enumerate(_TRADE_TYPES):
+        counts.history_types[name] = counts.history_types.get(name, 0) + _count(codes == k)
+    counts.history_canceled += _count(pc.equal(table["TH_ST_ID"], "CNCL"))
+
+
+def scan_batch(folder: Path, batch: int) -> tuple[int, pa.Table]:
+    """Read every data file of a batch directory as the loads do, the big ones chunk by chunk;
+    the rows read and the rejected lines (file, line, reason, text)."""
+    data = read_batch(folder, batch=batch, skip=STREAMED)
+    rows = sum(r.num_rows for r in data.files.values())
+    if data.finwire is not None:
+        rows += sum(t.num_rows for t in data.finwire.tables.values())
+    rejects = [data.rejects]
+    for name in STREAMED:
+        path = folder / name
+        if path.exists():
+            for piece in iter_file(path, batch=batch):
+                rows += piece.table.num_rows
+                rejects.append(piece.rejects)
+    return rows, concat_rejects(rejects)
+
+
+def recount(root: Path, *, chunk_bytes: int = CHUNK_BYTES) -> dict[Key, int]:
     """Answer-key values recomputed from the files of a staging area (``Batch1``..``BatchN``:
-    DIGen's three, or a daily feed's)."""
+    DIGen's three, or a daily feed's).
+
+    The big files (:data:`STREAMED`) are counted in chunks of about ``chunk_bytes``, so memory
+    stays bounded by the small files and one trade id and type per Batch1 trade, whatever the
+    scale factor."""
     root = Path(root)
     keys: dict[Key, int] = {}
     previous_agencies: pa.Array | None = None
     for batch in staging_batches(root):
         folder = root / f"Batch{batch}"
-        data = read_batch(folder, batch=batch)
+        data = read_batch(folder, batch=batch, skip=STREAMED)
         files = data.files
         batch_date = read_batch_date(folder / "BatchDate.txt")
-        trades = files["Trade.txt"].table
-        comm, charge = _invalid_fees(trades)
-        new = len(trades) if batch == 1 else _count(pc.equal(trades["CDC_FLAG"], "I"))
+        streamed = _stream_batch(folder, batch, chunk_bytes)
+        rows = streamed.rows
         keys |= {
-            ("DimTrade", batch, "T_Records"): len(trades),
-            ("DimTrade", batch, "T_NEW"): new,
-            ("DimTrade", batch, "T_CanceledTrades"): _count(pc.equal(trades["T_ST_ID"], "CNCL")),
-            ("DimTrade", batch, "T_InvalidCommision"): comm,
-            ("DimTrade", batch, "T_InvalidCharge"): charge,
-            ("FactHoldings", batch, "HH_RECORDS"): files["HoldingHistory.txt"].num_rows,
-            ("DimTradeHistory", batch, "CT_Records"): files["CashTransaction.txt"].num_rows,
-            ("FactMarketHistory", batch, "DM_RECORDS"): files["DailyMarket.txt"].num_rows,
-            ("FactWatches", batch, "WH_RECORDS"): files["WatchHistory.txt"].num_rows,
-            ("FactWatches", batch, "WH_ACTIVE"): _count(
-                pc.equal(files["WatchHistory.txt"].table["W_ACTION"], "ACTV")
-            ),
+            ("DimTrade", batch, "T_Records"): rows["Trade.txt"],
+            ("DimTrade", batch, "T_NEW"): streamed.new_trades,
+            ("DimTrade", batch, "T_CanceledTrades"): streamed.canceled,
+            ("DimTrade", batch, "T_InvalidCommision"): streamed.invalid_commission,
+            ("DimTrade", batch, "T_InvalidCharge"): streamed.invalid_charge,
+            ("FactHoldings", batch, "HH_RECORDS"): rows["HoldingHistory.txt"],
+            ("DimTradeHistory", batch, "CT_Records"): rows["CashTransaction.txt"],
+            ("FactMarketHistory", batch, "DM_RECORDS"): rows["DailyMarket.txt"],
+            ("FactWatches", batch, "WH_RECORDS"): rows["WatchHistory.txt"],
+            ("FactWatches", batch, "WH_ACTIVE"): streamed.watches_placed,
             ("Prospect", batch, "P_RECORDS"): files["Prospect.csv"].num_rows,
         }
         agencies = files["Prospect.csv"].table["AgencyID"]
@@ -91,7 +203,7 @@ def recount(root: Path) -> dict[Key, int]:
         keys[("Prospect", batch, "P_NEW")] = fresh
         previous_agencies = agencies
         if batch == 1:
-            keys |= _historical_keys(data, batch_date)
+            keys |= _historical_keys(data, batch_date, streamed)
             for path in finwire_files(folder):
                 fw = read_finwire([path])
                 for kind, dataset in (
@@ -105,7 +217,9 @@ def recount(root: Path) -> dict[Key, int]:
     return keys
 
 
-def _historical_keys(data: BatchData, batch_date: datetime.date) -> dict[Key, int]:
+def _historical_keys(
+    data: BatchData, batch_date: datetime.date, streamed: _StreamedCounts
+) -> dict[Key, int]:
     files = data.files
     hr = files["HR.csv"].table
     actions = files["CustomerMgmt.xml"].table
@@ -113,9 +227,7 @@ def _historical_keys(data: BatchData, batch_date: datetime.date) -> dict[Key, in
     kinds = pd.Series(per_action["ActionType"].to_pylist()).value_counts()
     new = actions.filter(pc.equal(actions["ActionType"], "NEW"))
     old, young = _dob_out(new["C_DOB"], batch_date)
-    history = files["TradeHistory.txt"].table.to_pandas()
-    types = files["Trade.txt"].table.select(["T_ID", "T_TT_ID"]).to_pandas()
-    history = history.merge(types, left_on="TH_T_ID", right_on="T_ID", how="left")
+    by_type = streamed.history_types
     return {
         ("DimBroker", 1, "HR_BROKERS"): _count(
             pc.fill_null(pc.equal(hr["EmployeeJobCode"], 314), False)
@@ -129,12 +241,12 @@ def _historical_keys(data: BatchData, batch_date: datetime.date) -> dict[Key, in
         ("DimAccount", 1, "CA_ADDACCT"): int(kinds.get("ADDACCT", 0)),
         ("DimAccount", 1, "CA_UPDACCT"): int(kinds.get("UPDACCT", 0)),
         ("DimAccount", 1, "CA_CLOSEACCT"): int(kinds.get("CLOSEACCT", 0)),
-        ("DimTradeHistory", 1, "TH_Records"): len(history),
-        ("DimTradeHistory", 1, "TH_TLBTrades"): _count(history["T_TT_ID"] == "TLB"),
-        ("DimTradeHistory", 1, "TH_TLSTrades"): _count(history["T_TT_ID"] == "TLS"),
-        ("DimTradeHistory", 1, "TH_TMBTrades"): _count(history["T_TT_ID"] == "TMB"),
-        ("DimTradeHistory", 1, "TH_TMSTrades"): _count(history["T_TT_ID"] == "TMS"),
-        ("DimTradeHistory", 1, "TH_CanceledLTrades"): _count(history["TH_ST_ID"] == "CNCL"),
+        ("DimTradeHistory", 1, "TH_Records"): streamed.rows["TradeHistory.txt"],
+        ("DimTradeHistory", 1, "TH_TLBTrades"): by_type.get("TLB", 0),
+        ("DimTradeHistory", 1, "TH_TLSTrades"): by_type.get("TLS", 0),
+        ("DimTradeHistory", 1, "TH_TMBTrades"): by_type.get("TMB", 0),
+        ("DimTradeHistory", 1, "TH_TMSTrades"): by_type.get("TMS", 0),
+        ("DimTradeHistory", 1, "TH_CanceledLTrades"): streamed.history_canceled,
     }
 
 

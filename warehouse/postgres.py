@@ -142,8 +142,14 @@ class PostgresDriver(BaseWarehouseDriver):
 
     def _engine_for(self) -> sa.Engine:
         if self._engine is None:
+            # no pool: a connection returned is closed, which ends its transaction on the
+            # server; the pool's rollback before the close would only fail (and log a
+            # traceback) on a connection whose server died
             self._engine = sa.create_engine(
-                "postgresql+psycopg2://", creator=self.new_connection, poolclass=NullPool
+                "postgresql+psycopg2://",
+                creator=self.new_connection,
+                poolclass=NullPool,
+                pool_reset_on_return=None,
             )
         return self._engine
 

@@ -25,9 +25,11 @@ def dead_letters(
     pending: bool = False,
     after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    reason: Annotated[str | None, Query(max_length=256)] = None,
 ) -> list[DeadLetter]:
-    """Rejected records and events with their position and reason, oldest first."""
-    return service.dead_letters(stream, pending, after_id, limit)
+    """Rejected records and events with their position and reason, oldest first; ``reason``
+    keeps those whose reason contains it (case-insensitive)."""
+    return service.dead_letters(stream, pending, after_id, limit, reason)
 
 
 @router.post("/deadletters/replay", response_model=ReplayResult, responses=ERRORS, tags=["ingest"])
@@ -42,6 +44,11 @@ def replay(body: ReplayBody, service: ServiceDep) -> ReplayResult:
     response_model=PushReceiptBody,
     responses={
         **ERRORS,
+        409: {
+            "model": ErrorBody,
+            "description": "expect_pos is not the stream's next position (detail.next_pos); "
+            "nothing was taken",
+        },
         413: {"model": ErrorBody, "description": "an event is larger than a Kafka record"},
         415: {
             "model": ErrorBody,
@@ -63,14 +70,29 @@ def replay(body: ReplayBody, service: ServiceDep) -> ReplayResult:
         }
     },
 )
-async def push(stream: str, request: Request, service: ServiceDep) -> PushReceiptBody:
+async def push(
+    stream: str,
+    request: Request,
+    service: ServiceDep,
+    expect_pos: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=2**62,
+            description="take the offer only if its first event gets this position (the "
+            "stream's next one); else 409 position_conflict with detail.next_pos, nothing taken. "
+            "Retry an offer whose answer was lost with the same expect_pos: it is taken once.",
+        ),
+    ] = None,
+) -> PushReceiptBody:
     """Events for ``stream``, collected like a file's: JSON ``{"events": [...]}``
     (``application/json``) or an Arrow IPC stream (``application/vnd.apache.arrow.stream``)
     with the stream's columns (and ``_ts``). Returns once the events are in Kafka, with their
     positions and logical batch ids; rows that do not parse, and events whose ``_ts`` is not
     integer µs in range, become dead letters (listed in the receipt). Refused with nothing
     taken: another content type (415), fields the stream does not have (400
-    ``unknown_fields``), no events (400/422), an event larger than a Kafka record (413)."""
+    ``unknown_fields``), no events (400/422), an event larger than a Kafka record (413), an
+    ``expect_pos`` that is not the stream's next position (409 ``position_conflict``)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind not in (JSON_TYPE, ARROW_STREAM):
         raise UnsupportedMediaType(
@@ -97,5 +119,5 @@ async def push(stream: str, request: Request, service: ServiceDep) -> PushReceip
                 for e in exc.errors()[:10]
             )
             raise InvalidRequest(f"expected {{'events': [objects]}}: {problems}") from exc
-    receipt: PushReceiptBody = await run_in_threadpool(service.push, stream, events)
+    receipt: PushReceiptBody = await run_in_threadpool(service.push, stream, events, expect_pos)
     return receipt

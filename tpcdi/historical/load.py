@@ -1,20 +1,24 @@
 """The historical load (Batch1, clause 4.5) on Spark, into the warehouse, seeding the engine.
 
-:func:`transform` runs every transformation on a SparkSession and returns the warehouse tables as
-Arrow (:class:`HistoricalResult`); :func:`load_warehouse` bulk-loads them into every target; the
-result's :attr:`HistoricalResult.seed` is the incremental dataflow's starting state.
+:func:`transform` runs every transformation: the dimensions come back as Arrow tables
+(:attr:`HistoricalResult.tables`), the fact tables stay where Spark wrote them, as Parquet
+(:attr:`HistoricalResult.facts`); :func:`load_warehouse` bulk-loads both into every target, the
+facts in bounded pieces (:mod:`tpcdi.historical.pieces`); the result's
+:attr:`HistoricalResult.seed` is the incremental dataflow's starting state.
 
 Steps, in order (each timed in :attr:`HistoricalResult.seconds`):
 
-1. Read Batch1 with the readers while the Spark session starts (a thread).
+1. Read Batch1 with the readers while the Spark session starts (a thread); the big fact sources
+   are streamed to Parquet as they are read (:mod:`tpcdi.historical.inputs`), the others are
+   Arrow tables.
 2. Dimensions (:mod:`tpcdi.historical.sql_dims`) in an in-memory DuckDB over the Arrow tables:
    DimCompany, DimSecurity, Financial, DimCustomer and DimAccount (SCD2 from the actions, with the
    cascade), Prospect; DimBroker, DimDate, DimTime and the reference tables straight from Arrow.
    They are small; DuckDB does them in about a second at SF=3.
-3. Facts (:mod:`tpcdi.historical.sql_facts`) on Spark: the sources and dimensions go in as
-   Parquet files Spark scans in parallel, the dimensions are broadcast; DimTrade,
-   FactCashBalances, FactHoldings, FactWatches, FactMarketHistory (52-week windows by doubling,
-   row-based); results come back with ``toArrow``.
+3. Facts (:mod:`tpcdi.historical.facts`, SQL in :mod:`tpcdi.historical.sql_facts`) on Spark:
+   DimTrade, FactCashBalances, FactHoldings, FactWatches, FactMarketHistory (52-week windows by
+   doubling, row-based), written by Spark's tasks as Parquet; alerts for dangling references and
+   the engine's seed parts come from Spark too.
 4. The engine seed (:mod:`tpcdi.historical.seed`).
 5. Alerts, rejects and status rows for DImessages (:mod:`tpcdi.historical.messages`).
 
@@ -39,46 +43,32 @@ from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.state import StateImage
 from migration.schema import WarehouseLayout
 from streamdi.settings import SparkSettings
-from tpcdi.historical import sql_dims, sql_facts
+from tpcdi.historical import sql_dims
+from tpcdi.historical.facts import run_facts
 from tpcdi.historical.inputs import HistoricalInputs, read_batch1
 from tpcdi.historical.messages import BATCH_ID, message_rows, reject_rows, split_dangling
+from tpcdi.historical.pieces import FactOutput, PieceLog, conform, load_fact
 from tpcdi.historical.seed import seed_state
 from tpcdi.historical.session import spark_session
+from tpcdi.historical.spark import SparkWork
 from tpcdi.warehouse.exceptions import WarehouseMismatch
-from tpcdi.warehouse.tables import STATIC_TABLES, TABLES, WarehouseType
+from tpcdi.warehouse.tables import STATIC_TABLES, TABLES
 from tpcdi.warehouse.warehouse import Warehouse
 
 logger = logging.getLogger(__name__)
-
-_ARROW: dict[WarehouseType, pa.DataType] = {
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-    "bool": pa.bool_(),
-    "string": pa.string(),
-    "timestamp": pa.timestamp("us"),
-    "date": pa.date32(),
-    "time": pa.time32("s"),
-}
-_SOURCE_VIEWS = {
-    "CustomerMgmt.xml": "cm",
-    "Trade.txt": "trade",
-    "TradeHistory.txt": "tradehistory",
-    "CashTransaction.txt": "cashtransaction",
-    "HoldingHistory.txt": "holdinghistory",
-    "DailyMarket.txt": "dailymarket",
-    "WatchHistory.txt": "watchhistory",
-    "CMP": "cmp",
-    "SEC": "sec",
-    "FIN": "fin",
-}
 
 
 @dataclass
 class HistoricalResult:
     """What the historical load produced: DW tables (engine tables in the layout's columns,
-    static tables in the specification's), the DImessages rows, the engine seed, timings."""
+    static tables in the specification's) in memory, fact tables as Spark's Parquet output, the
+    DImessages rows, the engine seed, timings; after :func:`load_warehouse`, the rows loaded per
+    table and the pieces the facts moved in."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    facts: dict[str, FactOutput] = field(default_factory=dict)
+    loaded: dict[str, int] = field(default_factory=dict)
+    pieces: PieceLog = field(default_factory=PieceLog)
     messages: pa.Table | None = None
     seed: StateImage = field(default_factory=StateImage)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -90,8 +80,10 @@ class HistoricalResult:
 
     @property
     def rows(self) -> int:
-        """Rows of the warehouse tables (DImessages included)."""
+        """Rows of the in-memory warehouse tables (DImessages included) and of the fact tables
+        loaded so far."""
         total = sum(t.num_rows for t in self.tables.values())
+        total += sum(n for name, n in self.loaded.items() if name in self.facts)
         return int(total + (self.messages.num_rows if self.messages is not None else 0))
 
 
@@ -106,20 +98,6 @@ class _Timer:
         self._last = now
 
 
-def _conform(rows: pa.Table, columns: dict[str, WarehouseType | str]) -> pa.Table:
-    """``rows`` with exactly ``columns`` (in order), cast to their Arrow types."""
-    arrays = []
-    for name, kind in columns.items():
-        target = _ARROW[kind]  # type: ignore[index]
-        if name not in rows.column_names:
-            raise WarehouseMismatch(f"historical load produced no column {name!r}")
-        column = rows.column(name)
-        if pa.types.is_timestamp(column.type) and column.type.tz is not None:
-            column = pc.cast(column, pa.timestamp("us", tz=column.type.tz)).cast(pa.timestamp("us"))
-        arrays.append(column.cast(target))
-    return pa.Table.from_arrays(arrays, names=list(columns))
-
-
 def _layout_types(layout: WarehouseLayout, name: str) -> dict[str, str]:
     table = layout.flow.tables.get(name)
     if table is not None:
@@ -127,43 +105,6 @@ def _layout_types(layout: WarehouseLayout, name: str) -> dict[str, str]:
     sink_columns = layout.tables[name].columns
     spec = TABLES[name].types()
     return {c: spec[c] for c in sink_columns}
-
-
-class _Spark:
-    """The session plus the moves of one load between Arrow and Spark.
-
-    Sources go to Spark as Parquet files written by pyarrow from the readers' Arrow tables and
-    read back lazily by Spark: measured at SF=3, DailyMarket (1.28 M rows) took 7.4 s through
-    ``createDataFrame`` (the rows travel through the driver, which also keeps them in its heap:
-    the 2 GB driver ran out of memory holding Batch1) and 0.2 s to write plus a parallel scan as
-    Parquet. Results come back with ``toArrow``.
-    """
-
-    def __init__(self, session: Any, workdir: Path) -> None:
-        self.session = session
-        self.workdir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-
-    def view(self, name: str, table: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        path = self.workdir / f"{name}.parquet"
-        pq.write_table(table, path, compression="none", row_group_size=256 * 1024)
-        self.session.read.parquet(str(path)).createOrReplaceTempView(name)
-
-    def sql(self, query: str) -> Any:
-        return self.session.sql(query)
-
-    def arrow(self, query: str) -> pa.Table:
-        started = time.perf_counter()
-        table: pa.Table = self.sql(query).toArrow()
-        logger.debug(
-            "spark query rows=%s seconds=%.2f: %s",
-            table.num_rows,
-            time.perf_counter() - started,
-            " ".join(query.split())[:60],
-        )
-        return table
 
 
 class _DuckDB:
@@ -248,6 +189,18 @@ def _check_calendar(dimdate: pa.Table) -> None:
         raise WarehouseMismatch("Date.txt SK_DateID is not yyyymmdd of DateValue")
 
 
+def _conform_tables(tables: dict[str, pa.Table], layout: WarehouseLayout) -> None:
+    for name in list(tables):
+        if name in STATIC_TABLES:
+            tables[name] = conform(tables[name], TABLES[name].types())  # type: ignore[arg-type]
+        else:
+            tables[name] = conform(tables[name], _layout_types(layout, name))
+
+
+#: The fact tables Spark writes.
+FACT_TABLES = ("dimtrade", "factcashbalances", "factholdings", "factwatches", "factmarkethistory")
+
+
 def transform(
     batch1: Path,
     flow: CompiledDataflow,
@@ -259,35 +212,59 @@ def transform(
     session: Any = None,
 ) -> HistoricalResult:
     """Run the historical load of ``batch1`` (see the module docstring); ``workdir`` holds the
-    Parquet files Spark reads (the caller removes it)."""
+    Parquet files Spark reads and writes, which :func:`load_warehouse` reads back (the caller
+    removes it after the load)."""
     result = HistoricalResult()
     timer = _Timer(result.seconds)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-start")
     starting = pool.submit(spark_session, settings, master=master) if session is None else None
     try:
-        inputs = read_batch1(batch1)
+        inputs = read_batch1(batch1, spill=Path(workdir) / "sources")
         timer.lap("read")
         dims = _dimensions(inputs, result, timer)
-        spark = _Spark(session if session is not None else starting.result(), workdir)  # type: ignore[union-attr]
+        spark = SparkWork(session if session is not None else starting.result(), workdir)  # type: ignore[union-attr]
         timer.lap("spark_start_wait")
-        _facts(spark, inputs, dims, result, timer)
+        columns = {name: _layout_types(layout, name) for name in FACT_TABLES}
+        done = run_facts(spark, inputs, result.tables, columns, timer.lap)
     finally:
         pool.shutdown(wait=True)
-    tables = result.tables
-    for name in list(tables):
-        if name in STATIC_TABLES:
-            tables[name] = _conform(tables[name], TABLES[name].types())  # type: ignore[arg-type]
-        else:
-            tables[name] = _conform(tables[name], _layout_types(layout, name))
-    result.seed = seed_state(flow, tables, dims.window_seed, inputs)
+    result.facts = done.outputs
+    _conform_tables(result.tables, layout)
+    seeded = dict(result.tables)
+    for name, part in done.seed_parts.items():
+        seeded[name] = conform(part, columns[name])
+    result.seed = seed_state(flow, seeded, done.window_seed, inputs)
     timer.lap("seed")
+    result.messages = _messages(result, inputs, [*dims.alerts, *done.alerts])
     logger.info(
-        "historical transform rows=%s messages=%s seconds=%s",
+        "historical transform rows=%s facts=%s messages=%s seconds=%s",
         result.rows,
-        result.messages.num_rows if result.messages is not None else 0,
+        sorted(result.facts),
+        result.messages.num_rows,
         result.seconds,
     )
     return result
+
+
+def _messages(
+    result: HistoricalResult, inputs: HistoricalInputs, alerts: list[pa.Table]
+) -> pa.Table:
+    """The historical load's DImessages rows: alerts, rejects, the Prospect status."""
+    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
+    inserted = pa.table(
+        {
+            "messagesource": ["Prospect"],
+            "messagetext": ["Inserted rows"],
+            "messagedata": [str(result.tables["prospect"].num_rows)],
+        }
+    )
+    return pa.concat_tables(
+        [
+            message_rows(alerts, "Alert", now),
+            message_rows([reject_rows(inputs)], "Reject", now),
+            message_rows([inserted], "Status", now),
+        ]
+    )
 
 
 def transform_dimensions(
@@ -301,11 +278,7 @@ def transform_dimensions(
     timer.lap("read")
     dims = _dimensions(inputs, result, timer)
     tables = result.tables
-    for name in list(tables):
-        if name in STATIC_TABLES:
-            tables[name] = _conform(tables[name], TABLES[name].types())  # type: ignore[arg-type]
-        else:
-            tables[name] = _conform(tables[name], _layout_types(layout, name))
+    _conform_tables(tables, layout)
     now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
     result.messages = message_rows(dims.alerts, "Alert", now)
     window = pa.table(
@@ -327,7 +300,6 @@ class _Dims:
     """What the dimension step hands the facts."""
 
     alerts: list[pa.Table]
-    window_seed: pa.Table = field(default_factory=lambda: pa.table({}))
 
 
 def _dimensions(inputs: HistoricalInputs, result: HistoricalResult, timer: _Timer) -> _Dims:
@@ -384,162 +356,17 @@ def _dimensions(inputs: HistoricalInputs, result: HistoricalResult, timer: _Time
     return _Dims(alerts)
 
 
-def _facts(
-    spark: _Spark, inputs: HistoricalInputs, dims: _Dims, result: HistoricalResult, timer: _Timer
-) -> None:
-    """DimTrade and the fact tables on Spark (see :mod:`sql_facts`)."""
-    t = inputs.tables
-    tables = result.tables
-    alerts = dims.alerts
-    for name in ("statustype", "tradetype", "dimaccount", "dimsecurity", "dimcustomer",
-                 "dimcompany", "financial"):  # fmt: skip
-        spark.view(name, tables[name])
-    for file, view in _SOURCE_VIEWS.items():
-        if view not in ("cm", "cmp", "sec", "fin"):
-            spark.view(view, t[file])
-    timer.lap("to_spark")
-    trades = spark.sql(sql_facts.dimtrade()).cache()
-    trades.createOrReplaceTempView("dimtrade_all")
-    dimtrade = trades.toArrow()
-    dimtrade, dangling = split_dangling(
-        dimtrade,
-        ["sk_accountid", "sk_securityid"],
-        "DimTrade",
-        "Trade.txt",
-        "Unknown account or security",
-        pc.binary_join_element_wise(
-            "T_ID = ",
-            pc.cast(dimtrade["tradeid"], pa.string()),
-            ", T_CA_ID = ",
-            pc.cast(dimtrade["T_CA_ID"], pa.string()),
-            ", T_S_SYMB = ",
-            dimtrade["T_S_SYMB"],
-            "",
-        ),
-    )
-    alerts.append(dangling)
-    tables["dimtrade"] = dimtrade
-    spark.sql(
-        "SELECT * FROM dimtrade_all WHERE sk_accountid IS NOT NULL AND sk_securityid IS NOT NULL"
-    ).createOrReplaceTempView("dimtrade")
-    alerts.append(spark.arrow(sql_facts.trade_alerts()))
-    timer.lap("dimtrade")
-    cash = spark.arrow(sql_facts.factcashbalances())
-    cash, dangling = split_dangling(
-        cash,
-        ["sk_accountid"],
-        "FactCashBalances",
-        "CashTransaction.txt",
-        "Unknown account",
-        pc.binary_join_element_wise("CT_CA_ID = ", pc.cast(cash["accountid"], pa.string()), ""),
-    )
-    alerts.append(dangling)
-    tables["factcashbalances"] = cash
-    holdings = spark.arrow(sql_facts.factholdings())
-    holdings, dangling = split_dangling(
-        holdings,
-        ["sk_accountid"],
-        "FactHoldings",
-        "HoldingHistory.txt",
-        "Holding of an unknown trade",
-        pc.binary_join_element_wise(
-            "HH_H_T_ID = ",
-            pc.cast(holdings["tradeid"], pa.string()),
-            ", HH_T_ID = ",
-            pc.cast(holdings["currenttradeid"], pa.string()),
-            "",
-        ),
-    )
-    alerts.append(dangling)
-    tables["factholdings"] = holdings
-    trades.unpersist()
-    timer.lap("cash_holdings")
-    watches = spark.arrow(sql_facts.factwatches())
-    watches = watches.filter(pc.invert(watches["never_placed"]))
-    watches, dangling = split_dangling(
-        watches,
-        ["sk_customerid", "sk_securityid"],
-        "FactWatches",
-        "WatchHistory.txt",
-        "Unknown customer or security",
-        pc.binary_join_element_wise(
-            "W_C_ID = ",
-            pc.cast(watches["customerid"], pa.string()),
-            ", W_S_SYMB = ",
-            watches["symbol"],
-            "",
-        ),
-    )
-    alerts.append(dangling)
-    tables["factwatches"] = watches
-    timer.lap("watches")
-    spark.sql(sql_facts.eps_quarters()).createOrReplaceTempView("eps4")
-    dense = _needs_densify(spark)
-    spark.sql(sql_facts.market_days(dense)).createOrReplaceTempView("market_days")
-    md0 = spark.sql(sql_facts.market_base()).cache()
-    md0.createOrReplaceTempView("md0")
-    for i, query in enumerate(sql_facts.market_levels(), start=1):
-        spark.sql(query).createOrReplaceTempView(f"md{i}")
-    market = spark.arrow(sql_facts.factmarkethistory())
-    dims.window_seed = spark.arrow(sql_facts.market_seed())
-    md0.unpersist()
-    market, dangling = split_dangling(
-        market.append_column("_line", pa.array([0] * market.num_rows, pa.int64())),
-        ["sk_securityid"],
-        "FactMarketHistory",
-        "DailyMarket.txt",
-        "Unknown security",
-        pc.binary_join_element_wise("DM_S_SYMB = ", market["symbol"], ""),
-    )
-    alerts.append(dangling)
-    no_earnings = market.filter(market["no_earnings"])
-    alerts.append(
-        pa.table(
-            {
-                "messagesource": pa.array(["FactMarketHistory"] * no_earnings.num_rows),
-                "messagetext": pa.array(["No earnings for company"] * no_earnings.num_rows),
-                "messagedata": pc.binary_join_element_wise(
-                    "DM_S_SYMB = ", no_earnings["symbol"], ""
-                ),
-            }
-        )
-    )
-    tables["factmarkethistory"] = market
-    timer.lap("market")
-    now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
-    inserted = pa.table(
-        {
-            "messagesource": ["Prospect"],
-            "messagetext": ["Inserted rows"],
-            "messagedata": [str(tables["prospect"].num_rows)],
-        }
-    )
-    result.messages = pa.concat_tables(
-        [
-            message_rows(alerts, "Alert", now),
-            message_rows([reject_rows(inputs)], "Reject", now),
-            message_rows([inserted], "Status", now),
-        ]
-    )
-
-
-def _needs_densify(spark: _Spark) -> bool:
-    """Whether some security's prices skip a day (DIGen's never do)."""
-    row = spark.sql(
-        "SELECT count(*) AS gaps FROM (SELECT DM_S_SYMB, count(*) AS n, "
-        "datediff(max(DM_DATE), min(DM_DATE)) + 1 AS span FROM dailymarket GROUP BY DM_S_SYMB) "
-        "WHERE n <> span"
-    ).collect()[0]
-    return bool(row["gaps"])
-
-
 def load_warehouse(result: HistoricalResult, warehouse: Warehouse) -> dict[str, int]:
-    """Bulk-load every table of ``result`` and its DImessages rows into the warehouse's targets;
-    returns the rows per table."""
+    """Bulk-load every table of ``result`` and its DImessages rows into the warehouse's targets,
+    the fact tables piece by piece from Spark's Parquet (:func:`tpcdi.historical.pieces.load_fact`,
+    recorded in :attr:`HistoricalResult.pieces`); returns the rows per table."""
     counts: dict[str, int] = {}
     for name, rows in result.tables.items():
         warehouse.load(name, rows)
         counts[name] = rows.num_rows
+    for name, output in result.facts.items():
+        counts[name] = load_fact(warehouse, output, result.pieces)
+    result.loaded = counts
     if result.messages is not None:
         warehouse.load("dimessages", result.messages)
         counts["dimessages"] = result.messages.num_rows

@@ -153,9 +153,14 @@ def batch_sources(batch: int) -> list[SourceFile]:
 
 
 def read_batch(
-    directory: Path, *, batch: int | None = None, line_numbers: bool = False
+    directory: Path,
+    *,
+    batch: int | None = None,
+    line_numbers: bool = False,
+    skip: tuple[str, ...] = (),
 ) -> BatchData:
-    """Read every data file of a batch directory (not the audit files)."""
+    """Read every data file of a batch directory (not the audit files; not the files named in
+    ``skip``)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SourceNotFound(f"no batch directory {directory}", path=str(directory))
@@ -163,6 +168,7 @@ def read_batch(
     files = {
         spec.name: read_file(directory / spec.name, batch=number, line_numbers=line_numbers)
         for spec in batch_sources(number)
+        if spec.name not in skip
     }
     finwire = (
         read_batch_finwire(directory, line_numbers=line_numbers)

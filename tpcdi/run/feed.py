@@ -159,7 +159,7 @@ class DailyFeed:
         dropped = self._wait_for_slot(batch_id)
         assert self._start is not None
         name = phase_name(batch_id)
-        timer = PhaseTimer(self.record, name, batch_id, self.bar)
+        timer = PhaseTimer(self.record, name, batch_id, self.bar, self.memory)
         # 2.
         status_row(self.warehouse, batch_id, "Phase started", name)
         before_prospects = self.warehouse.count("prospect")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import shutil
 import sys
 import time
@@ -46,6 +45,7 @@ from tpcdi.run import phases
 from tpcdi.run.feed import DailyFeed, FeedOptions, status_row
 from tpcdi.run.memory import MemorySampler
 from tpcdi.run.record import PhaseTimer, RunRecord
+from tpcdi.run.report_file import forget_report
 from tpcdi.run.settings import run_settings
 from tpcdi.run.updates import UpdateStream, forget_embedded_kafka
 from tpcdi.warehouse.warehouse import Target, Warehouse
@@ -131,22 +131,6 @@ def configure_spark_master(settings: StreamdiSettings, master: str | None) -> No
     configure_spark(config_from_settings(settings, master))
 
 
-#: Spark driver memory the historical load needs per unit of scale factor (measured: SF 10 lost
-#: FactMarketHistory's task results with 2 GiB and finished with 6 GiB).
-DRIVER_GIB_PER_SF = 0.6
-
-
-def with_driver_memory_for(settings: StreamdiSettings, sf: float | None) -> StreamdiSettings:
-    """``settings`` with a Spark driver memory sized for a data set of scale factor ``sf``
-    (``max(2, ceil(0.6 * sf))`` GiB), unless ``SPARK__DRIVER_MEMORY`` was set or the scale
-    factor is unknown."""
-    if sf is None or "driver_memory" in settings.spark.model_fields_set:
-        return settings
-    gib = max(2, math.ceil(DRIVER_GIB_PER_SF * sf))
-    spark = settings.spark.model_copy(update={"driver_memory": f"{gib}g"})
-    return settings.model_copy(update={"spark": spark})
-
-
 def scale_factor_of(root: Path) -> float | None:
     """The scale factor a data set was generated at, from its ``Generator_audit.csv`` (DIGen and
     our generator write ``SF`` as the scale factor times 1000); None when it does not say."""
@@ -224,7 +208,6 @@ def run_tpcdi(
     executor = options.executor or settings.engine.executor
     data = prepare_data(options, base, out)
     sf = options.sf if options.sf is not None else scale_factor_of(data)
-    settings = with_driver_memory_for(settings, sf)
     configure_spark_master(settings, options.spark_master)
     record = RunRecord(
         data_dir=str(data),
@@ -250,7 +233,7 @@ def run_tpcdi(
         warehouse = open_warehouse(settings, layout, options.targets)
         stack.callback(warehouse.close)
         # 2. initialization
-        phase = PhaseTimer(record, "initialization", 0, bar)
+        phase = PhaseTimer(record, "initialization", 0, bar, memory)
         _fresh_state(settings)
         warehouse.reset()
         status_row(warehouse, 0, "Phase started", "initialization")
@@ -259,7 +242,7 @@ def run_tpcdi(
         phase.step("validation")
         phase.done()
         # 3. historical load
-        _historical(options, settings, flow, layout, warehouse, data, record, bar)
+        _historical(options, settings, flow, layout, warehouse, data, record, bar, memory)
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
@@ -289,7 +272,7 @@ def run_tpcdi(
                 feed.run_day(batch_id, updates)
             updates.stop()
         # 5. audit
-        phase = PhaseTimer(record, "audit", None, bar)
+        phase = PhaseTimer(record, "audit", None, bar, memory)
         phases.final_visibility(warehouse, batches[-1])
         phase.step("visibility")
         record.audits = phases.audit_phase(warehouse, data, through=batches[-1])
@@ -301,6 +284,7 @@ def run_tpcdi(
         }
         record.metric = phases.metric(warehouse, record)
     record.peak_mem_mb = memory.peak_mb
+    record.memory = memory.as_json()
     return record
 
 
@@ -321,12 +305,13 @@ def _static() -> list[str]:
 
 
 def _fresh_state(settings: StreamdiSettings) -> None:
-    """Staging, collector checkpoints and the embedded broker's log of an earlier run are removed
-    (clause 7.2.3: a clean SUT)."""
+    """Staging, collector checkpoints, the embedded broker's log and the report of an earlier
+    run are removed (clause 7.2.3: a clean SUT)."""
     staging = settings.staging_path
     for path in (staging, staging.with_name(staging.name + ".wal")):
         path.unlink(missing_ok=True)
     forget_embedded_kafka(settings)
+    forget_report(settings.streamdi.state_dir)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
     shutil.rmtree(settings.streamdi.state_dir / "spark", ignore_errors=True)
 
@@ -340,24 +325,25 @@ def _historical(
     data: Path,
     record: RunRecord,
     bar: Any,
+    memory: MemorySampler | None = None,
 ) -> None:
     from tpcdi.historical.load import load_warehouse, transform
 
-    phase = PhaseTimer(record, "historical", 1, bar)
+    phase = PhaseTimer(record, "historical", 1, bar, memory)
     status_row(warehouse, 1, "Phase started", "historical load")
     workdir = settings.streamdi.state_dir / "spark"
     try:
         result = transform(
             data / "Batch1", flow, layout, settings.spark, workdir, master=options.spark_master
         )
+        phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
+        phase.step("transform")
+        counts = load_warehouse(result, warehouse)
+        phase.step("load")
     finally:
-        # the Spark session stays up: it is the process's one session, which the engine's spark
-        # executor shares (it ends with the process)
+        # Spark's Parquet files go once loaded; the Spark session stays up: it is the process's
+        # one session, which the engine's spark executor shares (it ends with the process)
         shutil.rmtree(workdir, ignore_errors=True)
-    phase.phase.steps.update({f"transform.{k}": v for k, v in result.seconds.items()})
-    phase.step("transform")
-    counts = load_warehouse(result, warehouse)
-    phase.step("load")
     with StagingStore(
         settings.staging_path,
         flow,
@@ -370,6 +356,10 @@ def _historical(
     phase.step("validation")
     phase.phase.rows = result.source_rows
     phase.phase.dw_rows = sum(counts.values())
-    phase.phase.details = {"rejects": result.rejects, "tables": counts}
+    phase.phase.details = {
+        "rejects": result.rejects,
+        "tables": counts,
+        "pieces": result.pieces.as_json(),
+    }
     record.batch_rows[1] = result.source_rows
     phase.done()

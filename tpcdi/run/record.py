@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tpcdi.audit.checks import AuditResult
@@ -76,6 +76,8 @@ class RunRecord:
     spark_master: str = "local[2]"
     phases: dict[str, PhaseRecord] = field(default_factory=dict)
     peak_mem_mb: float = 0.0
+    #: peaks in MB by part of the process tree and by phase (:meth:`MemorySampler.as_json`)
+    memory: dict[str, Any] = field(default_factory=dict)
     #: rows per DW table per target after the run
     table_rows: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the audit result per target (``tpcdi.audit.checks.AuditResult``); empty when it did not run
@@ -134,18 +136,35 @@ class RunRecord:
                 for t, a in self.audits.items()
             },
             "table_rows": self.table_rows,
+            "memory_mb": self.memory,
             "batch_rows": {str(k): v for k, v in self.batch_rows.items()},
             "notes": self.notes,
             "upgrade": self.upgrade,
         }
 
 
+class PhaseLabels(Protocol):
+    """What :class:`PhaseTimer` asks of a memory sampler: count samples towards a phase."""
+
+    def label(self, name: str | None) -> None: ...
+
+
 class PhaseTimer:
     """Times one phase into ``record`` (a :class:`PhaseRecord` under ``name``) and moves the
     progress bar ``bar`` (a tqdm bar) when it is done; :meth:`step` notes the seconds since the
-    previous step under a step name."""
+    previous step under a step name. With ``memory`` (the run's memory sampler), the samples
+    from now on count towards this phase's peak."""
 
-    def __init__(self, record: RunRecord, name: str, batch_id: int | None, bar: Any) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        name: str,
+        batch_id: int | None,
+        bar: Any,
+        memory: PhaseLabels | None = None,
+    ) -> None:
+        if memory is not None:
+            memory.label(name)
         self.phase = PhaseRecord(name, batch_id, datetime.datetime.now())
         record.phases[name] = self.phase
         self.bar = bar

@@ -39,7 +39,8 @@ class SparkConfig:
     :class:`~etl_dataflows.executors.spark.executor.SparkExecutor`); ``min_transactions``: smaller
     batches run on the driver without asking
     Spark; ``max_supersteps``: most Spark passes one batch may take; ``memory_budget``: bytes the
-    driver may spend on one batch of one step (None: no limit), the local executor's budget.
+    driver may spend on one batch of one step (None: no limit), the local executor's budget;
+    ``conf``: more Spark properties (``SPARK__CONF``), set last so they win.
     """
 
     master: str = "local[2]"
@@ -49,6 +50,7 @@ class SparkConfig:
     min_transactions: int = 100_000
     max_supersteps: int = 8
     memory_budget: int | None = None
+    conf: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_local(self) -> bool:
@@ -99,6 +101,7 @@ def config_from_settings(settings: Any, master: str | None = None) -> SparkConfi
         min_transactions=spark.min_transactions,
         max_supersteps=spark.max_supersteps,
         memory_budget=engine.memory_budget,
+        conf=tuple(sorted(spark.conf.items())),
     )
 
 
@@ -161,6 +164,8 @@ def _start(config: SparkConfig) -> Any:
                 .config("spark.driver.bindAddress", "127.0.0.1")
                 .config("spark.broadcast.compress", "false")
             )
+        for key, value in config.conf:
+            builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines outlive our logs

@@ -6,7 +6,10 @@ staging and migration, an audit after every third day and the audit after the la
 warehouse it left is checked directly:
 
 * the run's report: every audit check OK (after the last day and at the sampled days), the JSON
-  keys the issues name, per-day freshness per warehouse and where the time went, the charts;
+  keys the issues name, per-day freshness per warehouse and where the time went, the charts, its
+  copy in the workdir for `--serve`, and a service on the run's workdir showing it
+  (``/console/report``, and the console's Run report page in headless Chromium where it is
+  installed);
 * the generalized audit fails when a later day's data is wrong (a copy of the warehouse with one
   defect in day 6 and one in day 4), naming the batch;
 * the DW invariants of clause 4.4.1 (one current version per key, versions that neither overlap
@@ -24,16 +27,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx
 import pytest
 
+from ingest.broker import free_port
 from tests.integration.conftest import REPO
+from tests.integration.console.browser import browser_missing, chromium
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
 
@@ -122,6 +131,12 @@ def test_the_run_passes_every_audit_check_and_reports_its_figures(run: Run) -> N
     assert isinstance(report["tpc_di_rps"], int) and report["tpc_di_rps"] > 0
     assert report["peak_mem_mb"] > 100  # the process tree, the Spark JVM included
     assert run.chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_run_saves_its_report_in_the_workdir_for_serve(run: Run) -> None:
+    """``--serve`` (now or in a later invocation) shows this file at ``GET /console/report``."""
+    saved = json.loads((run.root / "work" / "report.json").read_text())
+    assert saved == run.report
 
 
 def test_every_day_is_measured_and_the_sampled_audits_pass(run: Run) -> None:
@@ -408,6 +423,92 @@ def test_incremental_accounts_hold_their_last_record(run: Run) -> None:
     total, missing, wrong = rows
     assert total > 0
     assert (missing, wrong) == (0, 0)
+
+
+SERVE = """
+import sys
+from pathlib import Path
+
+from streamdi.settings import load_settings
+from tpcdi.run.serve import serve
+
+sys.exit(serve(load_settings(), Path(sys.argv[1]), ("duckdb", "postgres"), version=2))
+"""
+
+
+def test_serving_the_run_shows_its_report(run: Run) -> None:
+    """What ``--serve`` does after the run, as a later invocation on the run's workdir: the
+    query service over its warehouse answers ``GET /console/report`` with the run's report.
+    Last of the run's tests: the service opens (and may write) the run's files."""
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KAFKA__", "STAGING__", "MIGRATION__", "STREAMDI__", "API__"))
+    }
+    env.update(
+        STREAMDI__STATE_DIR=str(run.root / "state"),
+        STREAMDI__LOG_LEVEL="WARNING",
+        API__PORT=str(port),
+        PYTHONPATH=str(REPO),
+    )
+    log = run.root / "serve.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-c", SERVE, str(run.root / "work")],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 180
+            while True:
+                assert child.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, log.read_text()[-4000:]
+                try:
+                    if client.get("/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.3)
+            answer = client.get("/console/report")
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == run.report
+        check_report_page(f"http://127.0.0.1:{port}", run.report)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def check_report_page(url: str, report: dict[str, Any]) -> None:
+    """The console of the service at ``url`` links its Run report and shows TPC_DI_RPS, every
+    phase and the audit's verdict, with no console error. Without a browser here (see
+    tests/integration/console) it warns why it did not look, and the API check above stands."""
+    missing = browser_missing()
+    if missing is not None:
+        warnings.warn(f"the console's Run report page was not checked: {missing}", stacklevel=2)
+        return
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{url}/")
+        page.get_by_role("link", name="Run report").click()  # shown: the overview says a run
+        rps = page.locator('[data-field="tpc-di-rps"]')
+        rps.wait_for(timeout=30_000)
+        assert rps.get_attribute("data-value") == str(report["tpc_di_rps"])
+        shown = page.locator("main").inner_text()
+        assert all(phase in shown for phase in report["phases"]), shown
+        audit = report["audit"]
+        assert f"{audit['ok']:,} OK, {audit['fail']:,} failed" in shown
+        assert errors == []
 
 
 @pytest.mark.slow

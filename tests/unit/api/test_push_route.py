@@ -108,6 +108,28 @@ def test_refused_pushes_have_stable_codes(pushed: tuple[TestClient, ShopStage]) 
     assert {"rejected", "warnings"} <= set(receipt)
 
 
+def test_a_conditional_push_is_taken_once(pushed: tuple[TestClient, ShopStage]) -> None:
+    client, _ = pushed
+    body = {"events": [{"kind": "price", "symbol": "A", "price": 1.0}] * 3}
+    first = client.post("/streams/events/events", json=body)
+    assert first.status_code == 200, first.text
+    nxt = first.json()["last_pos"] + 1
+    taken = client.post(f"/streams/events/events?expect_pos={nxt}", json=body)
+    assert taken.status_code == 200 and taken.json()["first_pos"] == nxt, taken.text
+    again = client.post(f"/streams/events/events?expect_pos={nxt}", json=body)  # a retry
+    assert again.status_code == 409 and _code(again) == "position_conflict", again.text
+    assert again.json()["error"]["detail"] == {
+        "stream": "events",
+        "expected": nxt,
+        "next_pos": nxt + 3,
+    }
+    bad = client.post("/streams/events/events?expect_pos=-1", json=body)
+    assert bad.status_code in (400, 422), bad.text
+    responses = client.get("/openapi.json").json()["paths"]["/streams/{stream}/events"]["post"]
+    assert "409" in responses["responses"]
+    assert any(p["name"] == "expect_pos" for p in responses["parameters"])
+
+
 def test_the_receipt_lists_rejects_and_warnings(pushed: tuple[TestClient, ShopStage]) -> None:
     client, _ = pushed
     response = client.post(

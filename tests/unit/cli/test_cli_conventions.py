@@ -30,8 +30,8 @@ def commands(
 
 ALL = sorted(commands(build_parser()))
 LEAVES = [(p, parser) for p, parser in ALL if not any(q[: len(p)] == p and q != p for q, _ in ALL)]
-#: Commands that do not end with a report: long-running services and the broker.
-SERVICES = {("serve",), ("broker",)}
+#: Commands that do not end with a report: long-running services, the broker, the Spark cluster.
+SERVICES = {("serve",), ("broker",), ("spark-cluster",)}
 #: Not in this branch's hands (the TPC-DI stage): noted in the final report of issue 9.
 NOT_YET = {("tpcdi", "check")}
 

@@ -15,6 +15,7 @@ import pytest
 from ingest.exceptions import (
     EventTooLarge,
     NoEvents,
+    PositionConflict,
     PushNotProduced,
     PushRefused,
     PushTimedOut,
@@ -70,6 +71,39 @@ def test_offers_become_positioned_punctuated_batches() -> None:
     assert chunks[0].rejects[0][0] == 101 and "key" in chunks[0].rejects[0][1]
     assert chunks[1].events.column("_pos").to_pylist() == [103, 104]
     assert chunks[1].events.column("key").type == pa.int64()
+
+
+def test_a_conditional_offer_is_taken_only_at_its_position() -> None:
+    """A retried offer (its answer lost) is taken once: refused with the next position when its
+    first attempt was taken, taken when it was not; the check holds across a collector restart
+    (a new read from the position the topic says)."""
+    source = HttpPushSource("kv.puts", COLUMNS, heartbeat_s=0.01)
+    chunks: list = []
+    produced: list = []
+    reader = threading.Thread(target=_collect, args=(source, 0, chunks, produced))
+    reader.start()
+    event = [{"op": "put", "key": 1, "value": 1, "_ts": 1_000}] * 2
+    assert source.offer(event, timeout_s=5, expect_pos=0).first_pos == 0
+    with pytest.raises(PositionConflict) as conflict:
+        source.offer(event, timeout_s=5, expect_pos=0)  # the retry of a taken offer
+    assert (conflict.value.expected, conflict.value.next_pos) == (0, 2)
+    with pytest.raises(PositionConflict):
+        source.offer(event, timeout_s=5, expect_pos=7)  # ahead: a gap would follow
+    assert source.offer(event, timeout_s=5, expect_pos=2).first_pos == 2
+    with pytest.raises(PushRefused):
+        source.offer(event, timeout_s=5, expect_pos=-1)
+    source.close()
+    reader.join(5)
+    assert [c.events.column("_pos").to_pylist() for c in chunks] == [[0, 1], [2, 3]]
+    # a restarted collector resumes at 2 (its last batch in the topic ends at 1): the retry of
+    # the offer at 2 is taken there
+    chunks.clear()
+    reader = threading.Thread(target=_collect, args=(source, 2, chunks, produced))
+    reader.start()
+    assert source.offer(event, timeout_s=5, expect_pos=2).first_pos == 2
+    source.close()
+    reader.join(5)
+    assert [c.events.column("_pos").to_pylist() for c in chunks] == [[2, 3]]
 
 
 def test_bad_tables_are_refused_and_a_stalled_collector_times_out() -> None:

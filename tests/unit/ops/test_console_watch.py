@@ -63,6 +63,8 @@ def test_console_requests_counts_only_the_console_routes() -> None:
             'streamdi_http_requests_total{method="GET",route="/console/batches",status="401"} 2.0',
             'streamdi_http_requests_total{method="POST",route="/query",status="200"} 900.0',
             'streamdi_http_requests_total{method="GET",route="/status",status="200"} 3.0',
+            'streamdi_http_requests_total{method="GET",route="/console/assets/{name:path}",'
+            'status="200"} 9.0',
         ]
     )
     assert console_requests(text) == 14

@@ -1,0 +1,555 @@
+"""One run of the ledger workload: the reference (no faults) or the faulted run, start to end.
+
+A run, in order:
+
+1. Its own state directory; staging on a tmpfs of its own when the run fills disks
+   (:class:`~benchmarks.faults.processes.StagingDisk`); its own PostgreSQL server
+   (:class:`~benchmarks.faults.processes.PostgresService`, the warehouse's ``POSTGRES__DSN``).
+2. ``streamdi serve`` of the ledger spec under the :class:`~benchmarks.faults.supervisor.
+   Supervisor` (its embedded Kafka started by serve, the DuckDB warehouse in serve's process),
+   and a :class:`Sampler` of ``GET /status`` every 100 ms (the timeline).
+3. The :class:`~benchmarks.faults.ledger.Pusher` offers the input; the run walks its milestones
+   in input order: each fault when its offer is reached (and the one before recovered), the
+   reprocess at its offer. The pusher's *gate* keeps the input from running ahead of the next
+   milestone (a few offers at most, none for a crash point, so its batch is still ahead).
+4. After each fault, its recovery: the time from the end of the disturbance until the first
+   offer acknowledged after it is in staging and in both warehouses: the whole path, from the
+   HTTP door to each warehouse's commit, works again.
+5. Once every offer is acknowledged: wait until staging and both warehouses hold the last batch;
+   stop serve with SIGTERM (it must exit 0); ``streamdi migrate push --merge`` folds every delta
+   into the full tables; read the snapshot (:mod:`benchmarks.faults.compare`); stop PostgreSQL,
+   unmount the disk, and check that no process of the run is left.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks.faults import compare
+from benchmarks.faults.injector import BATCH_POINT_KINDS, Injection, Injector, RunHandles
+from benchmarks.faults.kinds import POINT_KINDS, Fault
+from benchmarks.faults.ledger import REPROCESSED, Acked, HttpClient, Offer, Pusher
+from benchmarks.faults.processes import (
+    PostgresService,
+    ServeProcess,
+    StagingDisk,
+    leftovers,
+    run_command,
+)
+from benchmarks.faults.supervisor import Event, ServeExit, Supervisor
+from ingest.broker import free_port
+
+logger = logging.getLogger(__name__)
+
+SPEC = "benchmarks.faults.ledger:run"
+SCHEMA = "ledger"
+#: Offers the pusher may run ahead of a fault that is not a crash point.
+LEAD = 3
+#: ...and past the next milestone while a crash point counted in checkpoints or migration rounds
+#: waits to be reached (those need commits to go on for a while).
+COUNTED_LEAD = 60
+#: Longest wait for a recovery before it counts as none (a finding).
+RECOVERY_TIMEOUT_S = 240.0
+#: ``upgrade reprocess --crash-at`` phases of the faulted run's first attempt (None: a kill after
+#: a random delay).
+REPROCESS_PHASES = ("caught-up", "committed", "pushed", None)
+_ENV_PREFIXES = (
+    "KAFKA__",
+    "STAGING__",
+    "INGEST__",
+    "ENGINE__",
+    "STREAMDI__",
+    "MIGRATION__",
+    "POSTGRES__",
+    "API__",
+    "SPARK__",
+)
+
+
+@dataclass
+class Sample:
+    """``GET /status`` at ``at`` (monotonic s): staging's watermark, what each warehouse
+    acknowledged, whether the broker answered."""
+
+    at: float
+    watermark: int
+    acked: dict[str, int]
+    broker_up: bool
+
+
+class Sampler:
+    """Polls ``GET /status`` every ``every_s`` on a thread of its own (see :class:`Sample`)."""
+
+    def __init__(self, port: int, every_s: float = 0.1) -> None:
+        self.port = port
+        self.every_s = every_s
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        client = HttpClient(self.port, timeout_s=5.0)
+        while not self._stop.wait(self.every_s):
+            status = client.get("/status")
+            if status is None or status.get("pipeline", {}).get("state") != "running":
+                continue
+            self.samples.append(
+                Sample(
+                    time.monotonic(),
+                    int(status["staging"]["watermark"]),
+                    {t: int(m["acknowledged"]) for t, m in status["migration"].items()},
+                    bool((status.get("broker") or {}).get("up", True)),
+                )
+            )
+        client.close()
+
+    def pending(self) -> bool:
+        """Whether the newest sample shows a batch staged that some warehouse has not."""
+        if not self.samples:
+            return False
+        last = self.samples[-1]
+        return any(a < last.watermark for a in last.acked.values())
+
+    def caught_up(self, batch: int, after: float) -> float | None:
+        """When (monotonic s), after ``after``, staging and every warehouse first held ``batch``."""
+        for sample in self.samples:
+            if sample.at > after and _holds(sample, batch):
+                return sample.at
+        return None
+
+
+def _holds(sample: Sample, batch: int) -> bool:
+    return sample.watermark >= batch and all(a >= batch for a in sample.acked.values())
+
+
+@dataclass
+class RunConfig:
+    """What a run does: its ``name`` and folder, its input, faults and reprocess offer."""
+
+    name: str
+    workdir: Path
+    offers: list[Offer]
+    rate: float
+    faults: list[Fault] = field(default_factory=list)
+    reprocess_at: int | None = None
+    #: Kill the first reprocess attempt (the faulted run).
+    reprocess_fault: bool = False
+    seed: int = 0
+    #: Staging on a tmpfs of this many MiB (None: in the state directory).
+    disk_mb: int | None = None
+
+
+@dataclass
+class Recovery:
+    """The recovery after one injection: seconds, or None when it did not come in time."""
+
+    fault: int
+    seconds: float | None
+    target_batch: int
+
+
+@dataclass
+class RunResult:
+    """Everything one run measured and read (see the module docstring)."""
+
+    name: str
+    started: float = 0.0
+    seconds: float = 0.0
+    injections: list[Injection] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    exits: list[ServeExit] = field(default_factory=list)
+    unplanned: list[ServeExit] = field(default_factory=list)
+    push_attempts: int = 0
+    push_conflicts: int = 0
+    serve_exit: int | None = None
+    merge_exit: int | None = None
+    reprocess_codes: list[int] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    snapshot: compare.Snapshot = field(default_factory=dict)
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def run_env(state: Path, staging: Path, port: int, dsn: str) -> dict[str, str]:
+    """The environment of every streamdi process of a run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
+    env.update(
+        STREAMDI__STATE_DIR=str(state),
+        STREAMDI__LOG_LEVEL="INFO",
+        STAGING__PATH=str(staging),
+        STAGING__CHECKPOINT_EVERY_S="1",
+        STAGING__CHECKPOINTS_KEEP="2",
+        POSTGRES__DSN=dsn,
+        MIGRATION__TARGETS="duckdb,postgres",
+        MIGRATION__PUSH_BATCHES="8",
+        MIGRATION__PUSH_MS="500",
+        MIGRATION__MERGE_MS="2000",
+        MIGRATION__RETRY_MS="1000",
+        API__PORT=str(port),
+        API__PUSH_TIMEOUT_S="10",
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+    )
+    return env
+
+
+class LedgerRun:
+    """One run (see the module docstring); :meth:`execute` returns its :class:`RunResult`."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.folder = config.workdir / config.name
+        self.state = self.folder / "state"
+        self.log = self.folder / "streamdi.log"
+        self.result = RunResult(config.name)
+        self.rng = random.Random(config.seed)
+        self.cutovers: list[int] = []
+
+    def batch_of(self, offer: int) -> int:
+        """The staging batch id of offer ``offer`` (one batch per offer, plus cut-overs)."""
+        return offer + 1 + sum(1 for r in self.cutovers if offer >= r)
+
+    def execute(self) -> RunResult:
+        config, result = self.config, self.result
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.state.mkdir(parents=True)
+        result.started = time.monotonic()
+        disk = None
+        if config.disk_mb is not None:
+            disk = StagingDisk(self.folder / "staging", config.disk_mb)
+            disk.mount()
+        staging = (disk.path if disk is not None else self.state) / "staging.duckdb"
+        postgres = PostgresService(self.state / "postgres")
+        port = free_port()
+        serve: ServeProcess | None = None
+        supervisor: Supervisor | None = None
+        sampler: Sampler | None = None
+        pusher: Pusher | None = None
+        try:
+            dsn = postgres.start()
+            env = run_env(self.state, staging, port, dsn)
+            serve = ServeProcess(SPEC, env, port, self.log)
+            injector: Injector | None = None
+
+            def arm() -> str | None:
+                return None if injector is None else injector.arm()
+
+            def on_exit(exit_: ServeExit) -> None:
+                if injector is not None:
+                    injector.on_exit(exit_)
+
+            supervisor = Supervisor(serve, postgres, arm, on_exit)
+            sampler = Sampler(port)
+            pusher = Pusher(port, config.offers, config.rate)
+            injector = Injector(
+                RunHandles(
+                    supervisor,
+                    postgres,
+                    disk,
+                    self.state,
+                    SPEC,
+                    env,
+                    self.log,
+                    self.batch_of,
+                    lambda: pusher.next_index if pusher is not None else 0,
+                    lambda timeout_s: self._wait(sampler.pending, timeout_s),
+                )
+            )
+            supervisor.start()
+            self._wait_ready(port)
+            sampler.start()
+            self._walk(injector, supervisor, sampler, pusher, env)
+            self._finish(supervisor, sampler, pusher, serve, env, dsn, staging)
+        finally:
+            self._stop_all(supervisor, sampler, pusher, serve, postgres, disk)
+        result.seconds = time.monotonic() - result.started
+        result.load = os.getloadavg()
+        return result
+
+    # -- 2. and 3. ---------------------------------------------------------------------------------
+
+    def _wait_ready(self, port: int, timeout_s: float = 240.0) -> None:
+        client = HttpClient(port, timeout_s=5.0)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    status, _ = client.request("GET", "/ready")
+                except (OSError, http.client.HTTPException):
+                    status = 0
+                if status == 200:
+                    return
+                time.sleep(0.2)
+        finally:
+            client.close()
+        raise RuntimeError(f"streamdi serve was not ready in {timeout_s:.0f} s; see {self.log}")
+
+    def _milestones(self) -> list[tuple[int, Fault | None]]:
+        """``(offer, fault)`` in input order; a fault of None is the reprocess."""
+        items: list[tuple[int, Fault | None]] = [(f.at_offer, f) for f in self.config.faults]
+        if self.config.reprocess_at is not None:
+            items.append((self.config.reprocess_at, None))
+        items.sort(key=lambda item: (item[0], item[1] is not None))
+        return items
+
+    def _walk(
+        self,
+        injector: Injector,
+        supervisor: Supervisor,
+        sampler: Sampler,
+        pusher: Pusher,
+        env: dict[str, str],
+    ) -> None:
+        items = self._milestones()
+        last = len(self.config.offers) - 1
+        gates, hard = milestone_gates(items, last)
+        pusher.set_gate(gates[0])
+        pusher.start()
+        for i, (offer, fault) in enumerate(items):
+            if not self._wait(partial(_reached, pusher, offer), 900):
+                self.result.findings.append(f"the input stalled before offer {offer}")
+                break
+            if pusher.error is not None:
+                break
+            following = items[i + 1][1] if i + 1 < len(items) else None
+            if fault is None:
+                self._reprocess(supervisor, sampler, pusher, env)
+                pusher.set_gate(gates[i + 1])
+                continue
+            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
+            pusher.set_gate(during)
+            injection = injector.inject(fault, following)
+            self.result.injections.append(injection)
+            _, after = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
+            pusher.set_gate(after)
+            self._recover(injection, sampler, pusher, after)
+        pusher.set_gate(last)
+
+    def _recover(self, injection: Injection, sampler: Sampler, pusher: Pusher, hard: int) -> None:
+        """Step 4: wait for the recovery after ``injection``: the first offer acknowledged after
+        the end of the disturbance must reach staging and both warehouses (the last offer
+        acknowledged, when the input ended first or may not go further than ``hard``)."""
+        ended = injection.ended
+        pusher.set_gate(max(pusher.gate, min(pusher.next_index, hard)))  # one offer more
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        at = None
+        target = 0
+        while time.monotonic() < deadline and pusher.error is None:
+            after = _first_after(pusher.acked, ended)
+            if after is not None:
+                target = self.batch_of(after.index)
+                at = sampler.caught_up(target, after.at)
+            elif pusher.done() or pusher.next_index > pusher.gate:  # no offer may follow yet
+                target = self.batch_of(pusher.next_index - 1)
+                at = sampler.caught_up(target, ended)
+            if at is not None:
+                break
+            time.sleep(0.1)
+        seconds = None if at is None else round(at - ended, 3)
+        self.result.recoveries.append(Recovery(injection.fault.index, seconds, target))
+        if seconds is None:
+            self.result.findings.append(
+                f"no recovery within {RECOVERY_TIMEOUT_S:.0f} s after fault "
+                f"{injection.fault.index} ({injection.fault.describe()}): the first offer after "
+                f"it (batch {target or '?'}) did not reach staging and both warehouses"
+            )
+
+    def _reprocess(
+        self, supervisor: Supervisor, sampler: Sampler, pusher: Pusher, env: dict[str, str]
+    ) -> None:
+        """``streamdi upgrade reprocess`` of the ledger's tables at the reprocess offer: serve
+        stopped (SIGTERM), the reprocess run (in the faulted run first killed at a phase or a
+        random moment, then run again to its end), serve started again."""
+        assert self.config.reprocess_at is not None
+        before = self.batch_of(self.config.reprocess_at - 1)
+        if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
+            self.result.findings.append(f"batch {before} never reached both warehouses")
+        args = ["upgrade", "reprocess", SPEC, *REPROCESSED]
+        started = time.monotonic()
+        with supervisor.held("serve"):
+            code = supervisor.terminate_serve()
+            if code != 0:
+                self.result.findings.append(f"serve exited {code} on SIGTERM before reprocess")
+            if self.config.reprocess_fault:
+                phase = self.rng.choice(REPROCESS_PHASES)
+                if phase is None:
+                    killed = run_command(
+                        args, env, self.log, kill_after_s=round(self.rng.uniform(3.0, 12.0), 1)
+                    )
+                else:
+                    killed = run_command([*args, "--crash-at", phase], env, self.log)
+                self.result.reprocess_codes.append(killed)
+                self.result.injections.append(
+                    Injection(
+                        Fault(-1, self.config.reprocess_at, "reprocess_kill", point=phase),
+                        started,
+                        time.monotonic(),
+                        killed == -signal.SIGKILL,
+                        f"upgrade reprocess killed at {phase or 'a random moment'} (code {killed})",
+                    )
+                )
+            done = run_command(args, env, self.log, timeout_s=600)
+            self.result.reprocess_codes.append(done)
+            if done != 0:
+                self.result.findings.append(f"upgrade reprocess exited {done}")
+            self.cutovers.append(self.config.reprocess_at)
+        self._wait(lambda: supervisor.serve.running(), 60)
+
+    # -- 5. ----------------------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        supervisor: Supervisor,
+        sampler: Sampler,
+        pusher: Pusher,
+        serve: ServeProcess,
+        env: dict[str, str],
+        dsn: str,
+        staging: Path,
+    ) -> None:
+        result = self.result
+        if not pusher.wait_done(1800) or pusher.error is not None:
+            raise RuntimeError(f"the input was not offered: {pusher.error!r}")
+        result.push_attempts = sum(a.attempts for a in pusher.acked)
+        result.push_conflicts = sum(1 for a in pusher.acked if a.conflict)
+        last = self.batch_of(len(self.config.offers) - 1)
+        if not self._wait(lambda: sampler.caught_up(last, 0.0) is not None, 600):
+            result.findings.append(f"the last batch {last} never reached both warehouses")
+        supervisor.stop()
+        result.serve_exit = serve.terminate()
+        if result.serve_exit != 0:
+            result.findings.append(f"serve exited {result.serve_exit} on SIGTERM at the end")
+        sampler.stop()
+        result.merge_exit = run_command(
+            ["migrate", "push", SPEC, "--merge"], env, self.log, timeout_s=600
+        )
+        if result.merge_exit != 0:
+            result.findings.append(f"streamdi migrate push --merge exited {result.merge_exit}")
+        snap = compare.staging_snapshot(staging)
+        snap.update(compare.duckdb_warehouse_snapshot(self.state / "warehouse.duckdb", SCHEMA))
+        snap.update(compare.postgres_snapshot(dsn, SCHEMA))
+        result.snapshot = snap
+
+    def _stop_all(
+        self,
+        supervisor: Supervisor | None,
+        sampler: Sampler | None,
+        pusher: Pusher | None,
+        serve: ServeProcess | None,
+        postgres: PostgresService,
+        disk: StagingDisk | None,
+    ) -> None:
+        result = self.result
+        if pusher is not None:
+            pusher.stop()
+        if supervisor is not None:
+            supervisor.stop()
+            result.events = list(supervisor.events)
+            result.exits = list(supervisor.exits)
+        if sampler is not None:
+            sampler.stop()
+            result.samples = list(sampler.samples)
+        if serve is not None:
+            serve.kill()
+        _stop_broker(self.state)
+        try:
+            postgres.close()
+        except Exception as exc:
+            result.findings.append(f"PostgreSQL did not stop: {exc}")
+        if disk is not None:
+            disk.close()
+        left = leftovers(self.state, self.folder)
+        if left:
+            result.findings.append(f"processes left running: {left}")
+
+    @staticmethod
+    def _wait(done: Callable[[], Any], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if done():
+                return True
+            time.sleep(0.1)
+        return bool(done())
+
+
+def milestone_gates(
+    items: list[tuple[int, Fault | None]], last: int
+) -> tuple[list[int], list[int]]:
+    """Per milestone (and one more for the end), the offer the input may reach before it
+    (``gates``), and the offer it may never pass before it (``hard``): a reprocess runs with
+    exactly the offers before it staged, so no fault before it may let the input past it; the
+    input may run past any other milestone (its fault then comes late)."""
+    gates = []
+    hard = []
+    for offer, fault in items:
+        if fault is None:
+            gates.append(offer - 1)
+        elif fault.kind in POINT_KINDS:
+            gates.append(offer)
+        else:
+            gates.append(offer + LEAD)
+        hard.append(gates[-1] if fault is None else last)
+    hard.append(last)
+    for j in reversed(range(len(items))):  # never past a later one either
+        hard[j] = min(hard[j], hard[j + 1])
+    return [*gates, last], hard
+
+
+def fault_gates(
+    fault: Fault, following: Fault | None, gate: int, hard: int, next_index: int
+) -> tuple[int, int]:
+    """How far the input may go while ``fault`` is injected, and after it (``gate`` and
+    ``hard``: the next milestone's). A crash point at a batch needs that batch to come; one
+    counted in checkpoints or migration rounds needs commits to go on a while. A following crash
+    point at a batch is armed ahead by the restart this fault causes (unless this one is a
+    counted point), so its batch must not come before it is due."""
+    during = gate
+    if fault.kind in BATCH_POINT_KINDS:
+        during = max(during, next_index + fault.after + 1)
+    elif fault.kind in POINT_KINDS:
+        during += COUNTED_LEAD
+    cap = hard
+    armed_ahead = following is not None and following.kind in BATCH_POINT_KINDS
+    if armed_ahead and not (fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS):
+        cap = min(cap, gate)
+    return min(during, cap), min(max(gate, next_index), cap)
+
+
+def _first_after(acked: list[Acked], at: float) -> Acked | None:
+    """The first offer acknowledged after ``at`` (``acked`` is in time order)."""
+    i = len(acked)
+    while i > 0 and acked[i - 1].at > at:
+        i -= 1
+    return acked[i] if i < len(acked) else None
+
+
+def _reached(pusher: Pusher, offer: int) -> bool:
+    return pusher.next_index >= offer or pusher.done()
+
+
+def _stop_broker(state: Path) -> None:
+    """Kill a Kafka a crashed run left behind (a clean serve stop has stopped it already)."""
+    from benchmarks.faults.processes import broker_pid
+
+    pid = broker_pid(state)
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)

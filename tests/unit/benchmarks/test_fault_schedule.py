@@ -1,0 +1,135 @@
+"""The fault campaign's pure parts: the schedule is a function of its seed (what a regression
+test replays), covers every kind before repeating one, keeps faults apart and off the reprocess
+offer; the input is a function of its seed, with its input faults; the row comparison finds a
+missing, an extra or a changed row and ignores only the volatile columns."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from benchmarks.faults import compare
+from benchmarks.faults.campaign import CampaignOptions
+from benchmarks.faults.kinds import (
+    COUNTED_KINDS,
+    COUNTED_TAIL,
+    FAULT_KINDS,
+    SPACING,
+    schedule,
+)
+from benchmarks.faults.ledger import BASE_US, CLOCK_JUMPS, input_faults, ledger_offers
+
+
+def test_a_schedule_is_its_seed() -> None:
+    first = schedule(7, 40, 600, skip=frozenset({300}))
+    assert first == schedule(7, 40, 600, skip=frozenset({300}))
+    assert first != schedule(8, 40, 600, skip=frozenset({300}))
+    kinds = [f.kind for f in first]
+    assert set(kinds[: len(FAULT_KINDS)]) == set(FAULT_KINDS), "every kind before a repeat"
+    offers = [f.at_offer for f in first]
+    assert offers == sorted(offers) and min(b - a for a, b in itertools.pairwise(offers)) >= SPACING
+    assert all(abs(o - 300) >= SPACING for o in offers)
+    assert all(10 <= o < 590 for o in offers)
+    assert all(f.point for f in first if f.kind.endswith("_point"))
+    assert [f.index for f in first] == list(range(40))
+    for seed in range(20):  # points counted in commits that follow are never at the very end
+        late = [f for f in schedule(seed, 12, 150) if f.at_offer > 150 - COUNTED_TAIL]
+        assert not [f for f in late if f.kind in COUNTED_KINDS], seed
+
+
+def test_a_schedule_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(ValueError, match="need more than"):
+        schedule(1, 50, 100)
+    assert schedule(1, 0, 100) == []
+
+
+def test_the_quick_campaign_lands_every_kind() -> None:
+    quick = CampaignOptions.quick_defaults()
+    assert quick.faults >= 10 and quick.faults >= len(FAULT_KINDS)
+    drawn = schedule(quick.seed, quick.faults, quick.offers, quick.kinds)
+    assert {f.kind for f in drawn} == set(FAULT_KINDS)
+    assert "--quick" in quick.command() and "--seed 1" in quick.command()
+
+
+def test_the_input_is_its_seed_with_its_input_faults() -> None:
+    offers = ledger_offers(3, 120, 50)
+    assert offers == ledger_offers(3, 120, 50)
+    assert [o.first_pos for o in offers] == [i * 50 for i in range(120)]
+    faults = input_faults(offers)
+    assert sum(faults.values()) == 7 and faults.get("malformed") == 3
+    for offer in offers:
+        shift = CLOCK_JUMPS.get(offer.note or "", 0)
+        for j, event in enumerate(offer.events):
+            assert event["_ts"] == BASE_US + (offer.first_pos + j + 1) * 1_000 + shift
+        if offer.note == "malformed":
+            assert any(isinstance(e["amount"], str) for e in offer.events)
+    assert sum(1 for o in offers if o.note == "ahead_20s") <= 2
+
+
+def _store(path: Path, rows: list[tuple[int, str]], committed_at: str) -> None:
+    con = duckdb.connect(str(path))
+    con.execute("CREATE SCHEMA streamdi")
+    con.execute(
+        "CREATE TABLE streamdi.batches (batch_id BIGINT, status VARCHAR, committed_at TIMESTAMP)"
+    )
+    con.executemany(
+        "INSERT INTO streamdi.batches VALUES (?, ?, ?)", [(*r, committed_at) for r in rows]
+    )
+    con.execute("CREATE TABLE streamdi.segments (file VARCHAR)")
+    con.execute(f"INSERT INTO streamdi.segments VALUES ('{committed_at}')")
+    con.close()
+
+
+def test_the_comparison_finds_every_difference_but_volatile_columns(tmp_path: Path) -> None:
+    rows = [(1, "committed"), (2, "committed"), (3, "committed")]
+    _store(tmp_path / "a.duckdb", rows, "2026-01-01 00:00:00")
+    _store(tmp_path / "b.duckdb", list(reversed(rows)), "2026-06-01 12:00:00")
+    reference = compare.staging_snapshot(tmp_path / "a.duckdb")
+    assert "staging:streamdi.segments" not in reference
+    assert reference["staging:streamdi.batches"].columns == ["batch_id", "status"]
+    same = compare.staging_snapshot(tmp_path / "b.duckdb")
+    assert compare.compare(reference, same) == [], "order and commit times are not differences"
+    _store(
+        tmp_path / "c.duckdb",
+        [(1, "committed"), (2, "failed"), (4, "committed")],
+        "2027-01-01 00:00:00",
+    )
+    [difference] = compare.compare(reference, compare.staging_snapshot(tmp_path / "c.duckdb"))
+    assert (difference.relation, difference.missing, difference.extra) == (
+        "staging:streamdi.batches",
+        2,
+        2,
+    )
+    assert difference.missing_examples == [[2, "committed"], [3, "committed"]]
+    assert difference.extra_examples == [[2, "failed"], [4, "committed"]]
+    [lacking] = compare.compare(reference, {})
+    assert lacking.note == "missing in this run"
+
+
+def test_the_input_never_passes_a_reprocess_or_an_armed_point() -> None:
+    """A reprocess runs with exactly the offers before it (a campaign that let one more offer
+    through before it shifted every batch id after it by one); a crash point armed ahead by the
+    fault before it must not see its batch come early; a crash point gets the offers its batch
+    needs, one counted in checkpoints or migration rounds a long lead (the campaign once held
+    one at a later point's offer: it was never reached); other milestones may be passed."""
+    from benchmarks.faults.kinds import Fault
+    from benchmarks.faults.run import COUNTED_LEAD, LEAD, fault_gates, milestone_gates
+
+    kill = Fault(0, 20, "broker_kill")
+    commit = Fault(1, 50, "commit_point", point="commit-ledger", after=2)
+    checkpoint = Fault(2, 60, "checkpoint_point", point="checkpoint-written", after=1)
+    items = [(20, kill), (40, None), (50, commit), (60, checkpoint)]
+    gates, hard = milestone_gates(items, 99)
+    assert gates == [20 + LEAD, 39, 50, 60, 99]
+    assert hard == [39, 39, 99, 99, 99]  # not even while the first fault is in hand
+    # the kill before the commit point arms it ahead: the input stops at its offer
+    assert fault_gates(kill, commit, 50, 99, 45) == (50, 50)
+    # the commit point itself gets its batch, even when the input ran ahead of it
+    assert fault_gates(commit, checkpoint, 60, 99, 55) == (60, 60)
+    assert fault_gates(commit, checkpoint, 60, 99, 70) == (73, 70)
+    # a counted point runs on, and does not arm the next point ahead (so no cap)
+    assert fault_gates(checkpoint, commit, 70, 200, 61) == (70 + COUNTED_LEAD, 70)
+    assert fault_gates(checkpoint, None, 70, 75, 61) == (75, 70)  # a reprocess at 76
