@@ -60,7 +60,9 @@ def render(data: dict[str, Any]) -> str:
         f"Faulted run: serve started {faulted['serve_starts']} times, PostgreSQL restarted "
         f"{faulted['postgres_restarts']} times; {faulted['push_attempts']:,} push attempts for "
         f"{data['offers']:,} offers, {faulted['push_conflicts']} retries found already taken "
-        f"(409); reprocess exit codes {faulted['reprocess_codes'] or '-'}.",
+        f"(409); answers retried, by status (0: none): "
+        f"{faulted['push_retries_by_status'] or '-'}; reprocess exit codes "
+        f"{faulted['reprocess_codes'] or '-'}.",
         "",
         f"## Compared: {data['compared']['relations']} relations, "
         f"{data['compared']['rows']:,} rows",

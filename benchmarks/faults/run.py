@@ -182,6 +182,7 @@ class RunResult:
     unplanned: list[ServeExit] = field(default_factory=list)
     push_attempts: int = 0
     push_conflicts: int = 0
+    push_retries: dict[int, int] = field(default_factory=dict)
     serve_exit: int | None = None
     merge_exit: int | None = None
     reprocess_codes: list[int] = field(default_factory=list)
@@ -431,6 +432,7 @@ class LedgerRun:
             raise RuntimeError(f"the input was not offered: {pusher.error!r}")
         result.push_attempts = sum(a.attempts for a in pusher.acked)
         result.push_conflicts = sum(1 for a in pusher.acked if a.conflict)
+        result.push_retries = dict(sorted(pusher.statuses.items()))
         last = self.batch_of(len(self.config.offers) - 1)
         if not self._wait(lambda: sampler.caught_up(last, 0.0) is not None, 600):
             result.findings.append(f"the last batch {last} never reached both warehouses")
