@@ -242,6 +242,7 @@ class LedgerRun:
         postgres = PostgresService(self.state / "postgres")
         port = free_port()
         serve: ServeProcess | None = None
+        injector: Injector | None = None
         supervisor: Supervisor | None = None
         sampler: Sampler | None = None
         pusher: Pusher | None = None
@@ -249,7 +250,6 @@ class LedgerRun:
             dsn = postgres.start()
             env = run_env(self.state, staging, port, dsn)
             serve = ServeProcess(SPEC, env, port, self.log)
-            injector: Injector | None = None
 
             def arm() -> str | None:
                 return None if injector is None else injector.arm()
@@ -281,6 +281,8 @@ class LedgerRun:
             self._walk(injector, supervisor, sampler, pusher, env)
             self._finish(supervisor, sampler, pusher, serve, env, dsn, staging)
         finally:
+            if injector is not None:
+                result.unplanned = list(injector.unplanned)
             self._stop_all(supervisor, sampler, pusher, serve, postgres, disk)
         result.seconds = time.monotonic() - result.started
         result.load = os.getloadavg()
