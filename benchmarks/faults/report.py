@@ -119,7 +119,7 @@ def plot(result: CampaignResult, path: Path) -> None:
 
     run = result.faulted
     t0 = run.started
-    fig, ax = plt.subplots(figsize=(13, 5.5))
+    fig, ax = plt.subplots(figsize=(15, 5.5))
     samples = run.samples
 
     def series(values: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
@@ -172,7 +172,7 @@ def plot(result: CampaignResult, path: Path) -> None:
         f"Fault campaign, ledger: {result.landed()} faults landed, {verdict} "
         f"(bars above: recovery after each fault)"
     )
-    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
