@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev run test test-all lint format typecheck clean
+.PHONY: help install install-dev browser run test test-all lint format typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,26 @@ install: $(VENV)/.installed ## install streamdi and its runtime dependencies int
 
 install-dev: $(VENV)/.installed-dev ## install streamdi with the development tools
 
+# The console's browser tests drive Debian's chromium (never a browser a tool downloads). Installed
+# here when it is missing and this is root with apt-get; otherwise this says why not and the
+# browser tests skip with that reason. Quick when chromium is already there.
+CHROMIUM ?= /usr/bin/chromium
+browser: ## install Debian's chromium for the console's browser tests (as root with apt-get)
+	@if [ -x "$(CHROMIUM)" ]; then \
+		echo "browser: $(CHROMIUM) is installed"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "browser: $(CHROMIUM) missing and not root: the console's browser tests will skip (apt-get install chromium)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "browser: $(CHROMIUM) missing and no apt-get: the console's browser tests will skip"; \
+	else \
+		echo "browser: installing Debian's chromium"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && \
+		  apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null 2>&1; } || \
+		echo "browser: apt-get could not install chromium: the console's browser tests will skip"; \
+	fi
+
 # The TPC-DI run on a data set generated at SF (DIGen's volumes at 3); `make run SF=0.1` for a
 # quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
 SF ?= 3
@@ -37,7 +57,7 @@ run: install ## install everything and run the main job: the TPC-DI run (make ru
 	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/streamdi tpcdi run --sf $(SF) --json reports/tpcdi-run.json --png reports/tpcdi-run.png
 
-test: install-dev ## install everything; run ruff, the import contract, mypy and the tests (not the slow ones)
+test: install-dev browser ## install everything; run ruff, the import contract, mypy and the tests (not the slow ones)
 	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -45,7 +65,7 @@ test: install-dev ## install everything; run ruff, the import contract, mypy and
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-test-all: install-dev ## the tests including the slow ones
+test-all: install-dev browser ## the tests including the slow ones
 	$(BIN)/streamdi -q broker --fetch-only
 	$(BIN)/pytest -m ''
 

@@ -16,17 +16,23 @@
 ``GET /status``                    a summary for operators (``streamdi status``)
 ``GET /health``, ``GET /ready``    liveness and readiness
 ``GET /metrics``                   Prometheus text
+``GET /console/overview``          the console's first screen: throughput, watermarks, series
+``GET /console/batches``           the batch timeline: engine decisions, commit and ack times
+``GET /console/dataflow``          the dataflow as a graph with per-step counts
+``GET /console/report``            the report of the TPC-DI run served (``tpcdi run --serve``)
 ``GET /docs``, ``/openapi.json``   the OpenAPI description
+``GET /``, ``/console/assets/*``   the console: a page that watches and operates the service
 =================================  ===============================================================
 
 Every error is ``{"error": {"code", "reason", "detail"?}}`` with a stable code
 (:data:`api.exceptions.ErrorCode`); bad input is a 4xx, a 500 ``internal_error`` is a bug (and
 keeps the connection). With ``API__TOKEN`` set, every route wants exactly one
-``Authorization: Bearer <token>``. Request bodies are bounded in size and time
+``Authorization: Bearer <token>``, except the console's page and static assets (they hold no
+data; the page asks for the token, :mod:`api.console`). Request bodies are bounded in size and time
 (``API__MAX_BODY_MB``, ``API__BODY_TIMEOUT_S``); see :mod:`api.middleware`.
 
 The routes live in :mod:`api.routes`, one router per area (``query``, ``data``, ``migration``,
-``ingest``, ``operations``); every JSON answer has its model (:mod:`api.models`,
+``ingest``, ``operations``, ``console``); every JSON answer has its model (:mod:`api.models`,
 :mod:`api.responses`), so ``/openapi.json`` describes every answer.
 """
 
@@ -36,6 +42,7 @@ import logging
 
 from fastapi import FastAPI
 
+from api.console import ConsoleAssets, console_router
 from api.handlers import install_error_handlers
 from api.json_body import StrictJSONRoute
 from api.middleware import install_guards
@@ -54,6 +61,7 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
     (:mod:`api.openapi`) are installed here, then the routers of :mod:`api.routes`, which
     reach ``service`` through ``app.state.service``."""
     token = settings.api.token.get_secret_value() if settings.api.token is not None else None
+    assets = ConsoleAssets.load()
 
     app = FastAPI(
         title="streamdi query service",
@@ -72,8 +80,10 @@ def create_app(service: QueryService, settings: StreamdiSettings) -> FastAPI:
         token=token,
         max_bytes=int(settings.api.max_body_mb * 2**20),
         timeout_s=settings.api.body_timeout_s,
+        public_paths=assets.public_paths(),
     )
     describe_api(app, bearer=token is not None, streams=sorted(service.push_sources))
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(console_router(assets))
     return app

@@ -244,3 +244,10 @@ class IngestNotHosted(ApiError, TerminalError):
 
     status = 409
     code: ErrorCode = "no_pipeline"
+
+
+class ReportNotFound(ApiError, TerminalError):
+    """The service serves no TPC-DI run, so it has no run report (``GET /console/report``)."""
+
+    status = 404
+    code: ErrorCode = "not_found"

@@ -9,7 +9,9 @@ hosted in. Those reach it through the small interfaces below, which the composit
 * :class:`EventSink`: one stream's HTTP push door (``POST /streams/{stream}/events``);
 * :data:`Replayer`: re-offers dead letters through the broker;
 * :class:`IngestControl`: pause, resume, the consumer lag;
-* :class:`BrokerHealth`: the broker's state (``/ready``, ``/status``, the metrics).
+* :class:`BrokerHealth`: the broker's state (``/ready``, ``/status``, the metrics);
+* :class:`CommittedBatchFacts`: what the service's metrics and console learn of each committed
+  batch (the composition root appends their ``observe_batch`` to the pipeline's observers).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
+
+from etl_dataflows.batch import StepDecision, StepStats
+from staging.store import StreamProgress
 
 
 class PushedEvents(Protocol):
@@ -113,3 +118,48 @@ class BrokerHealth(Protocol):
 
 #: ``replay(entries)`` re-offers ``(number, entry)`` pairs through Kafka: (sent, refused).
 Replayer = Callable[[list[tuple[int, Any]]], tuple[int, list[tuple[int, str]]]]
+
+
+class CommittedBatchFacts(Protocol):
+    """One batch committed to staging (the composition root passes a
+    :class:`runtime.committer.CommittedBatch`): its id and counts, the engine's time
+    (``executed_s``), from its first record's arrival to its commit (``latency_s``, the
+    freshness), the epoch seconds it arrived and committed, its staging commit's duration
+    (``commit_s``; batches committed in one group share it), the engine's decision per
+    transactional step, its counts per step, and the progress of the streams it consumed."""
+
+    @property
+    def batch_id(self) -> int: ...
+
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def dead_letters(self) -> int: ...
+
+    @property
+    def executed_s(self) -> float: ...
+
+    @property
+    def latency_s(self) -> float: ...
+
+    @property
+    def arrived_at(self) -> float: ...
+
+    @property
+    def committed_at(self) -> float: ...
+
+    @property
+    def commit_s(self) -> float: ...
+
+    @property
+    def decisions(self) -> Sequence[StepDecision]: ...
+
+    @property
+    def steps(self) -> Mapping[str, StepStats]: ...
+
+    @property
+    def streams(self) -> Mapping[str, StreamProgress]: ...

@@ -18,6 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from api.hosted import CommittedBatchFacts
+
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 #: Every metric family the service exports (names as scraped; counters end in ``_total``).
@@ -204,8 +206,8 @@ class ServiceMetrics:
             _StateCollector(lambda: {**state(), "engine_rate": self.engine_rate()})
         )
 
-    def observe_batch(self, batch: Any) -> None:
-        """Account a committed batch (an :class:`runtime.pipeline.CommittedBatch`)."""
+    def observe_batch(self, batch: CommittedBatchFacts) -> None:
+        """Account a committed batch (a pipeline observer)."""
         self.batch_latency.observe(batch.latency_s)
         self.engine_events.inc(batch.events)
         self.engine_seconds.observe(batch.executed_s)

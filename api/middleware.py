@@ -6,7 +6,9 @@ From the outside in (:func:`install_guards` adds them in this order):
 2. :class:`InternalErrorGuard` turns an exception that escaped everything else (a bug) into a
    JSON 500 ``internal_error`` and keeps the connection usable.
 3. :class:`BearerAuth` (with ``API__TOKEN``) refuses a request without exactly one valid
-   ``Authorization: Bearer <token>`` header before any of its body is read.
+   ``Authorization: Bearer <token>`` header before any of its body is read, except a ``GET``
+   of one of the console's static paths (``/`` and the shipped ``/console/assets/...``),
+   which hold no data.
 4. :class:`BodyLimit` bounds a request body's size (``API__MAX_BODY_MB``) and the time it may
    take to arrive (``API__BODY_TIMEOUT_S``) while it is read, never after buffering it.
 
@@ -121,13 +123,20 @@ class BearerAuth:
     ``WWW-Authenticate: Bearer``. Two or more ``Authorization`` headers: 400
     ``ambiguous_credentials`` (servers and proxies disagree on which one counts, so none does).
     The request's body is never read.
+
+    The allowlist: a request needs no token iff :func:`is_public` says so for
+    ``public_paths`` (the console's page and assets, from
+    :meth:`api.console.ConsoleAssets.public_paths`). Nothing else is exempt, however spelled.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str, public_paths: frozenset[str] = frozenset()
+    ) -> None:
         if not token:
             raise ValueError("an empty bearer token would admit anyone")
         self.app = app
         self._token = token.encode()
+        self.public_paths = public_paths
 
     def _refusal(self, scope: Scope) -> Refusal | None:
         values = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
@@ -154,7 +163,7 @@ class BearerAuth:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or is_public(scope, self.public_paths):
             await self.app(scope, receive, send)
             return
         refusal = self._refusal(scope)
@@ -163,6 +172,22 @@ class BearerAuth:
             return
         scope["streamdi.refused"] = refusal.code
         await _send_refusal(refusal, scope, send)
+
+
+def is_public(scope: Scope, public_paths: frozenset[str]) -> bool:
+    """Whether ``scope`` may pass :class:`BearerAuth` without a token: a ``GET`` whose path is
+    exactly one of ``public_paths``, spelled plainly. The path the router will route
+    (``scope["path"]``, already percent-decoded) must be in the set, and the path as sent
+    (``raw_path``) must be that same text: nothing percent-encoded (``%2F``, ``%2e%2e``), no
+    dot segment (``/console/assets/../status`` is not in the set), no root path in front. A
+    query string is allowed (it is not part of either)."""
+    if scope.get("method") != "GET" or scope.get("root_path"):
+        return False
+    path = scope.get("path")
+    if path not in public_paths:
+        return False
+    raw = scope.get("raw_path")
+    return raw is None or raw == path.encode("ascii")
 
 
 class InternalErrorGuard:
@@ -251,13 +276,20 @@ class RequestMetrics:
 
 
 def install_guards(
-    app: Any, *, metrics: ServiceMetrics, token: str | None, max_bytes: int, timeout_s: float
+    app: Any,
+    *,
+    metrics: ServiceMetrics,
+    token: str | None,
+    max_bytes: int,
+    timeout_s: float,
+    public_paths: frozenset[str] = frozenset(),
 ) -> None:
     """Add the guards to ``app`` (a Starlette or FastAPI app) in the order the module docstring
-    gives; Starlette runs the last one added first."""
+    gives; Starlette runs the last one added first. ``public_paths``: the paths a ``GET`` may
+    reach without the token (see :func:`is_public`)."""
     app.add_middleware(BodyLimit, max_bytes=max_bytes, timeout_s=timeout_s)
     if token is not None:
-        app.add_middleware(BearerAuth, token=token)
+        app.add_middleware(BearerAuth, token=token, public_paths=public_paths)
     app.add_middleware(InternalErrorGuard)
     app.add_middleware(RequestMetrics, metrics=metrics)
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from api.answers import AnswerCache, bounded_page, expanded_instant, json_rows, type_name
+from api.console_recorder import ConsoleRecorder
 from api.exceptions import (
     ApiError,
     DeadLetterNotFound,
@@ -144,7 +145,12 @@ def _iso(value: datetime | None) -> str | None:
 class QueryService:
     """See the module docstring. ``push_sources`` are the streams the HTTP push source feeds;
     ``replayer`` re-offers dead letters (needs the broker); ``pipeline_state`` tells whether a
-    hosted pipeline runs (``absent`` when none is hosted)."""
+    hosted pipeline runs (``absent`` when none is hosted); ``run_report`` is the report of the
+    TPC-DI run the service serves (``GET /console/report``).
+
+    :attr:`console` records what the console shows (:mod:`api.console_recorder`): the service
+    makes it an observer of ``migrator``; the composition root makes its ``observe_batch`` an
+    observer of the hosted pipeline's committed batches."""
 
     def __init__(
         self,
@@ -160,6 +166,7 @@ class QueryService:
         model: PlanModel | None = None,
         ingest: IngestControl | None = None,
         broker: Callable[[], BrokerHealth] | None = None,
+        run_report: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -189,8 +196,18 @@ class QueryService:
         self._broker = broker
         self.metrics = ServiceMetrics(self._gauges)
         self.started_at = time.time()
+        self.run_report = dict(run_report) if run_report is not None else None
+        self.console = ConsoleRecorder(
+            targets=list(migrator.targets) if migrator is not None else (),
+            acknowledged=migrator.acknowledged() if migrator is not None else None,
+            watermark=store.watermark,
+        )
+        if migrator is not None:
+            migrator.observers.append(self.console.observe_target)
 
     def close(self) -> None:
+        if self.migrator is not None and self.console.observe_target in self.migrator.observers:
+            self.migrator.observers.remove(self.console.observe_target)
         for reader in self.readers.values():
             reader.close()
         self.sandbox.close()
@@ -389,11 +406,17 @@ class QueryService:
     # -- dead letters ------------------------------------------------------------------------------
 
     def dead_letters(
-        self, stream: str | None, pending: bool, after_id: int | None, limit: int
+        self,
+        stream: str | None,
+        pending: bool,
+        after_id: int | None,
+        limit: int,
+        reason: str | None = None,
     ) -> list[DeadLetter]:
-        """Rejected records and events with their position and reason, oldest first."""
+        """Rejected records and events with their position and reason, oldest first;
+        ``reason`` keeps those whose reason contains it (case-insensitive)."""
         table = self.store.dead_letters(
-            stream=stream, pending_only=pending, after_id=after_id, limit=limit
+            stream=stream, pending_only=pending, after_id=after_id, limit=limit, reason=reason
         )
         return [DeadLetter(**dead_letter_view(row)) for row in table.to_pylist()]
 

@@ -7,11 +7,16 @@ after the first, which pays for compiling), per-batch latency p50/p99, the proce
 memory, and the strategies chosen. Every run's results — outputs, aborts, dead letters, state deltas
 and final state — are hashed; a run whose digest differs from the serial oracle's is marked
 ``verified: false``. ``local:<strategy>`` fixes the local executor's strategy (``sequential``,
-``waves``) to compare the adaptive choice with each fixed one.
+``waves``) to compare the adaptive choice with each fixed one. ``--key-layout`` runs each app on
+int64 keys laid out as the numbers ``0..keys-1`` (``sequential``, the default), spread at random
+over int64 (``random``), or as multiples of 2**32 or 2**40 (``stride32``, ``stride40``: IDs with
+zero low bits), one case per layout: a key index that hashes well runs them all at the speed of
+``random``.
 
 Writes a table to stdout, and with ``--json PATH`` a JSON document (``results``: one record per
-(app, executor) with ``app``, ``executor``, ``txn_per_s``, ``ops_per_s``, ``p50_batch_ms``,
-``p99_batch_ms``, ``peak_mem_mb``, ``strategy``, ``verified``) plus a Markdown report beside it.
+(app, key layout, executor) with ``app``, ``key_layout``, ``executor``, ``txn_per_s``,
+``ops_per_s``, ``p50_batch_ms``, ``p99_batch_ms``, ``peak_mem_mb``, ``strategy``, ``verified``)
+plus a Markdown report beside it.
 """
 
 from __future__ import annotations
@@ -59,21 +64,6 @@ def table_digest(hasher: Any, table: pa.Table) -> None:
         _column_digest(hasher, column)
 
 
-def _make_executor(name: str, flow: Any, state: Any) -> Any:
-    from etl_dataflows.executors import LocalExecutor, create_executor
-
-    if ":" in name:
-        base, strategy = name.split(":", 1)
-        if base == "spark":  # spark:driver, spark:spark, spark:supersteps fix the placement
-            from etl_dataflows.executors import SparkExecutor
-
-            return SparkExecutor(flow, state, placement=strategy)  # type: ignore[arg-type]
-        if base != "local":
-            raise ValueError(f"only local and spark take a fixed strategy, not {base!r}")
-        return LocalExecutor(flow, state, strategy=strategy)  # type: ignore[arg-type]
-    return create_executor(name, flow, state)
-
-
 def _peak_rss_mb() -> float:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -92,13 +82,14 @@ def run_one(
     """Run one (app, executor) pair; meant to run in its own process. ``pipelined``: prepare
     each next batch on a second thread (:meth:`BaseExecutor.run_stream`)."""
     from etl_dataflows.apps import AppKnobs, app
+    from etl_dataflows.executors import create_executor
 
     chosen = app(app_name)
     extra = {**chosen.defaults, **knobs.pop("extra", {})}
     app_knobs = AppKnobs(**knobs, extra=extra)
     batches = chosen.batches(app_knobs)
     flow = chosen.dataflow(app_knobs)
-    runner = _make_executor(executor, flow, chosen.initial_state(app_knobs))
+    runner = create_executor(executor, flow, chosen.initial_state(app_knobs))
     hasher = hashlib.sha256()
     latencies: list[float] = []
     strategies: Counter[str] = Counter()
@@ -194,17 +185,18 @@ def run_isolated(
 
 def render(results: list[dict[str, Any]]) -> str:
     header = (
-        f"{'app':<4} {'executor':<16} {'txn/s':>13} {'ops/s':>13} {'p50 ms':>9} {'p99 ms':>9} "
-        f"{'peak MB':>8}  {'ok':<3} strategy"
+        f"{'app':<4} {'keys':<10} {'executor':<16} {'txn/s':>13} {'ops/s':>13} {'p50 ms':>9} "
+        f"{'p99 ms':>9} {'peak MB':>8}  {'ok':<3} strategy"
     )
     lines = [header, "-" * len(header)]
     for r in results:
+        case = f"{r['app']:<4} {r.get('key_layout', 'sequential'):<10} {r['executor']:<16}"
         if "error" in r:
-            lines.append(f"{r['app']:<4} {r['executor']:<16} FAILED: {r['error']}")
+            lines.append(f"{case} FAILED: {r['error']}")
             continue
         ok = {True: "yes", False: "NO", None: "-"}[r.get("verified")]
         lines.append(
-            f"{r['app']:<4} {r['executor']:<16} {r['txn_per_s']:>13,.0f} {r['ops_per_s']:>13,.0f} "
+            f"{case} {r['txn_per_s']:>13,.0f} {r['ops_per_s']:>13,.0f} "
             f"{r['p50_batch_ms']:>9.2f} {r['p99_batch_ms']:>9.2f} {r['peak_mem_mb']:>8.0f}  "
             f"{ok:<3} {r['strategy']}"
         )
@@ -213,16 +205,17 @@ def render(results: list[dict[str, Any]]) -> str:
 
 def markdown(results: list[dict[str, Any]], knobs: dict[str, Any]) -> str:
     rows = [
-        "| app | executor | txn/s | ops/s | p50 batch ms | p99 batch ms | peak MB | verified "
-        "| strategy |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|",
+        "| app | keys | executor | txn/s | ops/s | p50 batch ms | p99 batch ms | peak MB "
+        "| verified | strategy |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
+        case = f"| {r['app']} | {r.get('key_layout', 'sequential')} | {r['executor']} |"
         if "error" in r:
-            rows.append(f"| {r['app']} | {r['executor']} | failed: {r['error']} | | | | | | |")
+            rows.append(f"{case} failed: {r['error']} | | | | | | |")
             continue
         rows.append(
-            f"| {r['app']} | {r['executor']} | {r['txn_per_s']:,.0f} | {r['ops_per_s']:,.0f} | "
+            f"{case} {r['txn_per_s']:,.0f} | {r['ops_per_s']:,.0f} | "
             f"{r['p50_batch_ms']:.2f} | {r['p99_batch_ms']:.2f} | {r['peak_mem_mb']:.0f} | "
             f"{r.get('verified')} | {r['strategy']} |"
         )
@@ -236,9 +229,30 @@ def markdown(results: list[dict[str, Any]], knobs: dict[str, Any]) -> str:
     )
 
 
+def _run_case(
+    app_name: str, executors: list[str], app_knobs: dict[str, Any], timeout_s: float
+) -> list[dict[str, Any]]:
+    """Every executor on one app and its knobs, each checked against ``serial``'s digest when
+    ``serial`` is among them."""
+    oracle: str | None = None
+    rows = []
+    for executor in executors:
+        row = run_isolated(app_name, executor, app_knobs, timeout_s)
+        rows.append(row)
+        if executor == "serial" and "digest" in row:
+            oracle = row["digest"]
+    for row in rows:
+        row["verified"] = None if oracle is None or "digest" not in row else row["digest"] == oracle
+        row.setdefault("key_layout", app_knobs["key_layout"])
+        if "error" not in row:
+            row.update({k: v for k, v in app_knobs.items() if k != "extra"}, **app_knobs["extra"])
+    return rows
+
+
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     apps = [a.strip() for a in args.app.split(",") if a.strip()]
     executors = [e.strip() for e in args.executor.split(",") if e.strip()]
+    layouts = [k.strip() for k in args.key_layout.split(",") if k.strip()]
     knobs: dict[str, Any] = {
         "keys": args.keys,
         "theta": args.theta,
@@ -258,26 +272,13 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     knobs["pipelined"] = not args.no_pipeline
     results = []
     for app_name in apps:
-        app_knobs = {**knobs, "extra": dict(knobs["extra"])}
-        if app_name == "tp" and args.keys == 10_000 and args.theta == 0.6:
-            app_knobs.update(keys=100, theta=0.2)  # the papers' road segments
-        oracle: str | None = None
-        rows = []
-        for executor in executors:
-            row = run_isolated(app_name, executor, app_knobs, args.timeout)
-            rows.append(row)
-            if executor == "serial" and "digest" in row:
-                oracle = row["digest"]
-        for row in rows:
-            row["verified"] = (
-                None if oracle is None or "digest" not in row else row["digest"] == oracle
-            )
-            if "error" not in row:
-                row.update(
-                    {k: v for k, v in app_knobs.items() if k != "extra"}, **app_knobs["extra"]
-                )
-        results.extend(rows)
-        print(render(rows), flush=True)
+        for layout in layouts:
+            app_knobs = {**knobs, "key_layout": layout, "extra": dict(knobs["extra"])}
+            if app_name == "tp" and args.keys == 10_000 and args.theta == 0.6:
+                app_knobs.update(keys=100, theta=0.2)  # the papers' road segments
+            rows = _run_case(app_name, executors, app_knobs, args.timeout)
+            results.extend(rows)
+            print(render(rows), flush=True)
     if args.json:
         write_json({"results": results, "knobs": knobs}, args.json)
         if args.json != "-":
@@ -314,6 +315,12 @@ def register(benches: Commands) -> None:
     bench.add_argument("--transfer-ratio", type=float, help="SL: share of transfers (default 0.5)")
     bench.add_argument("--multi-partition-ratio", type=float, help="share of cross-partition txns")
     bench.add_argument("--seed", type=int, default=0, help="workload seed")
+    bench.add_argument(
+        "--key-layout",
+        default="sequential",
+        help="int64 keys as sequential numbers, random, or multiples of 2**32 / 2**40 "
+        "(sequential, random, stride32, stride40; comma-separated: one case each)",
+    )
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per (app, executor)")
     bench.add_argument("--quick", action="store_true", help="a short run (4 batches)")
     bench.add_argument(

@@ -18,6 +18,12 @@ an aggregate over ``accounts``, point lookups) and their latencies and errors ar
 service runs with ``API__MAX_CONCURRENT_QUERIES=2``: on two cores, two queries at a time leave
 the pipeline enough of the machine to keep ingesting (more queries at once answer sooner and
 ingest less).
+
+``--console``: before the 16 clients, the DuckDB run alternates windows with the console closed
+and open in headless Chromium (:mod:`benchmarks.console_watch`), closed first, and reports per
+kind the median (and spread) of the events/s produced and the staged p99, their ratios, and the
+requests the open console made (proof it was watching). Watching is cheap when the open windows
+keep at least 97% of the events/s and at most 103% of the staged p99.
 """
 
 from __future__ import annotations
@@ -40,11 +46,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.console_watch import OpenConsole, chromium_path, console_requests
 from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows import Dataflow, col, old
 from ingest.broker import free_port
 from ingest.records import to_ipc
 from runtime import RunSpec, bind
+from streamdi.errors import ConfigurationError
 from streamdi.settings import StreamdiSettings
 
 ACCOUNTS = 100_000
@@ -157,6 +165,16 @@ class _Service:
             time.sleep(0.2)
         raise RuntimeError(f"streamdi serve not ready:\n{self.log.read_text()}")
 
+    def errors_logged(self, most: int = 40) -> str:
+        """The service log's lines about errors (the last ``most``), for a failed run's message."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        wanted = [
+            line
+            for line in lines
+            if "error" in line.lower() or "exception" in line.lower() or line.startswith(" ")
+        ]
+        return "service log, errors:\n" + "\n".join(wanted[-most:])
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -222,15 +240,23 @@ def _produce(port: int, rate: int, seconds: float, marks: _Marks, stop: threadin
 
 
 def _poll(
-    port: int, body: dict[str, Any], marks: _Marks, stop: threading.Event, out: list[float]
+    port: int,
+    body: dict[str, Any],
+    marks: _Marks,
+    stop: threading.Event,
+    out: list[float],
+    failures: list[str],
 ) -> None:
+    """Poll ``body`` until ``stop``; a failed query ends the poller, noted in ``failures`` (the
+    run then fails: its latencies would stop short)."""
     client = _Client(port)
     seen = 0  # marks before this index are resolved
     while not stop.is_set():
         status, answer = client.query(body)
         arrived = time.time()
         if status != 200:
-            raise RuntimeError(f"query failed: {status} {answer}")
+            failures.append(f"{body['sql']!r} ({body.get('target')}): {status} {answer}")
+            break
         value = answer["rows"][0][0] if answer["rows"] else None
         if value is None:
             continue
@@ -297,15 +323,99 @@ def _concurrent(port: int, clients: int, seconds: float) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Watching:
+    """The console part of the run: ``rounds`` pairs of windows of ``window_s`` seconds, the
+    console closed in the first of each pair and open (``binary``, headless) in the second, each
+    after ``settle_s`` seconds (the browser starts or stops outside the measured window)."""
+
+    binary: str
+    rounds: int
+    window_s: float
+    settle_s: float = 3.0
+
+
+def _watch(
+    service: _Service, marks: _Marks, staged: list[float], watching: Watching
+) -> dict[str, Any]:
+    """Alternate closed and open windows (see :class:`Watching`); per window the events/s
+    produced and the staged latencies resolved in it; the medians of each kind and their ratio."""
+    client = _Client(service.port)
+    url = f"http://127.0.0.1:{service.port}/"
+    windows: list[dict[str, Any]] = []
+    try:
+        for index in range(2 * watching.rounds):
+            is_open = index % 2 == 1
+            console = OpenConsole(url, watching.binary) if is_open else None
+            requests_before = console_requests(client.request("GET", "/metrics")[1].decode())
+            if console is not None:
+                console.open()
+            try:
+                time.sleep(watching.settle_s)
+                mark0, sample0 = len(marks.snapshot()), len(staged)
+                time.sleep(watching.window_s)
+                mark1, samples = len(marks.snapshot()), staged[sample0:]
+            finally:
+                if console is not None:
+                    console.close()
+            requests = console_requests(client.request("GET", "/metrics")[1].decode())
+            values = np.asarray(samples) if samples else np.asarray([float("nan")])
+            windows.append(
+                {
+                    "console": "open" if is_open else "closed",
+                    "events_per_s": _rate(marks.snapshot(), mark0, mark1),
+                    "staged_p50_ms": float(np.percentile(values, 50)),
+                    "staged_p99_ms": float(np.percentile(values, 99)),
+                    "samples": len(samples),
+                    "console_requests": requests - requests_before,
+                }
+            )
+    finally:
+        client.close()
+    summary: dict[str, Any] = {
+        "rounds": watching.rounds,
+        "window_s": watching.window_s,
+        "windows": windows,
+    }
+    for kind in ("closed", "open"):
+        mine = [w for w in windows if w["console"] == kind]
+        summary[kind] = {
+            key: {
+                "median": float(np.median([w[key] for w in mine])),
+                "min": float(min(w[key] for w in mine)),
+                "max": float(max(w[key] for w in mine)),
+            }
+            for key in ("events_per_s", "staged_p50_ms", "staged_p99_ms")
+        }
+    closed, opened = summary["closed"], summary["open"]
+    summary["events_ratio"] = opened["events_per_s"]["median"] / max(
+        closed["events_per_s"]["median"], 1e-9
+    )
+    summary["p99_ratio"] = opened["staged_p99_ms"]["median"] / max(
+        closed["staged_p99_ms"]["median"], 1e-9
+    )
+    summary["within_3_percent"] = bool(
+        summary["events_ratio"] >= 0.97 and summary["p99_ratio"] <= 1.03
+    )
+    return summary
+
+
 def _run_target(
-    target: str, root: Path, rate: int, seconds: float, warmup: float, clients: int | None
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    target: str,
+    root: Path,
+    rate: int,
+    seconds: float,
+    warmup: float,
+    clients: int | None,
+    watching: Watching | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
     service = _Service(root / target, target)
     try:
         marks = _Marks()
         stop = threading.Event()
         staged: list[float] = []
         warehouse: list[float] = []
+        failures: list[str] = []
         pollers = [
             threading.Thread(
                 target=_poll,
@@ -315,6 +425,7 @@ def _run_target(
                     marks,
                     stop,
                     staged,
+                    failures,
                 ),
             ),
             threading.Thread(
@@ -329,13 +440,15 @@ def _run_target(
                     marks,
                     stop,
                     warehouse,
+                    failures,
                 ),
             ),
         ]
         for p in pollers:
             p.start()
         produced: dict[str, int] = {}
-        total = warmup + seconds + (seconds if clients else 0)
+        watch_s = 2 * watching.rounds * (watching.window_s + watching.settle_s) if watching else 0
+        total = warmup + seconds + watch_s + (seconds if clients else 0)
 
         def produce() -> None:
             produced["events"] = _produce(service.port, rate, total, marks, stop)
@@ -349,6 +462,8 @@ def _run_target(
         staged_samples = staged[staged_from:]
         warehouse_samples = warehouse[warehouse_from:]
         window.append(len(marks.snapshot()))
+        watched = _watch(service, marks, staged, watching) if watching else None
+        window.append(len(marks.snapshot()))
         concurrent = _concurrent(service.port, clients, seconds) if clients else None
         window.append(len(marks.snapshot()))
         producer.join()
@@ -356,6 +471,10 @@ def _run_target(
         stop.set()
         for p in pollers:
             p.join(60)
+        if failures:
+            raise RuntimeError(
+                f"a poller's query failed: {failures[0]}\n" + service.errors_logged()
+            )
         sent = marks.snapshot()
         events_per_s = _rate(sent, window[0], window[1])
         results = []
@@ -373,27 +492,38 @@ def _run_target(
                 }
             )
         if concurrent is not None:
-            concurrent["events_per_s"] = _rate(sent, window[1], window[2])
+            concurrent["events_per_s"] = _rate(sent, window[2], window[3])
             concurrent["target"] = target
-        return results, concurrent
+        return results, concurrent, watched
     finally:
         service.stop()
 
 
-def run_bench(settings: StreamdiSettings, *, quick: bool) -> dict[str, Any]:
+def run_bench(
+    settings: StreamdiSettings, *, quick: bool, watching: Watching | None = None
+) -> dict[str, Any]:
     rate = 100_000
     seconds, warmup = (5.0, 3.0) if quick else (20.0, 5.0)
     clients = 16
     results: list[dict[str, Any]] = []
     concurrent: dict[str, Any] | None = None
+    watched: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="streamdi-bench-freshness-") as tmp:
         root = Path(tmp)
         for target in ("duckdb", "postgres"):
-            found, load = _run_target(
-                target, root, rate, seconds, warmup, clients if target == "duckdb" else None
+            first = target == "duckdb"
+            found, load, seen = _run_target(
+                target,
+                root,
+                rate,
+                seconds,
+                warmup,
+                clients if first else None,
+                watching if first else None,
             )
             results.extend(found)
             concurrent = concurrent or load
+            watched = watched or seen
     return {
         "bench": "freshness",
         "quick": quick,
@@ -402,6 +532,8 @@ def run_bench(settings: StreamdiSettings, *, quick: bool) -> dict[str, Any]:
         "seconds_measured": seconds,
         "results": results,
         "concurrent": concurrent,
+        "console": watched,
+        "load_average": list(os.getloadavg()),
     }
 
 
@@ -426,10 +558,57 @@ def _print(data: dict[str, Any]) -> None:
             f"({c['target']}): {c['queries']:,} queries, {c['queries_per_s']:.0f}/s, p50 "
             f"{c['p50_ms']:.0f} ms, p99 {c['p99_ms']:.0f} ms, {c['errors']} errors"
         )
+    w = data.get("console")
+    if w:
+        print(
+            f"console ({w['rounds']} closed/open pairs of {w['window_s']:.0f} s, duckdb): "
+            "median (min-max)"
+        )
+        for kind in ("closed", "open"):
+            k = w[kind]
+            print(
+                f"  {kind:<7}{_spread(k['events_per_s'], ',.0f')} events/s, staged p99 "
+                f"{_spread(k['staged_p99_ms'], '.0f')} ms"
+            )
+        requests = sum(x["console_requests"] for x in w["windows"] if x["console"] == "open")
+        verdict = "within 3%" if w["within_3_percent"] else "NOT within 3%"
+        print(
+            f"  open/closed: events/s {w['events_ratio']:.3f}, staged p99 {w['p99_ratio']:.3f} "
+            f"({verdict}); the open console made {requests} requests"
+        )
+    load = data.get("load_average")
+    if load:
+        print(f"load average after the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+def _spread(figure: dict[str, float], spec: str) -> str:
+    return (
+        f"{format(figure['median'], spec)} ({format(figure['min'], spec)}-"
+        f"{format(figure['max'], spec)})"
+    )
+
+
+def _watching(args: argparse.Namespace) -> Watching | None:
+    """The console part asked for, or None; fails when no browser can show the console."""
+    if not args.console:
+        return None
+    binary = chromium_path()
+    if binary is None:
+        raise ConfigurationError(
+            [
+                (
+                    "--console",
+                    "Chromium to keep the console open: install Debian's chromium package "
+                    "(make test does where it can) or set STREAMDI_CHROMIUM to a Chromium binary",
+                )
+            ]
+        )
+    rounds, window = (2, 4.0) if args.quick else (args.console_rounds, 10.0)
+    return Watching(binary, rounds, window)
 
 
 def _bench(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    data = run_bench(settings, quick=args.quick)
+    data = run_bench(settings, quick=args.quick, watching=_watching(args))
     _print(data)
     if args.json:
         write_json(data, args.json)
@@ -445,6 +624,19 @@ def register(benches: Commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument("--quick", action="store_true", help="5 s per warehouse")
+    bench.add_argument(
+        "--console",
+        action="store_true",
+        help="also measure with the console open in headless Chromium: closed and open windows "
+        "alternate in the DuckDB run, and the JSON records both",
+    )
+    bench.add_argument(
+        "--console-rounds",
+        type=int,
+        default=4,
+        metavar="N",
+        help="closed/open window pairs of 10 s for --console (2 of 4 s with --quick)",
+    )
     bench.add_argument(
         "--json", metavar="PATH", help="also write the results as JSON ('-': stdout)"
     )

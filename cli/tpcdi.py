@@ -1,7 +1,8 @@
 """``streamdi tpcdi``: generate a TPC-DI staging area, and check one.
 
-* ``streamdi tpcdi generate --sf N --out DIR [--seed S]`` writes Batch1..Batch3 and the answer
-  keys (DIGen's layout) with a progress bar, and prints what it wrote.
+* ``streamdi tpcdi generate --sf N --out DIR [--seed S] [--days D]`` writes Batch1..Batch3 and
+  the answer keys (DIGen's layout), or with ``--days D`` a daily feed of D incremental batches
+  (Batch2..Batch<D+1>), with a progress bar, and prints what it wrote.
 * ``streamdi tpcdi check DIR`` reads every file, then reports rejected lines, answer keys that
   differ from a recount of the files, and breaks of the data rules; exit code 1 if any.
 * ``streamdi tpcdi audit`` runs the automated audit against a warehouse (:mod:`cli.tpcdi_audit`).
@@ -27,7 +28,12 @@ def _generate(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if not args.sf > 0:
         print(f"streamdi tpcdi generate: --sf must be > 0, got {args.sf}", file=sys.stderr)
         return EXIT_USAGE
-    report = generate(out, args.sf, seed=args.seed, progress=not args.no_progress)
+    from tpcdi.generator.scale import MAX_DAYS
+
+    if not 1 <= args.days <= MAX_DAYS:
+        print(f"streamdi tpcdi generate: --days must be within 1..{MAX_DAYS}", file=sys.stderr)
+        return EXIT_USAGE
+    report = generate(out, args.sf, seed=args.seed, days=args.days, progress=not args.no_progress)
     summary = report.as_dict()
     if args.json:
         write_json(summary, args.json)
@@ -35,18 +41,32 @@ def _generate(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         print(
             f"wrote {summary['total_records']:,} records to {out} in {summary['seconds']} s "
             f"({summary['records_per_second']:,} records/s); per batch: "
-            + ", ".join(f"Batch{b} {n:,}" for b, n in summary["batches"].items())  # type: ignore[attr-defined]
+            + _per_batch(summary["batches"])  # type: ignore[arg-type]
         )
     return EXIT_OK
 
 
+def _per_batch(batches: dict[int, int]) -> str:
+    """``Batch1 n, Batch2 n, ...``; a long feed shows its first and last days only."""
+    items = [f"Batch{b} {n:,}" for b, n in batches.items()]
+    if len(items) > 6:
+        items = [*items[:3], f"... ({len(items) - 5} more)", *items[-2:]]
+    return ", ".join(items)
+
+
 def _check(args: argparse.Namespace, settings: StreamdiSettings) -> int:
-    from tpcdi.readers import read_batch
+    from tpcdi.exceptions import SourceNotFound
+    from tpcdi.readers import read_batch, staging_batches
     from tpcdi.verify import mismatches, rule_violations
 
     root = Path(args.directory)
     problems = 0
-    for batch in (1, 2, 3):
+    try:
+        batches = staging_batches(root)
+    except SourceNotFound as exc:
+        print(f"streamdi tpcdi check: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for batch in batches:
         data = read_batch(root / f"Batch{batch}", batch=batch)
         rows = sum(r.num_rows for r in data.files.values())
         rejects = data.rejects
@@ -76,11 +96,18 @@ def register(commands: Commands) -> None:
         "generate",
         help="write a TPC-DI staging area (Batch1..3 and answer keys) at a scale factor",
         description="Generate DIGen's files and answer keys at any scale factor (fractions "
-        "allowed), deterministically by seed.",
+        "allowed), deterministically by seed; --days N writes a daily feed of N incremental "
+        "batches instead of DIGen's two.",
     )
     gen.add_argument("--sf", type=float, required=True, help="scale factor (DIGen's: 3, 5, 10…)")
     gen.add_argument("--out", required=True, help="output directory (the staging area)")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument(
+        "--days",
+        type=int,
+        default=2,
+        help="incremental batches, one day each (default 2: DIGen's Batch2 and Batch3)",
+    )
     gen.add_argument("--force", action="store_true", help="write into a non-empty directory")
     gen.add_argument("--no-progress", action="store_true", help="no progress bar")
     gen.add_argument("--json", metavar="PATH", help="also write the summary as JSON ('-': stdout)")
@@ -89,7 +116,7 @@ def register(commands: Commands) -> None:
         "check",
         help="read a staging area; report rejects, answer-key mismatches and data-rule breaks",
     )
-    check.add_argument("directory", help="the staging area (holding Batch1..Batch3)")
+    check.add_argument("directory", help="the staging area (holding Batch1..BatchN)")
     check.add_argument("--show", type=int, default=10, help="examples to print per kind")
     check.set_defaults(handler=_check)
     from cli.tpcdi_run import register as register_run

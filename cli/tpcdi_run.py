@@ -1,8 +1,11 @@
 """``streamdi tpcdi run`` and ``streamdi tpcdi stream`` (registered under ``streamdi tpcdi``).
 
 * ``run`` — the whole TPC-DI run (:mod:`tpcdi.run.job`): generate or read, initialization,
-  historical load on Spark, both incremental updates through the stream, audit; a report with
-  per-phase wall times, rows and freshness, TPC_DI_RPS, peak memory; ``--json PATH``.
+  historical load on Spark, the incremental updates through the stream (DIGen's two, or with
+  ``--days N`` a daily feed, paced with ``--day-seconds S``, audited every ``--audit-every K``
+  days), audit; a report with per-phase wall times, rows and freshness, per-day freshness per
+  warehouse and where the time went, TPC_DI_RPS, peak memory; ``--json PATH``, ``--png PATH``
+  (and ``<PATH stem>-days.png`` for the days).
 * ``stream`` — Batch1's trades, cash transactions and holdings as an event stream through the
   incremental dataflow after the dimensions are loaded (:mod:`tpcdi.run.streaming`).
 """
@@ -31,6 +34,7 @@ def _quiet_clients(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     from tpcdi.run import phases
+    from tpcdi.run.report_file import save_report
 
     _quiet_clients(args)
     from tpcdi.run.job import RunOptions, run_tpcdi
@@ -40,6 +44,17 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         return EXIT_USAGE
     if args.sf is not None and not args.sf > 0:
         print(f"streamdi tpcdi run: --sf must be > 0, got {args.sf}", file=sys.stderr)
+        return EXIT_USAGE
+    from tpcdi.generator.scale import MAX_DAYS
+
+    if args.days is not None and not 1 <= args.days <= MAX_DAYS:
+        print(f"streamdi tpcdi run: --days must be within 1..{MAX_DAYS}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.day_seconds is not None and not args.day_seconds > 0:
+        print("streamdi tpcdi run: --day-seconds must be > 0", file=sys.stderr)
+        return EXIT_USAGE
+    if args.audit_every < 0:
+        print("streamdi tpcdi run: --audit-every must be >= 0", file=sys.stderr)
         return EXIT_USAGE
     options = RunOptions(
         sf=args.sf,
@@ -53,18 +68,30 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         workdir=Path(args.workdir) if args.workdir else None,
         executor=args.executor,
         upgrade_between=args.upgrade_between,
+        days=args.days,
+        day_seconds=args.day_seconds,
+        audit_every=args.audit_every,
     )
     try:
         record = run_tpcdi(options, settings)
     except StreamdiError as exc:
         print(f"streamdi tpcdi run: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    document = phases.report(
-        record, args.json, args.png, sys.stderr if args.json == "-" else sys.stdout
-    )
+    out = sys.stderr if args.json == "-" else sys.stdout
+    document = phases.report(record, args.json, args.png, out)
+    workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
+    save_report(workdir, document)  # for --serve (GET /console/report), now or later
+    if record.feed is not None:
+        from tpcdi.run.feed_report import draw_feed_chart, feed_chart_path, format_feed
+
+        out.write(format_feed(record.feed) + "\n")
+        chart = feed_chart_path(args.png)
+        if chart is not None:
+            sf = f"SF {record.sf:g}, " if record.sf is not None else ""
+            draw_feed_chart(record.feed, chart, f"TPC-DI {sf}{'+'.join(record.targets)}: ")
+            out.write(f"days chart: {chart}\n")
     if args.json == "-":
         write_json(document, "-")
-    out = sys.stderr if args.json == "-" else sys.stdout
     for target, result in list(record.audits.items())[1:]:
         out.write(f"audit on {target}: {result.ok} OK, {result.fail} FAIL\n")
         for check in result.failed():
@@ -72,8 +99,13 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
     if args.serve:
         from tpcdi.run.serve import serve
 
-        workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
-        return serve(settings, workdir, options.targets, executor=options.executor)
+        return serve(
+            settings,
+            workdir,
+            options.targets,
+            executor=options.executor,
+            version=2 if options.upgrade_between else 1,
+        )
     passed = bool(record.audits) and all(a.passed for a in record.audits.values())
     return EXIT_OK if passed else EXIT_FAILED
 
@@ -131,9 +163,10 @@ def register(sub: Any) -> None:
         "run",
         help="the TPC-DI run: historical load on Spark, incremental updates through the stream, "
         "audit, report",
-        description="Initialization, historical load (Spark), incremental updates 1 and 2 "
-        "through Kafka, the engine, staging and migration, and the audit; prints per-phase wall "
-        "times, rows, freshness, TPC_DI_RPS and peak memory.",
+        description="Initialization, historical load (Spark), the incremental updates (DIGen's "
+        "two, or a daily feed with --days) through Kafka, the engine, staging and migration, and "
+        "the audit; prints per-phase wall times, rows, freshness (per day and warehouse), "
+        "TPC_DI_RPS and peak memory.",
     )
     _common(run)
     run.add_argument(
@@ -142,7 +175,32 @@ def register(sub: Any) -> None:
         default="duckdb",
         help="warehouse: duckdb (default), postgres (POSTGRES__DSN or embedded) or both",
     )
-    run.add_argument("--png", metavar="PATH", help="write the chart here (audit report writer)")
+    run.add_argument(
+        "--png",
+        metavar="PATH",
+        help="write the chart here, and the days' chart (freshness, time by where, sizes, "
+        "memory) as <PATH stem>-days.png",
+    )
+    run.add_argument(
+        "--days",
+        type=int,
+        help="incremental batches (days) to run: with --sf a daily feed of this many days is "
+        "generated (default 2, DIGen's Batch2 and Batch3); with --data the first this many",
+    )
+    run.add_argument(
+        "--day-seconds",
+        type=float,
+        metavar="S",
+        help="offer one day every S seconds (default: each day as soon as the one before ended)",
+    )
+    run.add_argument(
+        "--audit-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also audit the warehouse (every target) after every K-th day (default 0: only "
+        "after the last)",
+    )
     run.add_argument("--serve", action="store_true", help="keep the query API up after the run")
     run.add_argument(
         "--upgrade-between",

@@ -36,4 +36,5 @@ class BatchInputError(DataflowError, TerminalError):
 
 
 class UnknownExecutor(DataflowError, TerminalError):
-    """No executor has the requested name."""
+    """No executor has the requested name, or the executor has no such fixed strategy or
+    placement; the message names the valid ones. Raised before any state is loaded."""

@@ -268,8 +268,9 @@ class Call(Expr):
     """A plain Python function called once per row with scalar arguments (nulls as ``None``).
 
     The general fallback: anything an expression cannot say. ``returns`` declares the result type,
-    checked on every call (an int64 function returning 2**70 or a float fails that row); without
-    it the type is inferred from the data.
+    checked on every call, on every executor (an int64 function returning 2**70, a float or a
+    bool fails that row, whatever the other rows return); without it each value keeps the type
+    its call gave it (and a transactional step using the function runs interpreted).
 
     An exception raised by ``fn`` aborts that transaction only (or dead-letters that row in a
     stateless step), with the exception as the reason.

@@ -137,7 +137,8 @@ def accepts(declared: ColumnType, given: ColumnType | None) -> bool:
 
 
 def coerce_value(value: Any, column_type: ColumnType | None) -> Any:
-    """``value`` as the engine value of ``column_type``; ``TypeError`` when it cannot be.
+    """``value`` as the engine value of ``column_type``; ``TypeError`` when it is of another type,
+    ``ValueError`` when it is out of the type's range (an int beyond int64, or beyond float64).
 
     Integers widen to floats; nothing else converts implicitly (a float is not an int64, a number
     is not a string). ``None`` passes. A ``None`` type accepts anything.
@@ -147,7 +148,10 @@ def coerce_value(value: Any, column_type: ColumnType | None) -> Any:
     if column_type == "float64":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(f"expected float64, got {type(value).__name__} {value!r}")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError as exc:  # an int beyond the float64 range
+            raise ValueError(f"{value} leaves the float64 range") from exc
     if column_type in ("int64", "timestamp", "date"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"expected {column_type}, got {type(value).__name__} {value!r}")

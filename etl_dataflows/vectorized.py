@@ -6,7 +6,10 @@ value is null (the value slot then holds a filler). Results equal the scalar ref
 of ``if_else`` are evaluated, so an error (overflow, an exception from a Python function) may be
 raised for a row whose branch the scalar evaluation would not take. Callers that see
 :class:`~etl_dataflows.expressions.ExpressionError` or a user exception fall back to the scalar
-evaluation row by row, which decides.
+evaluation row by row, which decides. A Python function's results that are not all plain values
+of its declared type raise :class:`~etl_dataflows.expressions.ExpressionError` too (never a
+column numpy converted, which would truncate ``1.5`` to ``1``): the row-by-row evaluation then
+fails exactly the rows whose value is wrong.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from etl_dataflows.expressions import (
     UserFunctionError,
     busy_wait,
 )
-from etl_dataflows.types import MICROS_PER_DAY, ColumnType
+from etl_dataflows.types import MICROS_PER_DAY, ColumnType, coerce_value
 
 Column = tuple[np.ndarray, np.ndarray]
 
@@ -182,27 +185,40 @@ def _literal(value: Any, n: int) -> Column:
     return values, np.ones(n, dtype=bool)
 
 
+#: The Python types whose values :func:`~etl_dataflows.types.coerce_value` takes as they are, per
+#: column type: a column of results of only these types (and ``None``) needs no check per value.
+_PLAIN_TYPES: dict[str, frozenset[type]] = {
+    "int64": frozenset({int}),
+    "timestamp": frozenset({int}),
+    "date": frozenset({int}),
+    "float64": frozenset({float, int}),
+    "bool": frozenset({bool}),
+    "string": frozenset({str}),
+}
+#: The column type of an undeclared function's results, by their one Python type.
+_INFERRED: dict[type, ColumnType] = {bool: "bool", int: "int64", float: "float64", str: "string"}
+
+
 def _from_python(results: list[Any], returns: ColumnType | None) -> Column:
-    if returns == "int64":
-        # the common case without a null in one conversion (a None makes it raise: then below)
-        try:
-            return np.array(results, dtype=np.int64), np.ones(len(results), dtype=bool)
-        except (TypeError, ValueError, OverflowError):
-            pass
-    valid = np.array([r is not None for r in results], dtype=bool)
-    kind = returns
-    if kind is None:
-        sample = next((r for r in results if r is not None), None)
-        if isinstance(sample, bool):
-            kind = "bool"
-        elif isinstance(sample, int):
-            kind = "int64"
-        elif isinstance(sample, float):
-            kind = "float64"
-        else:
-            kind = "string"
+    """The results of a Python function as a column, with exactly the values the scalar
+    evaluation gives row by row, or :class:`ExpressionError` if any row's result would not be
+    the value the scalar evaluation gives: a value that is not of the declared type (a float or a
+    bool for an ``int64``, ``2`` for a ``bool``, an int beyond int64), or, without ``returns``,
+    results of mixed or unknown Python types. The caller then evaluates row by row, and each row
+    fails or not on its own value, whatever the other rows hold."""
+    present = set(map(type, results))
+    present.discard(type(None))
+    if returns is None:
+        if len(present) > 1 or not present <= _INFERRED.keys():
+            raise ExpressionError("function results of mixed types: evaluated row by row")
+        kind: ColumnType = _INFERRED[next(iter(present))] if present else "string"
+    else:
+        kind = returns
+        if not present <= _PLAIN_TYPES[kind]:
+            results = [_checked(r, kind) for r in results]
+    valid = np.fromiter((r is not None for r in results), dtype=bool, count=len(results))
     fill = _FILL[kind]
-    filled = [fill if r is None else r for r in results]
+    filled = results if valid.all() else [fill if r is None else r for r in results]
     if kind == "string":
         values = np.empty(len(filled), dtype=object)
         values[:] = filled
@@ -210,8 +226,17 @@ def _from_python(results: list[Any], returns: ColumnType | None) -> Column:
     dtype = {"bool": bool, "float64": np.float64}.get(kind, np.int64)
     try:
         return np.asarray(filled, dtype=dtype), valid
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # an int beyond int64 (or float64)
         raise ExpressionError(f"function returned a value that is not {kind}: {exc}") from exc
+
+
+def _checked(value: Any, kind: ColumnType) -> Any:
+    """``value`` as the declared ``kind`` (:func:`~etl_dataflows.types.coerce_value`), or
+    :class:`ExpressionError`."""
+    try:
+        return coerce_value(value, kind)
+    except (TypeError, ValueError) as exc:
+        raise ExpressionError(f"function returned {value!r}: {exc}") from exc
 
 
 def _check_overflow(mask: np.ndarray) -> None:

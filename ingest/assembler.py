@@ -47,8 +47,8 @@ import pyarrow.compute as pc
 
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.raw_values import convert_columns, python_columns
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type
-from ingest.convert import convert_columns, python_columns
 from ingest.eventtime import EventTimeBounds, describe_us, now_us
 from ingest.merging import PartitionMerge, sort_released
 from ingest.records import (

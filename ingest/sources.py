@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl_dataflows.raw_values import convert_columns, event_times, python_columns
 from etl_dataflows.types import POS, TS, ColumnType, arrow_type, check_column_type
-from ingest.convert import convert_columns, event_times, python_columns
 from ingest.eventtime import EventTimeBounds
 from ingest.exceptions import SourceUnavailable
 

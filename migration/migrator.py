@@ -16,10 +16,12 @@ freely. A round, in order:
 3. Until every reachable target is at ``W``: take the targets with the lowest ``w``, read the
    staged changes of batches ``(w, min(w + max_batches_per_load, W)]`` once, and load them into
    each of those targets (one target transaction with the rows and the ledger rows,
-   :meth:`~migration.targets.base.BaseTarget.load`); after each target's commit, note its
-   acknowledgement (in memory).
+   :meth:`~migration.targets.base.BaseTarget.load`), the targets at once, a thread each
+   (``parallel_targets``; a target's transaction is its own, so each is still loaded exactly
+   once); after each target's commit, note its acknowledgement (in memory).
 4. Merge a target's delta tables into its full tables when it holds ``merge_rows`` unmerged rows
-   or ``merge_ms`` passed since its last merge (or when asked).
+   or ``merge_ms`` passed since its last merge (or when asked); the targets due merge at once,
+   a thread each, like step 3.
 5. At most every ``release_ms``, and when the migrator closes: write the noted acknowledgements to
    staging, then release from staging what every configured target acknowledged (after the
    retention). One large release costs less than many small ones, and it runs on a background
@@ -37,18 +39,21 @@ still staged for the second, and goes there exactly once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from migration.bootstrap import BootstrapMode, Bootstrapper, BootstrapProgress
 from migration.exceptions import TargetMismatch
+from migration.progress import ProgressObserver, TargetProgress, tell
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget, MergeResult
-from staging.handoff import StagedDeltas
+from staging.handoff import StagedChanges, StagedDeltas
 from streamdi.settings import MigrationSettings, StreamdiSettings
 from warehouse.exceptions import WarehouseUnavailable
 
@@ -158,7 +163,8 @@ class Migrator:
     """See the module docstring. ``release_targets`` are the targets every release waits for
     (all configured targets; default: the keys of ``targets``). ``bootstrap``: run a target's
     bootstrap ``inline`` in the round (``streamdi migrate``) or in the ``background`` (the
-    pipeline and the service: the other targets' rounds go on meanwhile)."""
+    pipeline and the service: the other targets' rounds go on meanwhile). :attr:`observers`
+    are told what each round learns of each target (:mod:`migration.progress`)."""
 
     def __init__(
         self,
@@ -189,10 +195,65 @@ class Migrator:
         self.bootstraps = Bootstrapper(
             staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
         )
+        #: Told what the migrator learns of each target: acknowledgements, merges, failures
+        #: (:mod:`migration.progress`; the query service's console).
+        self.observers: list[ProgressObserver] = []
+        self._spent: dict[str, float] = {}
+        self._spent_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _tell(
+        self,
+        name: str,
+        *,
+        acknowledged: int | None = None,
+        merged_through: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        if self.observers:
+            progress = TargetProgress(
+                name, error is None, acknowledged, merged_through, error, time.time()
+            )
+            tell(self.observers, progress)
+
+    def _each(
+        self, names: Sequence[str], work: Callable[[str], Any]
+    ) -> dict[str, Any | BaseException]:
+        """``work(name)`` for every name: at once on the migrator's threads when
+        ``parallel_targets`` and there are several, else one after the other. Each outcome is
+        its result or the exception it raised, in ``names`` order."""
+
+        def attempt(name: str) -> Any | BaseException:
+            try:
+                return work(name)
+            except BaseException as exc:
+                return exc
+
+        if len(names) < 2 or not self.settings.parallel_targets:
+            return {name: attempt(name) for name in names}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=max(2, len(self.targets)), thread_name_prefix="streamdi-target"
+            )
+        futures = {name: self._pool.submit(attempt, name) for name in names}
+        return {name: futures[name].result() for name in names}
+
+    def spent(self) -> dict[str, float]:
+        """Seconds spent so far (cumulative): ``staging.read`` reading the staged changes,
+        ``load.<target>`` loading them into each target, ``merge.<target>`` merging them."""
+        with self._spent_lock:
+            return dict(self._spent)
+
+    def _spend(self, what: str, seconds: float) -> None:
+        with self._spent_lock:
+            self._spent[what] = self._spent.get(what, 0.0) + seconds
 
     def close(self) -> None:
         """Write the noted acknowledgements, release what they allow, close every target."""
         self.bootstraps.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         with self._lock:
             try:
                 self.wait_for_release()
@@ -276,14 +337,26 @@ class Migrator:
     def _open(self, name: str) -> BaseTarget:
         target = self.targets[name]
         first = not target.opened
-        target.open()
+        try:
+            target.open()
+        except WarehouseUnavailable as exc:
+            self._tell(name, error=str(exc))
+            raise
         if first:
             self._unmerged[name] = target.delta_rows()
             self._last_merge.setdefault(name, time.monotonic())
-            self.bootstraps.observe(
-                name, target, target.watermark(), self.staged.released_through()
-            )
+            watermark = target.watermark()
+            self.bootstraps.observe(name, target, watermark, self.staged.released_through())
+            if self.observers:
+                self._tell(name, acknowledged=watermark, merged_through=self._merged(target))
         return target
+
+    @staticmethod
+    def _merged(target: BaseTarget) -> int | None:
+        try:
+            return target.merged_through()[0]
+        except WarehouseUnavailable:
+            return None
 
     def migrate(
         self,
@@ -319,6 +392,7 @@ class Migrator:
             except WarehouseUnavailable as exc:
                 result.error = str(exc)
                 logger.warning("migration target unavailable target=%s: %s", name, exc)
+                self._tell(name, error=result.error)
                 continue
             if w > top:
                 raise TargetMismatch(
@@ -345,6 +419,7 @@ class Migrator:
                 )
             result.start = result.watermark = progress[name] = w
             self._note_ack(name, w, acks)  # heals an acknowledgement lost in a crash
+            self._tell(name, acknowledged=w)
         # 3.
         step = self.settings.max_batches_per_load
         while True:
@@ -356,40 +431,53 @@ class Migrator:
             t0 = time.perf_counter()
             changes = staged.read(low, min(low + step, top))
             report.read_ms += (time.perf_counter() - t0) * 1000
-            for name in group:
+            self._spend("staging.read", time.perf_counter() - t0)
+            load = functools.partial(self._load, changes=changes, via=via)
+            for name, outcome in self._each(group, load).items():
                 result = report.targets[name]
-                t1 = time.perf_counter()
-                try:
-                    w = self.targets[name].load(changes, via, self._target_hook(name))
-                except WarehouseUnavailable as exc:
-                    result.error = str(exc)
-                    logger.warning("migration load failed target=%s: %s", name, exc)
+                if isinstance(outcome, WarehouseUnavailable):
+                    result.error = str(outcome)
+                    logger.warning("migration load failed target=%s: %s", name, outcome)
+                    self._tell(name, error=result.error)
                     del progress[name]
                     continue
-                result.load_ms += (time.perf_counter() - t1) * 1000
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                w, seconds = outcome
+                result.load_ms += seconds * 1000
                 if w == changes.upto:
                     result.batches += changes.upto - changes.after
                     result.rows += changes.rows
                     result.loads += 1
                     self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
                 self._note_ack(name, w, acks)
+                self._tell(name, acknowledged=w)
                 progress[name] = result.watermark = w
         for name, w in progress.items():
             self.bootstraps.caught_up(name, self.targets[name], w, top)
         # 4.
-        for name in names:
+        # (a target not in progress without an error is one whose bootstrap runs)
+        due = [
+            name
+            for name in names
+            if name in progress
+            and report.targets[name].error is None
+            and self._merge_due(name, merge)
+        ]
+        for name, outcome in self._each(due, self._merge_one).items():
             result = report.targets[name]
-            if name not in progress and result.error is None:
-                continue  # its bootstrap runs
-            if result.error is None and self._merge_due(name, merge):
-                try:
-                    result.merge = self.targets[name].merge(self._target_hook(name))
-                except WarehouseUnavailable as exc:
-                    result.error = str(exc)
-                    logger.warning("migration merge failed target=%s: %s", name, exc)
-                    continue
-                self._unmerged[name] = 0
-                self._last_merge[name] = time.monotonic()
+            if isinstance(outcome, WarehouseUnavailable):
+                result.error = str(outcome)
+                logger.warning("migration merge failed target=%s: %s", name, outcome)
+                self._tell(name, error=result.error)
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            result.merge = outcome
+            self._unmerged[name] = 0
+            self._last_merge[name] = time.monotonic()
+            if outcome is not None:
+                self._tell(name, merged_through=outcome.through)
         # 5.
         self._round_since_release = True
         if self.settings.release_ms == 0:
@@ -417,6 +505,22 @@ class Migrator:
                     report.seconds,
                 )
         return report
+
+    def _load(self, name: str, *, changes: StagedChanges, via: Via) -> tuple[int, float]:
+        """Step 3 for one target: its new watermark and the seconds the load took."""
+        t1 = time.perf_counter()
+        w = self.targets[name].load(changes, via, self._target_hook(name))
+        seconds = time.perf_counter() - t1
+        self._spend(f"load.{name}", seconds)
+        return w, seconds
+
+    def _merge_one(self, name: str) -> MergeResult | None:
+        """Step 4 for one target."""
+        t2 = time.perf_counter()
+        try:
+            return self.targets[name].merge(self._target_hook(name))
+        finally:
+            self._spend(f"merge.{name}", time.perf_counter() - t2)
 
     def _merge_due(self, name: str, merge: MergeMode) -> bool:
         if merge == "never":
@@ -479,9 +583,11 @@ class Migrator:
         with self._lock:
             out: dict[str, MergeResult | None] = {}
             for name in list(names) if names is not None else list(self.targets):
-                out[name] = self._open(name).merge(self._target_hook(name))
+                merged = out[name] = self._open(name).merge(self._target_hook(name))
                 self._unmerged[name] = 0
                 self._last_merge[name] = time.monotonic()
+                if merged is not None:
+                    self._tell(name, merged_through=merged.through)
             return out
 
     def status(self) -> dict[str, Any]:
@@ -515,7 +621,9 @@ class Migrator:
                     boot = self.bootstraps.status(name, target)
                     if boot is not None:
                         entry["bootstrap"] = boot
+                    self._tell(name, acknowledged=w, merged_through=merged)
             except WarehouseUnavailable as exc:
                 entry.update(reachable=False, error=str(exc))
+                self._tell(name, error=str(exc))
             out["targets"][name] = entry
         return out

@@ -23,17 +23,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from etl_dataflows.batch import StepDecision, StepStats
 from ingest.assembler import AssembledBatch, TopicPartition, engine_dead_letters
 from ingest.collector import CollectorReport
 from runtime.faults import PipelineFaults
 from runtime.interfaces import BatchExecutor, BatchStage
-from staging.store import BatchCommit
+from staging.store import BatchCommit, StreamProgress
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ class PipelineReport:
     commits: int = 0
     seconds: float = 0.0
     resumed_from: int = 0
+    #: seconds the engine spent running batches (the consuming loop's thread)
+    execute_s: float = 0.0
+    #: seconds spent in staging commits (the committer's thread)
+    commit_s: float = 0.0
     commit_latency_ms: list[float] = field(default_factory=list)
     collectors: list[CollectorReport] = field(default_factory=list)
 
@@ -58,7 +63,10 @@ class PipelineReport:
 
 @dataclass(frozen=True)
 class CommittedBatch:
-    """What :attr:`runtime.pipeline.Pipeline.observers` learn of each committed batch."""
+    """What :attr:`runtime.pipeline.Pipeline.observers` learn of each committed batch (the
+    service's metrics and its console, :class:`api.hosted.CommittedBatchFacts`). It holds only
+    small facts and references the engine already made (no row data), so an observer may keep
+    it."""
 
     batch_id: int
     events: int
@@ -66,6 +74,42 @@ class CommittedBatch:
     executed_s: float
     #: from the batch's first record arriving to its staging commit
     latency_s: float
+    records: int = 0
+    #: dead letters the commit wrote (ingest's rejects and the engine's)
+    dead_letters: int = 0
+    #: epoch seconds: the batch's first record arrived; its staging commit returned
+    arrived_at: float = 0.0
+    committed_at: float = 0.0
+    #: duration of the staging commit that took the batch (a group commit's batches share it)
+    commit_s: float = 0.0
+    #: the engine's decision per transactional step (none from the serial executor)
+    decisions: tuple[StepDecision, ...] = ()
+    #: the engine's counts per step
+    steps: Mapping[str, StepStats] = field(default_factory=dict)
+    #: per stream, its progress after this batch (the streams the batch consumed from)
+    streams: Mapping[str, StreamProgress] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, commit: BatchCommit, latency_s: float, committed_at: float, commit_s: float
+    ) -> CommittedBatch:
+        """The facts of ``commit``, committed at ``committed_at`` by a commit of
+        ``commit_s``."""
+        result = commit.result
+        return cls(
+            batch_id=commit.batch_id,
+            events=commit.events,
+            executed_s=commit.executed_ms / 1000,
+            latency_s=latency_s,
+            records=commit.records,
+            dead_letters=commit.dead_letters.num_rows,
+            arrived_at=commit.arrived_at,
+            committed_at=committed_at,
+            commit_s=commit_s,
+            decisions=tuple(result.decisions),
+            steps=dict(result.stats),
+            streams=dict(commit.streams),
+        )
 
 
 def execute_batch(executor: BatchExecutor, assembled: AssembledBatch) -> BatchCommit:
@@ -190,6 +234,7 @@ class StagingCommitter:
                 break
             ids = [g.commit.batch_id for g in group]
             # 2.
+            commit_started = time.monotonic()
             try:
                 self.store.commit(
                     [g.commit for g in group], hook=self.faults.commit_hook(ids[0], ids[-1])
@@ -199,19 +244,16 @@ class StagingCommitter:
                 self.error = exc
                 stop.set()
                 return
+            commit_s = time.monotonic() - commit_started
             self.faults.after_commit(ids[0], ids[-1])
             # 3.
             if self.after_commit is not None:
                 self.after_commit([g.commit for g in group])
             # 4.
             now = time.monotonic()
-            for g in group:
-                seen = CommittedBatch(
-                    g.commit.batch_id,
-                    g.commit.events,
-                    g.commit.executed_ms / 1000,
-                    now - g.arrived_mono,
-                )
+            committed_at = time.time()
+            for g in group if self.observers else ():
+                seen = CommittedBatch.of(g.commit, now - g.arrived_mono, committed_at, commit_s)
                 for observe in self.observers:
                     try:
                         observe(seen)
@@ -226,4 +268,5 @@ class StagingCommitter:
                     self.report.dead_letters += g.commit.dead_letters.num_rows
                     self._offsets.update(g.commit.offsets)
                 self.report.commits += 1
+                self.report.commit_s += now - commit_started
                 self.committed_batches += len(group)

@@ -137,6 +137,11 @@ class ConsumingLoop:
         self.waiting_since: float | None = None
         #: The partitions step 3b stopped reading for now.
         self.paused: set[TopicPartition] = set()
+        #: Seconds in polls that brought records (Kafka's fetch and the records' decoding; an
+        #: empty poll waits for data and is not counted).
+        self.poll_s = 0.0
+        #: Seconds filling the assembler and cutting batches (step 3).
+        self.assemble_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
         """Consume until one of the ends of the module docstring; see there for the order."""
@@ -170,11 +175,14 @@ class ConsumingLoop:
                 if paused:
                     control.seen.set()
                 did_poll = (not buffered or stuck) and not paused
+                began = time.monotonic()
                 polled = self._poll(stop) if did_poll else []
                 buffered.extend(polled)
                 if polled:
                     last_activity = time.monotonic()
+                    self.poll_s += last_activity - began
                 # 3.
+                began = time.monotonic()
                 stuck = fill(
                     assembler, buffered, added, rules.cut.batch_size, blocked=self._blocked
                 )
@@ -187,13 +195,17 @@ class ConsumingLoop:
                 )
                 if reason is not None:
                     self.fetched_events += assembler.pending_events
-                    self.hand_off(assembler.take(self.next_batch, added))
+                    taken = assembler.take(self.next_batch, added)
+                    self.assemble_s += time.monotonic() - began
+                    self.hand_off(taken)
                     last_activity = time.monotonic()
                     self.next_batch += 1
                     self.batches += 1
                     if rules.max_batches and self.batches >= rules.max_batches:
                         limit_reached = True
                         stop.set()
+                else:
+                    self.assemble_s += time.monotonic() - began
                 # 3b.
                 self._throttle(assembler)
                 drained = (

@@ -145,6 +145,7 @@ class Pipeline:
         self.observers: list[Callable[[CommittedBatch], None]] = []
         #: Records in Kafka not committed to staging yet, per stream (refreshed every 2 s).
         self.consumer_lag: dict[str, int] = {}
+        self._loop: ConsumingLoop | None = None
 
     def pause(self, timeout_s: float = 30.0) -> None:
         """Stop polling Kafka; the batch in hand still commits. Returns once the consuming loop
@@ -270,6 +271,7 @@ class Pipeline:
             busy=lambda: any(t.is_alive() for t in collector_threads) or not committer.idle(),
             started=started,
         )
+        self._loop = loop
         self.started.set()
         try:
             # 4.
@@ -321,6 +323,7 @@ class Pipeline:
             self.faults.before_execute(assembled.batch.batch_id)
             commit = execute_batch(executor, assembled)
             self.report.batches += 1
+            self.report.execute_s += commit.executed_ms / 1000
             committer.submit(commit)
 
         def monitor() -> None:
@@ -350,6 +353,22 @@ class Pipeline:
             monitor=monitor,
             progress=progress if options.progress else None,
         )
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent so far, by where (cumulative, for a caller that diffs two snapshots):
+        ``kafka.poll`` (polls that brought records), ``assemble`` (filling and cutting batches),
+        ``engine`` (running them), ``staging.commit``, and per migration target ``load.<t>`` and
+        ``merge.<t>`` with ``staging.read`` (reading the deltas to migrate). Read from other
+        threads without a lock: a snapshot may be a moment old."""
+        out = {
+            "kafka.poll": self._loop.poll_s if self._loop is not None else 0.0,
+            "assemble": self._loop.assemble_s if self._loop is not None else 0.0,
+            "engine": self.report.execute_s,
+            "staging.commit": self.report.commit_s,
+        }
+        if self._migration is not None:
+            out.update(self._migration.migrator.spent())
+        return out
 
     def _after_commit(self, commits: Sequence[BatchCommit]) -> None:
         if self._migration is not None:

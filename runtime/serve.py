@@ -10,7 +10,9 @@ the migration (the DuckDB warehouse) also answers the queries. The run, in order
    (``POST /streams/{stream}/events``); sources bound to a file keep their file.
 3. Open staging and, with ``MIGRATION__TARGETS``, the migrator the pipeline pushes with; the
    query service reads through the same store and targets.
-4. Run the pipeline in a thread (collectors, engine, commits, migration worker).
+4. Run the pipeline in a thread (collectors, engine, commits, migration worker); the query
+   service's metrics and console (:mod:`api.console_recorder`) observe its committed batches,
+   the console also the migrator's targets.
 5. Serve the app with uvicorn on ``API__HOST:API__PORT`` (127.0.0.1 by default; another address
    without ``API__TOKEN`` is warned about) until SIGTERM or Ctrl-C, or until the pipeline fails
    (then exit 1: a process whose pipeline died should be restarted, not left answering from a
@@ -38,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from api.app import create_app
@@ -125,9 +127,11 @@ def serve(
     *,
     host: str,
     port: int,
+    run_report: Mapping[str, Any] | None = None,
     faults: PipelineFaults | None = None,
 ) -> int:
     """Run the service until stopped; see the module docstring. Returns the exit code.
+    ``run_report`` is the report of the TPC-DI run it serves (``GET /console/report``);
     ``faults``: the crash tests' hooks (:mod:`runtime.faults`), for the pipeline and its
     migrator."""
     import uvicorn
@@ -186,8 +190,10 @@ def serve(
             pipeline_state=runner.state,
             ingest=runner.pipeline,
             broker=watch.state,
+            run_report=run_report,
         )
         runner.pipeline.observers.append(service.metrics.observe_batch)
+        runner.pipeline.observers.append(service.console.observe_batch)
         try:
             service.start()
         except StreamdiError as exc:

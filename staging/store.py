@@ -1044,9 +1044,11 @@ class StagingStore:
         ids: Iterable[int] | None = None,
         limit: int | None = None,
         after_id: int | None = None,
+        reason: str | None = None,
     ) -> pa.Table:
         """Staged dead letters (oldest first), optionally of one stream, not yet replayed, with
-        the given ids, or after id ``after_id`` (paging)."""
+        the given ids, after id ``after_id`` (paging), or whose reason contains ``reason``
+        (case-insensitive, a plain substring: ``%`` and ``_`` are themselves)."""
         where = ["TRUE"]
         params: list[Any] = []
         if after_id is not None:
@@ -1060,6 +1062,9 @@ class StagingStore:
         if ids is not None:
             where.append("list_contains(?, id)")
             params.append(list(ids))
+        if reason is not None:
+            where.append("contains(lower(reason), lower(?))")
+            params.append(reason)
         sql = f"SELECT * FROM {_sys('dead_letters')} WHERE {' AND '.join(where)} ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"

@@ -30,7 +30,27 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamdi.errors import ConfigurationError
 
-ExecutorName = Literal["serial", "local", "spark"]
+#: The names ENGINE__EXECUTOR accepts: every name ``etl_dataflows.executors.create_executor``
+#: takes (``etl_dataflows.executors.executor_names()``; the base imports no stage, so the list is
+#: written here and tests/unit/streamdi/test_settings.py keeps the two equal).
+ExecutorName = Literal[
+    "serial",
+    "local",
+    "local:sequential",
+    "local:waves",
+    "local:chains",
+    "local:chain_scan",
+    "local:lock",
+    "local:pat",
+    "local:tstream",
+    "lock",
+    "pat",
+    "tstream",
+    "spark",
+    "spark:driver",
+    "spark:spark",
+    "spark:supersteps",
+]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
@@ -303,6 +323,11 @@ class MigrationSettings(BaseModel):
     max_batches_per_load: int = Field(
         default=64, ge=1, description="Most batches one target transaction carries."
     )
+    parallel_targets: bool = Field(
+        default=True,
+        description="Load (and merge) every target of a round at once, a thread each, instead "
+        "of one after the other.",
+    )
     merge_rows: int = Field(
         default=500_000,
         ge=1,
@@ -409,7 +434,10 @@ class EngineSettings(BaseModel):
     executor: ExecutorName = Field(
         default="local",
         description="Executor running the dataflows: local (compiled, adaptive), spark (local "
-        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle).",
+        "plus Spark passes for big batches; SPARK__*) or serial (the plain-Python oracle); "
+        "local:<strategy> fixes local's strategy (sequential, waves, chains, chain_scan, lock, "
+        "pat, tstream), spark:<placement> Spark's placement (driver, spark, supersteps); lock, pat "
+        "and tstream are the benchmark baselines.",
     )
     memory_budget: int | None = Field(
         default=None,

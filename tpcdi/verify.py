@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpcdi.readers import BatchData, read_batch, read_batch_date
+from tpcdi.readers import BatchData, read_batch, read_batch_date, read_file, staging_batches
 from tpcdi.readers.finwire import finwire_files, read_finwire
 
 Key = tuple[str, int, str]
@@ -39,19 +39,27 @@ def _bad_tier(tiers: pa.Array) -> int:
     return _count((values < 1) | (values > 3))
 
 
+def _hundred_years_before(value: datetime.date) -> datetime.date:
+    try:
+        return value.replace(year=value.year - 100)
+    except ValueError:  # 29 February: the 28th, as the dataflow's rule does
+        return value.replace(year=value.year - 100, day=28)
+
+
 def _dob_out(dobs: pa.Array, batch_date: datetime.date) -> tuple[int, int]:
     days = np.asarray(pc.cast(dobs, pa.int32()))
-    limit = (batch_date.replace(year=batch_date.year - 100) - datetime.date(1970, 1, 1)).days
+    limit = (_hundred_years_before(batch_date) - datetime.date(1970, 1, 1)).days
     today = (batch_date - datetime.date(1970, 1, 1)).days
     return _count(days < limit), _count(days > today)
 
 
 def recount(root: Path) -> dict[Key, int]:
-    """Answer-key values recomputed from the files of a staging area (``Batch1``..``Batch3``)."""
+    """Answer-key values recomputed from the files of a staging area (``Batch1``..``BatchN``:
+    DIGen's three, or a daily feed's)."""
     root = Path(root)
     keys: dict[Key, int] = {}
     previous_agencies: pa.Array | None = None
-    for batch in (1, 2, 3):
+    for batch in staging_batches(root):
         folder = root / f"Batch{batch}"
         data = read_batch(folder, batch=batch)
         files = data.files
@@ -192,15 +200,26 @@ def _late(reference: pd.Series, frame: pd.DataFrame, key: str, ts: str) -> int:
     return _count(seen.isna() | (seen > frame[ts]))
 
 
+def _incremental_frames(folder: Path, batch: int) -> dict[str, pd.DataFrame]:
+    """The files of an incremental batch the rules look at (not Prospect.csv: a long feed would
+    hold every day's full prospect list)."""
+    names = (
+        "Customer.txt", "Account.txt", "Trade.txt", "CashTransaction.txt", "HoldingHistory.txt",
+        "DailyMarket.txt", "WatchHistory.txt",
+    )  # fmt: skip
+    return {n: read_file(folder / n, batch=batch).table.to_pandas() for n in names}
+
+
 def rule_violations(root: Path) -> dict[str, int]:
-    """``{rule: number of violating records}`` for the rules the data must keep (empty = none)."""
+    """``{rule: number of violating records}`` for the rules the data must keep (empty = none).
+
+    Batch1 is read whole; the incremental batches one at a time, in order, each checked
+    against what the batches before it created (a daily feed of any length)."""
     root = Path(root)
-    batches = {b: read_batch(root / f"Batch{b}", batch=b) for b in (1, 2, 3)}
-    dates = {
-        b: pd.Timestamp(read_batch_date(root / f"Batch{b}" / "BatchDate.txt")) for b in (1, 2, 3)
-    }
-    frames = {b: {n: r.table.to_pandas() for n, r in batches[b].files.items()} for b in (1, 2, 3)}
-    fw = batches[1].finwire
+    batches = staging_batches(root)
+    historical = read_batch(root / "Batch1", batch=1)
+    frames1 = {n: r.table.to_pandas() for n, r in historical.files.items()}
+    fw = historical.finwire
     assert fw is not None
     problems: dict[str, int] = {}
 
@@ -225,7 +244,7 @@ def rule_violations(root: Path) -> dict[str, int]:
     note("FINWIRE EPS inconsistent with earnings", _count(eps.abs() > 0.4))
     symbol_seen = sec.groupby("Symbol")["PTS"].min()
 
-    actions = frames[1]["CustomerMgmt.xml"]
+    actions = frames1["CustomerMgmt.xml"]
     customer_seen = actions[actions["ActionType"] == "NEW"].groupby("C_ID")["ActionTS"].min()
     note(
         "CustomerMgmt action before its customer's NEW",
@@ -246,9 +265,31 @@ def rule_violations(root: Path) -> dict[str, int]:
         _count(rows.assign(day=rows["ActionTS"].dt.date).duplicated(["C_ID", "day"])),
     )
 
-    for b in (2, 3):
-        start = dates[b]
-        cust, acct = frames[b]["Customer.txt"], frames[b]["Account.txt"]
+    def market_rules(b: int, dm: pd.DataFrame) -> None:
+        note(
+            f"Batch{b} DailyMarket low <= close <= high broken",
+            _count((dm["DM_LOW"] > dm["DM_CLOSE"]) | (dm["DM_CLOSE"] > dm["DM_HIGH"])),
+        )
+        seen = dm["DM_S_SYMB"].map(symbol_seen).dt.normalize()
+        note(
+            f"Batch{b} DailyMarket before the security exists",
+            _count(seen.isna() | (seen > pd.to_datetime(dm["DM_DATE"]))),
+        )
+
+    # trades: the first event of each trade, from TradeHistory and then the daily files
+    first_events = [
+        frames1["TradeHistory.txt"].rename(columns={"TH_T_ID": "T_ID", "TH_DTS": "T_DTS"})
+    ]
+    trade_rows = [frames1["Trade.txt"]]
+    holdings = [(1, frames1["HoldingHistory.txt"], frames1["Trade.txt"])]
+    watches = [frames1["WatchHistory.txt"]]
+    market_rules(1, frames1["DailyMarket.txt"])
+    del frames1, historical
+    for b in batches[1:]:
+        folder = root / f"Batch{b}"
+        start = pd.Timestamp(read_batch_date(folder / "BatchDate.txt"))
+        frames = _incremental_frames(folder, b)
+        cust, acct = frames["Customer.txt"], frames["Account.txt"]
         note(
             f"Batch{b} Customer.txt U of an unknown customer",
             _count((cust["CDC_FLAG"] == "U") & ~cust["C_ID"].isin(customer_seen.index)),
@@ -265,35 +306,36 @@ def rule_violations(root: Path) -> dict[str, int]:
         )
         new_a = acct[acct["CDC_FLAG"] == "I"]
         account_seen = pd.concat([account_seen, pd.Series(start, index=new_a["CA_ID"])])
-        for name, table in frames[b].items():
+        for name, table in frames.items():
             if "CDC_DSN" in table and len(table) > 1:
                 note(
                     f"Batch{b} {name} CDC_DSN not increasing",
                     _count(np.diff(table["CDC_DSN"].to_numpy()) <= 0),
                 )
+        trades = frames["Trade.txt"]
+        first_events.append(trades[["T_ID", "T_DTS"]])
+        trade_rows.append(trades.drop(columns=["CDC_FLAG", "CDC_DSN"]))
+        holdings.append((b, frames["HoldingHistory.txt"], trades))
+        watches.append(frames["WatchHistory.txt"])
+        market_rules(b, frames["DailyMarket.txt"])
 
-    # trades: first event after the account and the security exist
-    first_events = [
-        frames[1]["TradeHistory.txt"].rename(columns={"TH_T_ID": "T_ID", "TH_DTS": "T_DTS"})
-    ]
-    trade_rows = [frames[1]["Trade.txt"]] + [frames[b]["Trade.txt"] for b in (2, 3)]
-    first_events += [t[["T_ID", "T_DTS"]] for t in trade_rows[1:]]
     trade_first = _first_seen(first_events, "T_ID", "T_DTS")
-    trades = pd.concat(
+    every_trade = pd.concat(
         [t.drop(columns=["CDC_FLAG", "CDC_DSN"], errors="ignore") for t in trade_rows]
     )
-    trades = trades.drop_duplicates("T_ID").assign(first=lambda t: t["T_ID"].map(trade_first))
+    every_trade = every_trade.drop_duplicates("T_ID").assign(
+        first=lambda t: t["T_ID"].map(trade_first)
+    )
     note(
         "Trade on an account that does not exist yet",
-        _late(account_seen, trades, "T_CA_ID", "first"),
+        _late(account_seen, every_trade, "T_CA_ID", "first"),
     )
     note(
         "Trade of a security that does not exist yet",
-        _late(symbol_seen, trades, "T_S_SYMB", "first"),
+        _late(symbol_seen, every_trade, "T_S_SYMB", "first"),
     )
-    for b in (1, 2, 3):
-        hh = frames[b]["HoldingHistory.txt"]
-        done = set(trade_rows[b - 1].loc[trade_rows[b - 1]["T_ST_ID"] == "CMPT", "T_ID"])
+    for b, hh, trades in holdings:
+        done = set(trades.loc[trades["T_ST_ID"] == "CMPT", "T_ID"])
         note(
             f"Batch{b} holding of a trade not completed in the batch",
             _count(~hh["HH_T_ID"].isin(done)),
@@ -302,29 +344,22 @@ def rule_violations(root: Path) -> dict[str, int]:
             f"Batch{b} holding of an unknown trade",
             _count(~hh["HH_H_T_ID"].isin(trade_first.index)),
         )
-        dm = frames[b]["DailyMarket.txt"]
-        note(
-            f"Batch{b} DailyMarket low <= close <= high broken",
-            _count((dm["DM_LOW"] > dm["DM_CLOSE"]) | (dm["DM_CLOSE"] > dm["DM_HIGH"])),
-        )
-        seen = dm["DM_S_SYMB"].map(symbol_seen).dt.normalize()
-        note(
-            f"Batch{b} DailyMarket before the security exists",
-            _count(seen.isna() | (seen > pd.to_datetime(dm["DM_DATE"]))),
-        )
 
-    watches = pd.concat([frames[b]["WatchHistory.txt"] for b in (1, 2, 3)], ignore_index=True)
+    every_watch = pd.concat(
+        [w.drop(columns=["CDC_FLAG", "CDC_DSN"], errors="ignore") for w in watches],
+        ignore_index=True,
+    )
     note(
         "Watch by a customer that does not exist yet",
-        _late(customer_seen, watches, "W_C_ID", "W_DTS"),
+        _late(customer_seen, every_watch, "W_C_ID", "W_DTS"),
     )
     note(
         "Watch of a security that does not exist yet",
-        _late(symbol_seen, watches, "W_S_SYMB", "W_DTS"),
+        _late(symbol_seen, every_watch, "W_S_SYMB", "W_DTS"),
     )
-    placed = watches[watches["W_ACTION"] == "ACTV"]
+    placed = every_watch[every_watch["W_ACTION"] == "ACTV"]
     note("Watch placed twice", _count(placed.duplicated(["W_C_ID", "W_S_SYMB"])))
-    cancels = watches[watches["W_ACTION"] == "CNCL"].merge(
+    cancels = every_watch[every_watch["W_ACTION"] == "CNCL"].merge(
         placed, on=["W_C_ID", "W_S_SYMB"], how="left", suffixes=("", "_placed")
     )
     note(

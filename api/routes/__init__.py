@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import data, ingest, migration, operations, query
+from api.routes import console, data, ingest, migration, operations, query
 
 #: The routers in the order their routes appear in the OpenAPI description.
 ROUTERS: tuple[APIRouter, ...] = (
@@ -18,4 +18,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     migration.router,
     ingest.router,
     operations.router,
+    console.router,
 )

@@ -25,9 +25,11 @@ def dead_letters(
     pending: bool = False,
     after_id: Annotated[int | None, Query(ge=0, le=2**62)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    reason: Annotated[str | None, Query(max_length=256)] = None,
 ) -> list[DeadLetter]:
-    """Rejected records and events with their position and reason, oldest first."""
-    return service.dead_letters(stream, pending, after_id, limit)
+    """Rejected records and events with their position and reason, oldest first; ``reason``
+    keeps those whose reason contains it (case-insensitive)."""
+    return service.dead_letters(stream, pending, after_id, limit, reason)
 
 
 @router.post("/deadletters/replay", response_model=ReplayResult, responses=ERRORS, tags=["ingest"])

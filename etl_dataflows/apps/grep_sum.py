@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from etl_dataflows.apps.common import App, AppKnobs, ZipfKeys, event_table, timestamps
+from etl_dataflows.apps.common import (
+    App,
+    AppKnobs,
+    ZipfKeys,
+    event_table,
+    key_values,
+    timestamps,
+)
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import Dataflow
 from etl_dataflows.expressions import Expr, coalesce, col, cost, if_else, old
@@ -53,7 +60,7 @@ def initial_state(knobs: AppKnobs) -> StateImage:
     table = dataflow(knobs).build().tables["micro"]
     data = pa.table(
         {
-            "id": np.arange(knobs.keys, dtype=np.int64),
+            "id": key_values(knobs.keys, knobs.key_layout),
             "value": np.full(knobs.keys, 1_000, dtype=np.int64),
         }
     )
@@ -63,7 +70,7 @@ def initial_state(knobs: AppKnobs) -> StateImage:
 def batches(knobs: AppKnobs) -> list[EngineBatch]:
     length, access = _shape(knobs)
     rng = np.random.default_rng(knobs.seed)
-    keys = ZipfKeys(knobs.keys, knobs.theta, rng)
+    keys = ZipfKeys(knobs.keys, knobs.theta, rng, knobs.key_layout)
     multi_ratio = knobs.knob("multi_access_ratio", 1.0)
     out = []
     for b in range(knobs.batches):

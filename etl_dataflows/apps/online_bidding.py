@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from etl_dataflows.apps.common import App, AppKnobs, ZipfKeys, event_table, timestamps
+from etl_dataflows.apps.common import (
+    App,
+    AppKnobs,
+    ZipfKeys,
+    event_table,
+    key_values,
+    timestamps,
+)
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import Dataflow
 from etl_dataflows.expressions import Expr, col, cost, old
@@ -59,7 +66,7 @@ def initial_state(knobs: AppKnobs) -> StateImage:
     table = dataflow(knobs).build().tables["goods"]
     data = pa.table(
         {
-            "item": np.arange(knobs.keys, dtype=np.int64),
+            "item": key_values(knobs.keys, knobs.key_layout),
             "price": np.full(knobs.keys, 100, dtype=np.int64),
             "quantity": np.full(knobs.keys, 10_000, dtype=np.int64),
         }
@@ -69,7 +76,7 @@ def initial_state(knobs: AppKnobs) -> StateImage:
 
 def batches(knobs: AppKnobs) -> list[EngineBatch]:
     rng = np.random.default_rng(knobs.seed)
-    items = ZipfKeys(knobs.keys, knobs.theta, rng)
+    items = ZipfKeys(knobs.keys, knobs.theta, rng, knobs.key_layout)
     buy, alert = knobs.knob("buy_ratio", 0.6), knobs.knob("alert_ratio", 0.2)
     out = []
     for b in range(knobs.batches):

@@ -15,7 +15,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from etl_dataflows.apps.common import App, AppKnobs, ZipfKeys, event_table, timestamps
+from etl_dataflows.apps.common import (
+    App,
+    AppKnobs,
+    ZipfKeys,
+    event_table,
+    key_values,
+    timestamps,
+)
 from etl_dataflows.batch import EngineBatch
 from etl_dataflows.dataflow import Dataflow
 from etl_dataflows.expressions import Expr, col, cost, old
@@ -81,7 +88,7 @@ def dataflow(knobs: AppKnobs) -> Dataflow:
 
 def initial_state(knobs: AppKnobs) -> StateImage:
     flow = dataflow(knobs).build()
-    ids = pa.array(np.arange(knobs.keys, dtype=np.int64))
+    ids = pa.array(key_values(knobs.keys, knobs.key_layout))
     balances = pa.array(np.full(knobs.keys, START_BALANCE, dtype=np.int64))
     tables = {}
     for name in ("accounts", "assets"):
@@ -92,7 +99,7 @@ def initial_state(knobs: AppKnobs) -> StateImage:
 
 def batches(knobs: AppKnobs) -> list[EngineBatch]:
     rng = np.random.default_rng(knobs.seed)
-    keys = ZipfKeys(knobs.keys, knobs.theta, rng)
+    keys = ZipfKeys(knobs.keys, knobs.theta, rng, knobs.key_layout)
     transfer_ratio = knobs.knob("transfer_ratio", 0.5)
     out = []
     for b in range(knobs.batches):

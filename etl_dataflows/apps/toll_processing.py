@@ -70,6 +70,8 @@ def initial_state(knobs: AppKnobs) -> StateImage:
 
 
 def batches(knobs: AppKnobs) -> list[EngineBatch]:
+    if knobs.key_layout != "sequential":
+        raise ValueError("tp keys vehicles by segment * 2**32 + vehicle: key_layout sequential")
     rng = np.random.default_rng(knobs.seed)
     segments = ZipfKeys(knobs.keys, knobs.theta, rng)
     vehicles = int(knobs.knob("vehicles", 0)) or 100 * knobs.keys

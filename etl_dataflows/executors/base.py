@@ -65,7 +65,7 @@ from etl_dataflows.dataflow import (
     ValidateStep,
     step_inputs,
 )
-from etl_dataflows.exceptions import BatchInputError
+from etl_dataflows.exceptions import BatchInputError, UnknownExecutor
 from etl_dataflows.state import StateImage
 from etl_dataflows.stateless import (
     DeadLetters,
@@ -112,10 +112,23 @@ class BaseExecutor(ABC):
     """Runs batches of one dataflow against state it owns; see the module docstring."""
 
     name: ClassVar[str]
+    #: What ``<name>:<variant>`` may name in :func:`~etl_dataflows.executors.create_executor`
+    #: (a fixed strategy, a placement): none unless the executor has some.
+    variants: ClassVar[tuple[str, ...]] = ()
+    #: What a variant is, for error messages (``strategy``, ``placement``).
+    variant_kind: ClassVar[str] = "variant"
 
     def __init__(self, flow: Dataflow | CompiledDataflow, state: StateImage | None = None) -> None:
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
         self._load_state(state or StateImage.empty(self.flow.tables))
+
+    @classmethod
+    def with_variant(
+        cls, variant: str, flow: Dataflow | CompiledDataflow, state: StateImage | None = None
+    ) -> BaseExecutor:
+        """This executor fixed to ``variant`` (one of :attr:`variants`; an executor that has
+        variants overrides this)."""
+        raise UnknownExecutor(f"the {cls.name} executor has no {cls.variant_kind} {variant!r}")
 
     # -- what an executor implements ----------------------------------------------------------
 

@@ -27,6 +27,7 @@ class LockExecutor(LocalExecutor):
     """Ordered lock-ahead two-phase locking per key (see the module docstring)."""
 
     name: ClassVar[str] = "lock"
+    variants: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class PatExecutor(LocalExecutor):
     """Partition locks in timestamp order, S-Store style (see the module docstring)."""
 
     name: ClassVar[str] = "pat"
+    variants: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -57,6 +59,7 @@ class TStreamExecutor(LocalExecutor):
     """TStream: operation chains run in parallel, lazy aborts re-checked until exact."""
 
     name: ClassVar[str] = "tstream"
+    variants: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

@@ -25,6 +25,18 @@ from typing import Any, Literal
 Strategy = Literal[
     "sequential", "waves", "chains", "chain_scan", "interpreted", "lock", "pat", "tstream"
 ]
+#: The strategies the local executor can be fixed to (``LocalExecutor(strategy=...)``,
+#: ``local:<strategy>``); ``interpreted`` is not one: it is what a step the compiler does not
+#: take gets, whatever is fixed.
+FIXED_STRATEGIES: tuple[Strategy, ...] = (
+    "sequential",
+    "waves",
+    "chains",
+    "chain_scan",
+    "lock",
+    "pat",
+    "tstream",
+)
 
 
 #: Costs measured on our 2-core machines with ``streamdi bench engine`` (recalibrate there): a wave

@@ -21,9 +21,11 @@ import pyarrow as pa
 
 from etl_dataflows.batch import BatchResult, EngineBatch
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.exceptions import BatchInputError
 from etl_dataflows.executors import create_executor
+from etl_dataflows.raw_values import convert_columns, python_columns
 from etl_dataflows.state import StateImage
-from etl_dataflows.types import POS, TS, arrow_array
+from etl_dataflows.types import POS, TS
 
 
 def _compiled(flow: Dataflow | CompiledDataflow) -> CompiledDataflow:
@@ -38,23 +40,70 @@ def events_table(
 ) -> pa.Table:
     """An Arrow table of events for ``source`` from dict rows of engine values.
 
-    Each row carries the source's columns (missing ones are null) and ``_ts``; ``_pos`` defaults to
-    ``first_pos`` plus the row's index.
+    Each row carries some of the source's columns (missing ones are null) and ``_ts``, the event
+    time (int64 µs); ``_pos`` defaults to ``first_pos`` plus the row's index. Values are read as
+    ingest reads a Python or JSON event (:mod:`etl_dataflows.raw_values`). Raises
+    :class:`~etl_dataflows.exceptions.BatchInputError` naming the source, the row (its index in
+    ``rows``) and the column for an unknown source or column, a missing or non-integer ``_ts``
+    or ``_pos``, or a value that does not fit its column, with the reason ingest gives when it
+    dead-letters the same value ("column 'amount': cannot read 5.5 as int64").
     """
     compiled = _compiled(flow)
-    schema = compiled.schemas[source]
-    arrays = [arrow_array([r.get(n) for r in rows], kind) for n, kind in schema.items()]
-    arrays.append(pa.array([r[TS] for r in rows], type=pa.int64()))
-    arrays.append(
-        pa.array([r.get(POS, first_pos + i) for i, r in enumerate(rows)], type=pa.int64())
-    )
-    return pa.Table.from_arrays(arrays, names=[*schema, TS, POS])
+    if source not in compiled.sources:
+        raise BatchInputError(
+            f"make_batch: no source {source!r} in dataflow {compiled.name!r}; its sources: "
+            f"{', '.join(compiled.sources)}"
+        )
+    columns = {name: kind or "string" for name, kind in compiled.schemas[source].items()}
+    allowed = {*columns, TS, POS}
+    if not allowed.issuperset(set().union(*rows)):  # (one pass in C; the row only on error)
+        i, name = next((i, n) for i, r in enumerate(rows) for n in sorted(r) if n not in allowed)
+        raise BatchInputError(
+            f"make_batch: source {source!r} row {i}: no column {name!r}; the source's columns: "
+            f"{', '.join(columns)}"
+        )
+    times = [r.get(TS, _MISSING) for r in rows]
+    positions = [r.get(POS, first_pos + i) for i, r in enumerate(rows)]
+    ts, pos = _meta_column(source, TS, times), _meta_column(source, POS, positions)
+    raw, bad = python_columns(columns, rows)
+    arrays, unreadable = convert_columns(raw, columns)
+    for i, reason in unreadable.items():
+        bad[i] = f"{bad[i]}; {reason}" if i in bad else reason
+    if bad:
+        first = min(bad)
+        raise BatchInputError(f"make_batch: source {source!r} row {first}: {bad[first]}")
+    return pa.Table.from_arrays([*arrays, ts, pos], names=[*columns, TS, POS])
+
+
+_MISSING = object()
+
+
+def _meta_column(source: str, name: str, values: list[Any]) -> pa.Array:
+    """``values`` of meta column ``name`` as int64, or the error naming the first bad row."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return pa.array(values, type=pa.int64())
+        except OverflowError:
+            pass
+    for i, value in enumerate(values):
+        if value is _MISSING:
+            raise BatchInputError(
+                f"make_batch: source {source!r} row {i}: column {name!r} (the event time, int64 "
+                "µs) is missing"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+            raise BatchInputError(
+                f"make_batch: source {source!r} row {i}: column {name!r} must be a 64-bit "
+                f"integer, got {value!r}"
+            )
+    return pa.array(values, type=pa.int64())
 
 
 def make_batch(
     flow: Dataflow | CompiledDataflow, batch_id: int, **sources: Sequence[Mapping[str, Any]]
 ) -> EngineBatch:
-    """A batch with the given rows per source (keyword = source step id)."""
+    """A batch with the given rows per source (keyword = source step id); see
+    :func:`events_table` for the rows and the errors."""
     compiled = _compiled(flow)
     return EngineBatch(
         batch_id, {name: events_table(compiled, name, rows) for name, rows in sources.items()}

@@ -28,7 +28,8 @@ is what keeps a batch's rejects from arriving twice, as it does for its rows.
 
 :meth:`BaseTarget.merge` folds the delta tables into the full tables:
 
-1. BEGIN; take the stream's lock.
+1. BEGIN; take the stream's lock; find the delta tables that hold rows (one query): steps 2-4
+   skip the others (a merge after a small load touches a few of a layout's many tables).
 2. Per state table, from the newest delta of each row id (highest ``batch_id``): delete the full
    rows whose newest delta is a delete; upsert (``INSERT ... ON CONFLICT (row id) DO UPDATE``) the
    rows whose newest delta is an upsert. For a history table the row id is the surrogate key, so
@@ -36,7 +37,7 @@ is what keeps a batch's rejects from arriving twice, as it does for its rows.
    surrogate key) and inserts the new version: SCD type 2; a same-day change is an upsert of the
    same surrogate key.
 3. Per sink: append the delta rows to the full table.
-4. Empty the delta tables.
+4. Empty the delta tables (those that held rows).
 5. Insert a ``merges`` row (through which batch, how many rows, how long).
 6. COMMIT. A crash before it leaves the deltas unmerged; the merge simply runs again.
 """
@@ -462,9 +463,12 @@ class BaseTarget(ABC):
                 if int(last[1]) >= through:
                     self.rollback()
                     return None
+                filled = self._filled_deltas()
                 rows = 0
                 first = True
                 for table in layout.tables.values():
+                    if table.name not in filled:
+                        continue
                     # 2. / 3.
                     step = time.perf_counter()
                     rows += self._merge_table(table.name)
@@ -475,7 +479,7 @@ class BaseTarget(ABC):
                         hook("merge")
                     first = False
                 # 4.
-                self._empty_deltas()
+                self._empty_deltas(filled)
                 # 5.
                 ms = (time.perf_counter() - started) * 1000
                 merge_id = int(last[0]) + 1
@@ -550,9 +554,22 @@ class BaseTarget(ABC):
             f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u ON CONFLICT ({ids}) {action}"
         )
 
-    def _empty_deltas(self) -> None:
+    def _filled_deltas(self) -> set[str]:
+        """The relations whose delta table holds rows (one query over all of them)."""
+        layout = self.layout
+        names = list(layout.tables)
+        if not names:
+            return set()
+        probes = " UNION ALL ".join(
+            f"SELECT {i} AS n FROM (SELECT 1 FROM {layout.delta_name(name)} LIMIT 1) p{i}"
+            for i, name in enumerate(names)
+        )
+        return {names[int(r[0])] for r in self.fetch(probes)}
+
+    def _empty_deltas(self, names: set[str] | None = None) -> None:
         for name in self.layout.tables:
-            self.execute(f"DELETE FROM {self.layout.delta_name(name)}")
+            if names is None or name in names:
+                self.execute(f"DELETE FROM {self.layout.delta_name(name)}")
 
     # -- reading back (status, tests, the query service) -------------------------------------------
 

@@ -32,6 +32,7 @@ from etl_dataflows.testing.harness import RunResult, TestingSink
 from tests.unit.etl_dataflows.test_local_executor import calc_flow, events
 from tests.unit.etl_dataflows.test_spark_plans import specs
 from tests.unit.etl_dataflows.test_tpcdi_patterns import DAY, HOUR, acct, broker_flow, cust, trade
+from tests.unit.etl_dataflows.test_user_functions import ODD, typed_udfs_flow
 
 pytestmark = pytest.mark.spark
 
@@ -95,6 +96,32 @@ def test_compiled_expressions_through_spark(batches: list[list[dict[str, Any]]])
     oracle = run_in_memory(flow, made)
     got, _ = run_spark(flow, made, "supersteps")
     assert_same_results(oracle, got)
+
+
+def test_misbehaving_user_functions_in_spark_tasks() -> None:
+    """Functions returning values of the wrong type, out of range, or raising, in every place a
+    transaction calls one, evaluated in Spark's Python workers: each row fails on its own value,
+    as on the serial oracle, whichever partition and neighbours it has (issue 23)."""
+    import random
+
+    flow = typed_udfs_flow()
+    rng = random.Random(23)
+    modes = ("m_set", "m_when", "m_key", "m_req", "m_emit")
+
+    def mode() -> int:
+        return 0 if rng.random() < 0.7 else rng.randrange(len(ODD))
+
+    rows = [
+        {"id": rng.randrange(6), "a": rng.randrange(-3, 4), **{m: mode() for m in modes}, "_ts": i}
+        for i in range(600)
+    ]
+    made = [make_batch(flow, 1, ev=rows[:300]), make_batch(flow, 2, ev=rows[300:])]
+    oracle = run_in_memory(flow, made)
+    assert {a["kind"] for a in oracle.sink.abort_rows()} == {"condition", "error"}
+    for placement in ("spark", "supersteps"):
+        got, decisions = run_spark(flow, made, placement)
+        assert all(d.figures["spark_transactions"] > 0 for d in decisions)
+        assert_same_results(oracle, got)
 
 
 def test_one_pass_when_no_transaction_crosses_partitions() -> None:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from tpcdi.exceptions import GeneratorError
 from tpcdi.generator import text
 from tpcdi.generator.people import AddressBook, Persons, addresses, emails, persons, phones
-from tpcdi.generator.scale import BATCH_DATES, CM_BEGIN, Scale, at, day
+from tpcdi.generator.scale import BATCH1_DATE, CM_BEGIN, Scale, at, day
 
 DAY = 86_400
 NEVER = np.iinfo(np.int64).max
@@ -191,12 +191,12 @@ def history(
     rng: np.random.Generator, scale: Scale, book: AddressBook, broker_ids: np.ndarray
 ) -> CustomerBase:
     """The Batch1 history of CustomerMgmt.xml and the customer state at its end."""
-    begin, end = at(CM_BEGIN), at(BATCH_DATES[1]) + DAY
+    begin, end = at(CM_BEGIN), at(BATCH1_DATE) + DAY
     n = scale.cm_new
     created = np.sort(begin + (rng.random(n) * (end - DAY - begin)).astype(np.int64))
-    people = persons(rng, book, n, day(BATCH_DATES[1]))
+    people = persons(rng, book, n, day(BATCH1_DATE))
     tier, bad_tier = invalid_tiers(rng, n)
-    flagged = bad_tier | spoil_birth_dates(rng, people, ~bad_tier, day(BATCH_DATES[1]))
+    flagged = bad_tier | spoil_birth_dates(rng, people, ~bad_tier, day(BATCH1_DATE))
     everyone = np.arange(n)
     timeline = _Timeline(everyone, created)
     eligible = np.flatnonzero(~flagged)

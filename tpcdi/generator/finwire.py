@@ -20,12 +20,12 @@ import pyarrow.compute as pc
 from tpcdi.generator import text
 from tpcdi.generator.people import AddressBook, addresses
 from tpcdi.generator.reference import industries
-from tpcdi.generator.scale import BATCH_DATES, FW_BEGIN_YEAR, Scale, at
+from tpcdi.generator.scale import BATCH1_END, FW_BEGIN_YEAR, Scale, at
 from tpcdi.generator.words import BAD_SPRATINGS, FIRST_NAMES, LAST_NAMES, SPRATINGS
 
 DAY = 86_400
 QUARTERS = (2017 - FW_BEGIN_YEAR) * 4 + 3  # 1967Q1 .. 2017Q3
-FW_END = at(BATCH_DATES[1]) + DAY  # exclusive
+FW_END = BATCH1_END  # exclusive
 
 
 def quarter_starts() -> np.ndarray:

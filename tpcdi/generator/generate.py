@@ -1,4 +1,10 @@
-"""``generate``: a whole TPC-DI staging area (Batch1..3 and the answer keys) at any scale factor.
+"""``generate``: a whole TPC-DI staging area (Batch1, the incremental batches and the answer
+keys) at any scale factor.
+
+DIGen's layout has two incremental batches (Batch2, Batch3); ``days=N`` writes N of them,
+Batch2..Batch<N+1>, one day each: a continuous daily feed after the historical load, every day
+with the specification's incremental files at DIGen's per-batch volumes and its own answer keys.
+``days=2`` writes exactly what DIGen's layout holds.
 
 Steps, each on its own random stream derived from the seed (so a change in one table never
 changes another, and the same seed always writes the same bytes):
@@ -6,8 +12,8 @@ changes another, and the same seed always writes the same bytes):
 1. the model: employees, FINWIRE companies and securities, the Batch1 customer history, then
    for each incremental batch its customer and account records and the prospect list;
 2. trades (which need every account), watches and daily prices;
-3. the files of Batch1, Batch2, Batch3, each with its ``*_audit.csv`` counted from exactly the
-   records written, then the top-level audit files.
+3. the files of each batch, with its ``*_audit.csv`` counted from exactly the records written,
+   then the top-level audit files.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tpcdi.generator.customers import CustomerBase, history
 from tpcdi.generator.incremental import IncrementalRecords, batch_records
 from tpcdi.generator.people import AddressBook, Employees, employees
 from tpcdi.generator.prospects import ProspectList, first_list, matching_active_customers, next_list
-from tpcdi.generator.scale import BATCH_DATES, FIRST_DAY, Scale, at, day
+from tpcdi.generator.scale import BATCH1_DATE, BATCH1_END, FIRST_DAY, Calendar, Scale, at, day
 from tpcdi.generator.trade_files import write_trades
 from tpcdi.generator.trades import Trades, build
 from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
@@ -53,6 +59,7 @@ class GenerationReport:
     seed: int
     seconds: float
     records: dict[tuple[int, str], int] = field(default_factory=dict)
+    days: int = 2
 
     @property
     def total_records(self) -> int:
@@ -68,14 +75,16 @@ class GenerationReport:
             "seconds": round(self.seconds, 3),
             "total_records": self.total_records,
             "records_per_second": round(self.total_records / max(self.seconds, 1e-9)),
-            "batches": {b: self.batch_records(b) for b in (1, 2, 3)},
+            "days": self.days,
+            "batches": {b: self.batch_records(b) for b in range(1, self.days + 2)},
             "files": {f"Batch{b}/{name}": n for (b, name), n in sorted(self.records.items())},
         }
 
 
-def estimated_records(scale: Scale) -> int:
-    """About how many records a data set at ``scale`` has (for the progress bar)."""
-    return int(1_530_000 * scale.sf) + 112_767
+def estimated_records(scale: Scale, days: int = 2) -> int:
+    """About how many records a data set at ``scale`` with ``days`` incremental days has (for
+    the progress bar; DIGen's SF=3 has 19,900 records per day)."""
+    return int(1_530_000 * scale.sf) + 112_767 + int((days - 2) * 6_633 * scale.sf)
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
@@ -87,11 +96,14 @@ def _rows(dataset: str, batch: int, values: dict[str, int]) -> list[AuditRow]:
 
 
 class _Generator:
-    def __init__(self, out: Path, scale: Scale, seed: int, progress: Progress) -> None:
+    def __init__(
+        self, out: Path, scale: Scale, calendar: Calendar, seed: int, progress: Progress
+    ) -> None:
         self.scale = scale
+        self.calendar = calendar
         self.rng = _streams(seed)
         self.book = AddressBook(self.rng["addresses"])
-        self.w = StagingWriter(out, progress)
+        self.w = StagingWriter(out, progress, calendar.batches)
         self.dsn = {"customer": 1000, "account": 1000}
 
     # -- model --------------------------------------------------------------------------
@@ -105,21 +117,25 @@ class _Generator:
             1: first_list(rng["prospects"], scale, self.book, self.base)
         }
         self.new_prospects = {1: len(self.prospects[1])}
-        self.matching = {
-            1: matching_active_customers(self.prospects[1], self.base, at(BATCH_DATES[2]))
-        }
+        self.matching = {1: matching_active_customers(self.prospects[1], self.base, BATCH1_END)}
+        self.prospect_file(1)
         self.incremental: dict[int, IncrementalRecords] = {}
-        for b in (2, 3):
+        for b in self.calendar.incremental:
             first_new = self.base.customers
+            date = self.calendar.date(b)
             self.incremental[b] = batch_records(
-                rng["incremental"], scale, self.book, self.base, b, self.staff.broker_ids, self.dsn
-            )
+                rng["incremental"], scale, self.book, self.base, date, self.staff.broker_ids,
+                self.dsn,
+            )  # fmt: skip
             new_ids = np.arange(first_new, self.base.customers)
             self.prospects[b], self.new_prospects[b] = next_list(
-                rng["prospects"], scale, self.book, self.base, self.prospects[b - 1], new_ids, b
+                rng["prospects"], scale, self.book, self.base, self.prospects[b - 1], new_ids, date
             )
-            end = at(BATCH_DATES[b]) + DAY
+            end = at(date) + DAY
             self.matching[b] = matching_active_customers(self.prospects[b], self.base, end)
+            # written now: a long feed keeps one list in memory, not one per day
+            self.prospect_file(b)
+            del self.prospects[b - 1]
         base, mk = self.base, self.market
         usable = np.minimum(base.account_closed, base.inactive[base.account_owner])
         symbol_order = np.argsort(mk.symbol_created, kind="stable")
@@ -138,6 +154,7 @@ class _Generator:
         trades = build(
             self.rng["trades"],
             self.scale,
+            self.calendar,
             self.base.account_created,
             usable,
             self.market.symbol_created[symbol_order],
@@ -163,15 +180,15 @@ class _Generator:
         w.audit(1, "HR", _rows("DimBroker", 1, {"HR_BROKERS": len(self.staff.broker_ids)}))
 
     def batch_date(self, batch: int) -> None:
-        self.w.lines(batch, "BatchDate.txt", pa.array([BATCH_DATES[batch].isoformat()]))
+        self.w.lines(batch, "BatchDate.txt", pa.array([self.calendar.date(batch).isoformat()]))
 
     def customer_mgmt(self) -> None:
         self.w.lines(1, "CustomerMgmt.xml", self.actions_text, eol="", head=HEAD, tail=TAIL)
         counts = {a.kind: len(a) for a in self.base.actions}
         new = next(a for a in self.base.actions if a.kind == "NEW")
         assert new.people is not None and new.tier is not None
-        batch_day = day(BATCH_DATES[1])
-        hundred = day(BATCH_DATES[1].replace(year=BATCH_DATES[1].year - 100))
+        batch_day = day(BATCH1_DATE)
+        hundred = day(BATCH1_DATE.replace(year=BATCH1_DATE.year - 100))
         customer_rows = [a for a in self.base.actions if a.kind in ("NEW", "UPDCUST", "INACT")]
         keys = np.concatenate(
             [a.customer.astype(np.int64) * 1_000_000 + a.ts // DAY for a in customer_rows]
@@ -288,7 +305,13 @@ class _Generator:
     def watch_files(self, batch: int) -> None:
         base, mk = self.base, self.market
         watches = self.watch_book.batch(
-            batch, self.scale, base.created, base.inactive, mk.symbol_created, mk.symbol_active
+            batch,
+            self.calendar,
+            self.scale,
+            base.created,
+            base.inactive,
+            mk.symbol_created,
+            mk.symbol_active,
         )
 
         def build(rows: np.ndarray) -> list[pa.Array]:
@@ -313,7 +336,7 @@ class _Generator:
         mk = self.market
         walk = market.PriceWalk.start(self.rng["market"], len(mk.symbol_created))
         symbol_day = mk.symbol_created // DAY
-        for batch, days in market.market_days().items():
+        for batch, days in market.market_days(self.calendar).items():
             parts = []
             for columns in market.daily_market(
                 self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
@@ -329,25 +352,26 @@ class _Generator:
             )
 
     def top_level(self, seed: int) -> None:
-        for batch in (1, 2, 3):
-            first = FIRST_DAY if batch == 1 else BATCH_DATES[batch]
+        for batch in self.calendar.batches:
+            last = self.calendar.date(batch)
+            first = FIRST_DAY if batch == 1 else last
             self.w.audit(
                 None,
                 f"Batch{batch}",
                 [
                     AuditRow("Batch", batch, "FirstDay", date=first),
-                    AuditRow("Batch", batch, "LastDay", date=BATCH_DATES[batch]),
+                    AuditRow("Batch", batch, "LastDay", date=last),
                 ],
             )
-        s = self.scale
+        s, cal = self.scale, self.calendar
         self.w.audit(
             None,
             "Generator",
             [
                 AuditRow("Generator", 1, "SF", dvalue=float(s.sf * 1000)),
                 AuditRow("Generator", 1, "Seed", seed),
-                AuditRow("Generator", 1, "FIRST_BATCH_DATE_START", date=BATCH_DATES[1]),
-                AuditRow("Generator", 1, "NUMBER_OF_INCREMENTAL_BATCHES", dvalue=2.0),
+                AuditRow("Generator", 1, "FIRST_BATCH_DATE_START", date=BATCH1_DATE),
+                AuditRow("Generator", 1, "NUMBER_OF_INCREMENTAL_BATCHES", dvalue=float(cal.days)),
                 AuditRow("Generator", 1, "DateBeginDate", date=FIRST_DAY),
                 AuditRow("Generator", 1, "DateEndDate", date=datetime.date(2021, 1, 1)),
                 AuditRow("Generator", 1, "HREmployees", s.employees),
@@ -361,24 +385,28 @@ class _Generator:
         )
 
 
-def generate(out: Path, sf: float, *, seed: int = 0, progress: bool = False) -> GenerationReport:
-    """Write a TPC-DI staging area for scale factor ``sf`` under ``out`` (created if needed).
+def generate(
+    out: Path, sf: float, *, seed: int = 0, days: int = 2, progress: bool = False
+) -> GenerationReport:
+    """Write a TPC-DI staging area for scale factor ``sf`` under ``out`` (created if needed):
+    Batch1 and ``days`` daily incremental batches (DIGen's layout: 2), with their answer keys.
 
-    Deterministic: the same ``sf`` and ``seed`` write the same files. Raises
-    :class:`~tpcdi.exceptions.GeneratorError` for a scale factor <= 0.
+    Deterministic: the same ``sf``, ``seed`` and ``days`` write the same files. Raises
+    :class:`~tpcdi.exceptions.GeneratorError` for a scale factor <= 0 or ``days`` outside
+    1..:data:`~tpcdi.generator.scale.MAX_DAYS`.
     """
     started = time.perf_counter()
     scale = Scale(sf)
-    bar = Progress(estimated_records(scale), progress)
-    gen = _Generator(Path(out), scale, seed, bar)
+    calendar = Calendar(days)
+    bar = Progress(estimated_records(scale, days), progress)
+    gen = _Generator(Path(out), scale, calendar, seed, bar)
     try:
         gen.model()
         gen.reference_files()
         gen.customer_mgmt()
         gen.finwire_files()
-        for batch in (1, 2, 3):
+        for batch in calendar.batches:
             gen.batch_date(batch)
-            gen.prospect_file(batch)
             if batch != 1:
                 gen.customer_files(batch)
             gen.trade_files(batch)
@@ -387,4 +415,4 @@ def generate(out: Path, sf: float, *, seed: int = 0, progress: bool = False) -> 
         gen.top_level(seed)
     finally:
         bar.close()
-    return GenerationReport(sf, seed, time.perf_counter() - started, dict(gen.w.records))
+    return GenerationReport(sf, seed, time.perf_counter() - started, dict(gen.w.records), days)

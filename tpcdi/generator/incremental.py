@@ -9,6 +9,7 @@ always open an account.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from tpcdi.generator.customers import (
     spoil_birth_dates,
 )
 from tpcdi.generator.people import AddressBook, addresses, concat_persons, emails, persons, phones
-from tpcdi.generator.scale import BATCH_DATES, Scale, at, day
+from tpcdi.generator.scale import Scale, at, day
 
 
 @dataclass
@@ -43,6 +44,14 @@ class IncrementalRecords:
     bad_tier: int
     dob_too_old: int
     dob_too_young: int
+
+
+def _years_before(value: datetime.date, years: int) -> datetime.date:
+    """The same day ``years`` earlier (February 28 for a February 29)."""
+    try:
+        return value.replace(year=value.year - years)
+    except ValueError:
+        return value.replace(year=value.year - years, day=28)
 
 
 def _replace(column: pa.Array, rows: np.ndarray, values: pa.Array) -> pa.Array:
@@ -117,13 +126,14 @@ def batch_records(
     scale: Scale,
     book: AddressBook,
     base: CustomerBase,
-    batch: int,
+    batch_date: datetime.date,
     broker_ids: np.ndarray,
     dsn: dict[str, int],
 ) -> IncrementalRecords:
-    """Draw batch ``batch``'s customer and account records and apply them to ``base``."""
-    start = at(BATCH_DATES[batch])
-    today = day(BATCH_DATES[batch])
+    """Draw the customer and account records of the batch dated ``batch_date`` and apply them
+    to ``base``."""
+    start = at(batch_date)
+    today = day(batch_date)
     # new customers
     k = scale.inc_customer_new
     fresh = persons(rng, book, k, today)
@@ -220,8 +230,6 @@ def batch_records(
         accounts_updated=n_up,
         accounts_closed=len(acct_closed),
         bad_tier=int(((tiers < 1) | (tiers > 3)).sum()),
-        dob_too_old=int(
-            (dob < day(BATCH_DATES[batch].replace(year=BATCH_DATES[batch].year - 100))).sum()
-        ),
+        dob_too_old=int((dob < day(_years_before(batch_date, 100))).sum()),
         dob_too_young=int((dob > today).sum()),
     )

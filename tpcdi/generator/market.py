@@ -1,8 +1,9 @@
 """DailyMarket.txt and WatchHistory.txt.
 
 DailyMarket: for every day of the Batch1 window (the two years up to the day before the batch
-date) and then the day before each incremental batch date, one row per active security that
-exists on that day; prices follow a random walk with low <= close <= high.
+date) and then the day before each incremental batch date (every day of a long feed), one row
+per active security that exists on that day; prices follow a random walk with
+low <= close <= high.
 
 WatchHistory: each (customer, symbol) pair is watched at most once and cancelled at most once,
 later; a watch is placed by an active customer on an active security that both exist then. At
@@ -18,19 +19,28 @@ import numpy as np
 import pyarrow as pa
 
 from tpcdi.generator import text
-from tpcdi.generator.scale import BATCH_DATES, DM_BEGIN, TRADE_BEGIN, Scale, at, day
+from tpcdi.generator.scale import (
+    BATCH1_DATE,
+    BATCH1_END,
+    DM_BEGIN,
+    TRADE_BEGIN,
+    Calendar,
+    Scale,
+    at,
+    day,
+)
 
 DAY = 86_400
 _CHUNK_DAYS = 32
 
 
-def market_days() -> dict[int, np.ndarray]:
-    """The DM_DATE days of each batch."""
-    return {
-        1: np.arange(day(DM_BEGIN), day(BATCH_DATES[1])),
-        2: np.array([day(BATCH_DATES[1])]),
-        3: np.array([day(BATCH_DATES[2])]),
-    }
+def market_days(calendar: Calendar) -> dict[int, np.ndarray]:
+    """The DM_DATE days of each batch: Batch1's two years, then for each incremental batch the
+    day before its batch date (the last completed trading day)."""
+    days = {1: np.arange(day(DM_BEGIN), day(BATCH1_DATE))}
+    for batch in calendar.incremental:
+        days[batch] = np.array([day(calendar.date(batch - 1))])
+    return days
 
 
 @dataclass
@@ -98,6 +108,8 @@ class WatchBook:
     def __init__(self, rng: np.random.Generator, symbols: int) -> None:
         self.rng = rng
         self.symbols = symbols
+        #: every (customer, symbol) key watched so far, sorted (a long feed adds to it daily:
+        #: membership by binary search, not a hash of the whole set per lookup)
         self.pairs = np.zeros(0, dtype=np.int64)
         self.open_c = np.zeros(0, dtype=np.int64)
         self.open_s = np.zeros(0, dtype=np.int64)
@@ -135,14 +147,26 @@ class WatchBook:
             key = c * self.symbols + s
             first = np.zeros(m, dtype=bool)
             first[np.unique(key, return_index=True)[1]] = True
-            ok &= first & ~np.isin(key, self.pairs)
+            ok &= first & ~self._watched(key)
             c, s, ts, key = c[ok][:need], s[ok][:need], ts[ok][:need], key[ok][:need]
-            self.pairs = np.concatenate([self.pairs, key])
+            added = np.sort(key)
+            self.pairs = np.insert(self.pairs, np.searchsorted(self.pairs, added), added)
             got_c.append(c)
             got_s.append(s)
             got_t.append(ts)
             need -= len(c)
         return np.concatenate(got_c), np.concatenate(got_s), np.concatenate(got_t)
+
+    def _watched(self, key: np.ndarray) -> np.ndarray:
+        """Which keys were watched before."""
+        at = np.searchsorted(self.pairs, key)
+        return (
+            np.asarray(
+                (at < len(self.pairs)) & (self.pairs[np.minimum(at, len(self.pairs) - 1)] == key)
+            )
+            if len(self.pairs)
+            else np.zeros(len(key), dtype=bool)
+        )
 
     def _cancel(
         self, chosen: np.ndarray, begin: int, end: int
@@ -162,6 +186,7 @@ class WatchBook:
     def batch(
         self,
         batch: int,
+        calendar: Calendar,
         scale: Scale,
         customer_created: np.ndarray,
         customer_until: np.ndarray,
@@ -170,10 +195,11 @@ class WatchBook:
     ) -> Watches:
         """The watch events of ``batch``."""
         if batch == 1:
-            begin, end = at(TRADE_BEGIN), at(BATCH_DATES[2])
+            begin, end = at(TRADE_BEGIN), BATCH1_END
             count, cancels = scale.watches, None
         else:
-            begin, end = at(BATCH_DATES[batch]), at(BATCH_DATES[batch]) + DAY
+            begin = at(calendar.date(batch))
+            end = begin + DAY
             count, cancels = scale.inc_watches, scale.inc_watch_cancels
         c, s, ts = self._draw(
             count, begin, end, customer_created, customer_until, symbol_created, symbol_ok

@@ -8,6 +8,7 @@ and changes the demographics of others. AgencyIDs never repeat.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 from tpcdi.generator import text
 from tpcdi.generator.customers import NEVER, CustomerBase
 from tpcdi.generator.people import AddressBook, Persons, concat_persons, persons
-from tpcdi.generator.scale import BATCH_DATES, Scale, at, day
+from tpcdi.generator.scale import BATCH1_DATE, BATCH1_END, Scale, day
 from tpcdi.generator.words import EMPLOYERS
 
 #: Demographic columns of Prospect.csv after the name and address ones.
@@ -123,9 +124,9 @@ def first_list(
     rng: np.random.Generator, scale: Scale, book: AddressBook, base: CustomerBase
 ) -> ProspectList:
     """Batch1's list: 99% of the unflagged customers as at the end of Batch1, and others."""
-    eligible = np.flatnonzero(~base.flagged & (base.created < at(BATCH_DATES[2])))
+    eligible = np.flatnonzero(~base.flagged & (base.created < BATCH1_END))
     customers = eligible[rng.random(len(eligible)) < 0.99][: scale.prospects]
-    others = persons(rng, book, scale.prospects - len(customers), day(BATCH_DATES[1]))
+    others = persons(rng, book, scale.prospects - len(customers), day(BATCH1_DATE))
     people = concat_persons(base.people.take(customers), others)
     entries = _entries(rng, people, 0)
     return entries.take(rng.permutation(len(entries)))
@@ -138,9 +139,10 @@ def next_list(
     base: CustomerBase,
     current: ProspectList,
     new_customers: np.ndarray,
-    batch: int,
+    batch_date: datetime.date,
 ) -> tuple[ProspectList, int]:
-    """The next batch's list and the number of new prospects in it."""
+    """The next batch's list (of the batch dated ``batch_date``) and the number of new
+    prospects in it."""
     changes = scale.prospect_changes
     gone = max(1, round(changes * 0.3))
     new = max(1, round(changes * 0.3))
@@ -162,7 +164,7 @@ def next_list(
         )
     eligible = new_customers[~base.flagged[new_customers]]
     from_customers = eligible[: max(0, new - 1)]
-    others = persons(rng, book, new - len(from_customers), day(BATCH_DATES[batch]))
+    others = persons(rng, book, new - len(from_customers), day(batch_date))
     people = concat_persons(base.people.take(from_customers), others)
     added = _entries(rng, people, current.serial)
     merged = ProspectList(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
+import numpy as np
+
 from tpcdi.exceptions import GeneratorError
 
 EPOCH = datetime.date(1970, 1, 1)
@@ -26,30 +28,63 @@ def at(value: datetime.date) -> int:
     return day(value) * 86_400
 
 
-#: The calendar (DIGen's): Batch1 is the history up to its batch date, Batch2 and Batch3 are one
-#: day each.
+#: The calendar (DIGen's): Batch1 is the history up to its batch date; each incremental batch is
+#: one day, Batch2 the day after Batch1's date (DIGen writes two, :class:`Calendar` any number).
 FIRST_DAY = datetime.date(1950, 1, 1)
-BATCH_DATES = {
-    1: datetime.date(2017, 7, 7),
-    2: datetime.date(2017, 7, 8),
-    3: datetime.date(2017, 7, 9),
-}
+BATCH1_DATE = datetime.date(2017, 7, 7)
+#: The first second after Batch1 (the start of the first incremental day).
+BATCH1_END = at(BATCH1_DATE) + 86_400
 DATE_END = datetime.date(2020, 12, 31)  # last row of Date.txt
 CM_BEGIN = datetime.date(2007, 7, 7)  # CustomerMgmt.xml actions
 FW_BEGIN_YEAR = 1967  # FINWIRE quarter files 1967Q1 .. 2017Q3
 TRADE_BEGIN = datetime.date(2012, 7, 7)  # trades, cash transactions, holdings, watches
 DM_BEGIN = datetime.date(2015, 7, 6)  # DailyMarket of Batch1: two years up to the day before
-#: End of the last incremental batch, exclusive (seconds): events later are never written.
-HORIZON = at(BATCH_DATES[3]) + 86_400
+#: The most incremental days a data set can have: the last day's DailyMarket date and every
+#: event stay inside Date.txt (which ends on :data:`DATE_END`).
+MAX_DAYS = (DATE_END - BATCH1_DATE).days
 
 
-def batch_of_second(second: int) -> int:
-    """The batch that holds an event at ``second`` (4 = after the last batch, never written)."""
-    if second < at(BATCH_DATES[2]):
-        return 1
-    if second < at(BATCH_DATES[3]):
-        return 2
-    return 3 if second < HORIZON else 4
+@dataclass(frozen=True)
+class Calendar:
+    """The batches of a data set and their dates: Batch1, then ``days`` incremental batches of
+    one day each (BatchID ``b`` holds the events of :meth:`date` ``(b)``). DIGen's layout is
+    ``days=2``. Raises :class:`~tpcdi.exceptions.GeneratorError` for fewer than one day or more
+    than :data:`MAX_DAYS`."""
+
+    days: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.days <= MAX_DAYS:
+            raise GeneratorError(f"days must be within 1..{MAX_DAYS}, got {self.days}")
+
+    @property
+    def last_batch(self) -> int:
+        return self.days + 1
+
+    @property
+    def batches(self) -> range:
+        """Every batch number, 1 (the historical load) to :attr:`last_batch`."""
+        return range(1, self.days + 2)
+
+    @property
+    def incremental(self) -> range:
+        return range(2, self.days + 2)
+
+    def date(self, batch: int) -> datetime.date:
+        """The batch date of ``batch`` (BatchDate.txt)."""
+        return BATCH1_DATE + datetime.timedelta(days=batch - 1)
+
+    @property
+    def horizon(self) -> int:
+        """End of the last incremental day, exclusive (seconds): later events are never
+        written."""
+        return at(self.date(self.last_batch)) + 86_400
+
+    def batch_of(self, seconds: np.ndarray) -> np.ndarray:
+        """The batch holding an event at each second (:attr:`last_batch` + 1: after the last
+        day, never written)."""
+        starts = np.array([at(self.date(b)) for b in self.incremental] + [self.horizon])
+        return np.searchsorted(starts, seconds, side="right") + 1
 
 
 def _count(per_sf: float, sf: float, floor: int = 0) -> int:

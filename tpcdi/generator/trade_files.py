@@ -74,10 +74,8 @@ def write_trades(
         }))  # fmt: skip
     else:
         # the day's events as CDC records: I for a trade's first event, U after
-        first = np.zeros(len(t.event_ts), dtype=bool)
-        first[np.unique(t.event_trade, return_index=True)[1]] = True
         ids, status = t.event_trade[events], t.event_status[events]
-        flags = (~first[events]).astype(np.int64)
+        flags = (~t.event_first[events]).astype(np.int64)
 
         def incremental(i: np.ndarray) -> list[pa.Array]:
             cdc = [text.pick(["I", "U"], flags[i]), text.ints(dsn("trade", len(i)))]

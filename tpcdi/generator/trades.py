@@ -5,9 +5,9 @@ and, once the buy completes, usually a sell of the whole holding later. Market o
 SBMT -> CMPT within five minutes; limit orders go PNDG -> SBMT -> CMPT or PNDG -> CNCL within 90
 days. Every event falls in the batch of its day: Batch1 files hold each trade's state at the end
 of Batch1 and its history; an incremental batch holds the day's events as CDC records (``I`` for a
-trade's first event, ``U`` after). Events after Batch3 are never written. A completed trade makes
-one HoldingHistory record (a buy opens a holding, a sell closes the buy's) and one cash
-transaction.
+trade's first event, ``U`` after). Events after the last incremental day are never written. A
+completed trade makes one HoldingHistory record (a buy opens a holding, a sell closes the buy's)
+and one cash transaction.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from tpcdi.generator import text
-from tpcdi.generator.scale import BATCH_DATES, HORIZON, TRADE_BEGIN, Scale, at
+from tpcdi.generator.scale import TRADE_BEGIN, Calendar, Scale, at
 
 DAY = 86_400
 #: Status codes of events, in the order a trade goes through them.
@@ -27,13 +27,7 @@ STATUS = ("PNDG", "SBMT", "CMPT", "CNCL")
 #: Trade types: buy/sell x market/limit.
 TMB, TMS, TLB, TLS = 0, 1, 2, 3
 TYPE = ("TMB", "TMS", "TLB", "TLS")
-BATCH_STARTS = np.array([at(BATCH_DATES[2]), at(BATCH_DATES[3]), HORIZON])
 INVALID_FEE_SHARE = 1e-4
-
-
-def batch_of(seconds: np.ndarray) -> np.ndarray:
-    """Batch number (1, 2, 3; 4 = never written) of each second."""
-    return np.searchsorted(BATCH_STARTS, seconds, side="right") + 1
 
 
 @dataclass
@@ -55,10 +49,8 @@ class Trades:
     event_trade: np.ndarray  # events, sorted by time
     event_status: np.ndarray
     event_ts: np.ndarray
-
-    @property
-    def event_batch(self) -> np.ndarray:
-        return batch_of(self.event_ts)
+    event_batch: np.ndarray  # the batch each event is written in
+    event_first: np.ndarray  # the event is its trade's first (a CDC ``I`` record)
 
 
 def _pick_open(
@@ -102,23 +94,26 @@ def _timeline(
 def build(
     rng: np.random.Generator,
     scale: Scale,
+    calendar: Calendar,
     account_created: np.ndarray,
     account_usable: np.ndarray,
     symbol_created: np.ndarray,
     symbol_usable: np.ndarray,
 ) -> Trades:
-    """Draw every position between the first trading day and the end of Batch3.
+    """Draw every position between the first trading day and the end of the calendar's last
+    day.
 
     ``*_created`` are sorted creation seconds; ``*_usable`` the second until which each can be
     traded (an account until it closes or its customer becomes inactive).
     """
     begin = at(TRADE_BEGIN)
-    n = round(scale.positions_per_day * (HORIZON - begin) / DAY)
+    horizon = calendar.horizon
+    n = round(scale.positions_per_day * (horizon - begin) / DAY)
     # one market buy at noon of each incremental day, so every batch has a new and a completed
     # trade however small the scale factor
-    noon = np.array([at(BATCH_DATES[2]), at(BATCH_DATES[3])]) + DAY // 2
+    noon = np.array([at(calendar.date(b)) for b in calendar.incremental]) + DAY // 2
     buy_at = np.sort(
-        np.concatenate([begin + (rng.random(n) * (HORIZON - begin)).astype(np.int64), noon])
+        np.concatenate([begin + (rng.random(n) * (horizon - begin)).astype(np.int64), noon])
     )
     account = _pick_open(rng, account_created, account_usable, buy_at)
     symbol = _pick_open(rng, symbol_created, symbol_usable, buy_at)
@@ -131,7 +126,7 @@ def build(
     sold = (buy_done >= 0) & (rng.random(n) < 0.97)
     sell_of = np.flatnonzero(sold)
     sell_at = buy_done[sell_of] + rng.integers(DAY, 365 * DAY, len(sell_of))
-    inside = sell_at < HORIZON
+    inside = sell_at < horizon
     sell_of, sell_at = sell_of[inside], sell_at[inside]
     sell_limit = rng.random(len(sell_of)) < 0.6
     sell_events, _ = _timeline(rng, sell_at, sell_limit)
@@ -169,9 +164,12 @@ def build(
         np.concatenate(ev_status),
         np.concatenate(ev_ts),
     )
-    written = ev_ts_a < HORIZON
+    written = ev_ts_a < horizon
     ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[written], ev_status_a[written], ev_ts_a[written]
     by_time = np.lexsort((ev_status_a, ev_trade_a, ev_ts_a))
+    ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[by_time], ev_status_a[by_time], ev_ts_a[by_time]
+    first = np.zeros(len(ev_ts_a), dtype=bool)
+    first[np.unique(ev_trade_a, return_index=True)[1]] = True
 
     def ordered(values: np.ndarray) -> np.ndarray:
         out = np.empty_like(values)
@@ -191,9 +189,11 @@ def build(
         tax=ordered(tax),
         cash=ordered(rng.random(m) < 0.2),
         holding=ordered(holding),
-        event_trade=ev_trade_a[by_time],
-        event_status=ev_status_a[by_time],
-        event_ts=ev_ts_a[by_time],
+        event_trade=ev_trade_a,
+        event_status=ev_status_a,
+        event_ts=ev_ts_a,
+        event_batch=calendar.batch_of(ev_ts_a),
+        event_first=first,
     )
 
 

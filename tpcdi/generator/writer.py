@@ -1,9 +1,9 @@
 """The output side of the generator: the staging-area layout, file writing, answer-key rows and
 the progress bar.
 
-Layout (clause 2.3, as DIGen writes it): ``Batch1/``, ``Batch2/``, ``Batch3/`` with the data files
-and their ``<name>_audit.csv``; ``Batch1_audit.csv``, ``Batch2_audit.csv``, ``Batch3_audit.csv``
-and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
+Layout (clause 2.3, as DIGen writes it): ``Batch1/``, ``Batch2/``, ``Batch3/`` (a longer feed:
+up to ``Batch<N+1>/``) with the data files and their ``<name>_audit.csv``; ``Batch<b>_audit.csv``
+per batch and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ class Progress:
 class StagingWriter:
     """Writes the files of one data set under ``root`` and remembers how many records each has."""
 
-    def __init__(self, root: Path, progress: Progress) -> None:
+    def __init__(self, root: Path, progress: Progress, batches: Iterable[int] = (1, 2, 3)) -> None:
         self.root = root
         self.progress = progress
         self.records: dict[tuple[int, str], int] = {}
-        for batch in (1, 2, 3):
+        for batch in batches:
             (root / f"Batch{batch}").mkdir(parents=True, exist_ok=True)
 
     def path(self, batch: int, name: str) -> Path:

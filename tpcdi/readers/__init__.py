@@ -21,6 +21,7 @@ from tpcdi.readers.sources import (
     read_batch_date,
     read_batch_finwire,
     read_file,
+    staging_batches,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "read_batch_finwire",
     "read_file",
     "source_file",
+    "staging_batches",
 ]

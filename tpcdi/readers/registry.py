@@ -15,8 +15,8 @@ Column types follow clause 2.2 of the TPC-DI specification, mapped to Arrow:
 An empty field is null. ``required`` marks the fields the specification declares ``Not NULL``: a
 line with such a field empty is rejected.
 
-Files of incremental batches (Batch2, Batch3) start with ``CDC_FLAG`` and ``CDC_DSN`` where the
-specification says so (:attr:`SourceFile.cdc_batches`).
+Files of incremental batches (Batch2, Batch3, and every later one of a longer daily feed) start
+with ``CDC_FLAG`` and ``CDC_DSN`` where the specification says so (:attr:`SourceFile.cdc_batches`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ BOOL = pa.bool_()
 
 HISTORICAL, INCREMENTAL = (1,), (2, 3)
 ALL_BATCHES = (1, 2, 3)
+
+
+def batch_kind(batch: int) -> int:
+    """1 for the historical load's batch, 2 for any incremental batch (Batch2, Batch3, ...): the
+    registry's ``batches`` name DIGen's three, and every incremental batch has Batch2's files."""
+    return 1 if batch <= 1 else 2
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,14 @@ class SourceFile:
     record_types: dict[str, tuple[Field, ...]] = field(default_factory=dict)
     description: str = ""
 
+    def in_batch(self, batch: int) -> bool:
+        """Whether DIGen writes this file into ``Batch<batch>`` (any incremental batch as
+        Batch2)."""
+        return batch_kind(batch) in self.batches
+
     def fields_for(self, batch: int) -> tuple[Field, ...]:
         """The columns of this file in ``batch`` (CDC columns first where the batch has them)."""
-        return CDC_FIELDS + self.fields if batch in self.cdc_batches else self.fields
+        return CDC_FIELDS + self.fields if batch_kind(batch) in self.cdc_batches else self.fields
 
     def schema(self, batch: int) -> pa.Schema:
         """The Arrow schema the reader returns for this file in ``batch``."""

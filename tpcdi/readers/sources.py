@@ -117,12 +117,38 @@ class BatchData:
         return concat_rejects(parts)
 
 
+def staging_batches(root: Path) -> list[int]:
+    """The batch numbers of a staging area's ``Batch<N>`` directories, 1..N in order (DIGen's
+    layout: 1, 2, 3; a daily feed: one per day after Batch1). Raises
+    :class:`~tpcdi.exceptions.SourceNotFound` when Batch1 is missing or a batch in between is."""
+    root = Path(root)
+    found = (
+        sorted(
+            n
+            for n in (batch_of_directory(p.name) for p in root.iterdir() if p.is_dir())
+            if n is not None
+        )
+        if root.is_dir()
+        else []
+    )
+    expected = list(range(1, len(found) + 1))
+    if not found or found != expected:
+        missing = sorted(set(range(1, max(found, default=1) + 1)) - set(found))
+        raise SourceNotFound(
+            f"{root} holds no Batch1..BatchN sequence (missing "
+            + ", ".join(f"Batch{n}" for n in missing)
+            + ")",
+            path=str(root),
+        )
+    return found
+
+
 def batch_sources(batch: int) -> list[SourceFile]:
     """The registry entries of the data files DIGen writes into ``Batch<batch>``."""
     return [
         spec
         for name, spec in SOURCE_FILES.items()
-        if batch in spec.batches and name not in ("FINWIRE", "audit")
+        if spec.in_batch(batch) and name not in ("FINWIRE", "audit")
     ]
 
 
@@ -140,7 +166,7 @@ def read_batch(
     }
     finwire = (
         read_batch_finwire(directory, line_numbers=line_numbers)
-        if number in SOURCE_FILES["FINWIRE"].batches
+        if SOURCE_FILES["FINWIRE"].in_batch(number)
         else None
     )
     return BatchData(number, files, finwire)

@@ -2,18 +2,19 @@
 
 Phases, in order (each one's wall time, rows and steps go into the :class:`RunRecord`):
 
-1. **Data**: generate a staging area (``--sf``) or locate DIGen output (``--data``, default the
-   configured DIGen data set); every file of Batch1..3 must be there, or the run stops at once and
-   lists what is missing.
+1. **Data**: generate a staging area (``--sf``, with ``--days N`` a daily feed of N incremental
+   batches) or locate DIGen output (``--data``, default the configured DIGen data set); every file
+   of Batch1..BatchB must be there, or the run stops at once and lists what is missing.
 2. **Initialization** (BatchID 0, untimed): the warehouse schema is dropped and created empty in
    every target, staging and collector checkpoints start afresh; batch validation and PCR.
 3. **Historical load** (BatchID 1): Batch1 on Spark into every target; the engine's staging state
    is seeded from the result; batch validation and PCR.
-4. **Incremental updates 1 and 2** (BatchID 2, 3): the pipeline of the incremental dataflow runs
-   on its own thread; each Batch directory is offered as the ``changes`` stream and the phase ends
-   when every target has merged it (freshness), followed by the Prospect status messages, batch
-   validation and PCR.
-5. **Audit**: answer keys into Audit, the automated audit.
+4. **Incremental updates** (BatchID 2..B: DIGen's two, or one per day of a feed): the pipeline of
+   the incremental dataflow runs on its own thread through all of them; each Batch directory is
+   offered as the ``changes`` stream and its phase ends when every target has merged it
+   (freshness), followed by the Prospect status messages, batch validation and PCR
+   (:mod:`tpcdi.run.feed`: pacing, per-day measures, audits at sampled days).
+5. **Audit**: answer keys into Audit, the automated audit over every batch.
 
 Then the report: TPC_DI_RPS, the JSON (``--json``), peak memory of the process tree.
 """
@@ -39,11 +40,13 @@ from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
 from tpcdi.exceptions import SourceNotFound
 from tpcdi.incremental import build_flow
-from tpcdi.incremental.changes import ChangesSource, missing_files
+from tpcdi.incremental.changes import missing_files
 from tpcdi.incremental.reference import Reference
 from tpcdi.run import phases
+from tpcdi.run.feed import DailyFeed, FeedOptions, status_row
 from tpcdi.run.memory import MemorySampler
-from tpcdi.run.record import PhaseRecord, RunRecord
+from tpcdi.run.record import PhaseTimer, RunRecord
+from tpcdi.run.report_file import forget_report
 from tpcdi.run.settings import run_settings
 from tpcdi.run.updates import UpdateStream, forget_embedded_kafka
 from tpcdi.warehouse.warehouse import Target, Warehouse
@@ -67,8 +70,16 @@ class RunOptions:
     progress: bool = True
     workdir: Path | None = None
     executor: str | None = None
-    #: switch to version 2 of the incremental dataflow between the two updates (docs/evolution.md)
+    #: switch to version 2 of the incremental dataflow before the second update
+    #: (docs/evolution.md)
     upgrade_between: bool = False
+    #: incremental batches to run: with ``sf``, the daily feed generated (default DIGen's 2);
+    #: with data, the first ``days`` of its batches (default all)
+    days: int | None = None
+    #: offer one day every this many seconds (None: as fast as possible)
+    day_seconds: float | None = None
+    #: audit the warehouse after every this many days as well as at the end (0: at the end)
+    audit_every: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,11 +95,13 @@ def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -
     if options.sf is not None:
         from tpcdi.generator import generate
 
-        root = settings.tpcdi.cache_dir / f"generated-sf{options.sf:g}-seed{options.seed}"
+        days = options.days if options.days is not None else 2
+        feed = "" if days == 2 else f"-days{days}"
+        root = settings.tpcdi.cache_dir / f"generated-sf{options.sf:g}-seed{options.seed}{feed}"
         if not (root / ".complete").exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
-            generate(root, options.sf, seed=options.seed, progress=options.progress)
+            generate(root, options.sf, seed=options.seed, days=days, progress=options.progress)
             (root / ".complete").touch()
     elif options.data is not None:
         given = Path(options.data)
@@ -107,7 +120,7 @@ def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -
                 "output (or set TPCDI__DIGEN_DATA)"
             )
         root = located
-    check_data(root)
+    check_data(root, options.days)
     return root
 
 
@@ -150,26 +163,34 @@ def scale_factor_of(root: Path) -> float | None:
     return None
 
 
-def check_data(root: Path) -> None:
+def run_batches(root: Path, days: int | None = None) -> list[int]:
+    """The batches a run loads from the staging area ``root``: Batch1 and the first ``days``
+    incremental ones (default every ``Batch<N>`` directory; DIGen's: 1, 2, 3). Raises
+    :class:`SourceNotFound` when it holds fewer than asked (or than one incremental batch)."""
+    from tpcdi.readers import staging_batches
+
+    try:
+        found = staging_batches(root)
+    except SourceNotFound:
+        found = [1]  # check_data names what is missing
+    wanted = max(found[-1], 2) - 1 if days is None else days
+    if wanted < 1:
+        raise SourceNotFound(f"a run needs at least one incremental batch, not {wanted}")
+    return list(range(1, wanted + 2))
+
+
+def check_data(root: Path, days: int | None = None) -> None:
     """Fail at start, listing every file a run needs that ``root`` lacks."""
     from tpcdi.historical.inputs import missing_batch1_files
 
     missing = [f"Batch1/{n}" for n in missing_batch1_files(root / "Batch1")]
-    for batch in (2, 3):
+    for batch in run_batches(root, days)[1:]:
         missing += [f"Batch{batch}/{n}" for n in missing_files(root / f"Batch{batch}")]
     if missing:
         raise SourceNotFound(
             f"{root} lacks {len(missing)} file(s) the run needs: " + ", ".join(missing),
             path=str(root),
         )
-
-
-def _status(warehouse: Warehouse, batch_id: int, text: str, data: str) -> None:
-    """A ``Status`` row in DImessages of every target."""
-    warehouse.execute(
-        "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
-        [_now(), batch_id, JOB, text, "Status", data],
-    )
 
 
 def _postgres_dsn(settings: StreamdiSettings) -> str:
@@ -194,29 +215,6 @@ def open_warehouse(
     )
 
 
-class _Phase:
-    """Times one phase into the record and moves the progress bar."""
-
-    def __init__(self, record: RunRecord, name: str, batch_id: int | None, bar: Any) -> None:
-        self.phase = PhaseRecord(name, batch_id, _now())
-        record.phases[name] = self.phase
-        self.bar = bar
-        self._started = time.perf_counter()
-        self._lap = self._started
-        bar.set_postfix_str(name)
-
-    def step(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phase.steps[name] = self.phase.steps.get(name, 0.0) + now - self._lap
-        self._lap = now
-
-    def done(self) -> PhaseRecord:
-        self.phase.ended_at = _now()
-        self.phase.seconds = time.perf_counter() - self._started
-        self.bar.update(1)
-        return self.phase
-
-
 def run_tpcdi(
     options: RunOptions, base: StreamdiSettings, *, out: TextIO | None = None
 ) -> RunRecord:
@@ -238,7 +236,14 @@ def run_tpcdi(
     )
     flow = build_flow().build()
     layout = WarehouseLayout(flow, settings.migration.schema_name)
-    bar = tqdm(total=5, desc="tpcdi run", unit="phase", file=out, disable=not options.progress)
+    batches = run_batches(data, options.days)
+    bar = tqdm(
+        total=len(batches) + 2,
+        desc="tpcdi run",
+        unit="phase",
+        file=out,
+        disable=not options.progress,
+    )
     embedded_pg = "postgres" in options.targets and settings.postgres.dsn is None
     sampler = MemorySampler(postgres_dir=settings.postgres_data_dir if embedded_pg else None)
     with ExitStack() as stack, sampler as memory:
@@ -246,10 +251,10 @@ def run_tpcdi(
         warehouse = open_warehouse(settings, layout, options.targets)
         stack.callback(warehouse.close)
         # 2. initialization
-        phase = _Phase(record, "initialization", 0, bar)
+        phase = PhaseTimer(record, "initialization", 0, bar)
         _fresh_state(settings)
         warehouse.reset()
-        _status(warehouse, 0, "Phase started", "initialization")
+        status_row(warehouse, 0, "Phase started", "initialization")
         phase.step("reset")
         phases.batch_complete(warehouse, 0)
         phase.step("validation")
@@ -264,7 +269,17 @@ def run_tpcdi(
             stack.callback(lambda: updates.stop())
             updates.start()
             visibility.start(2)
-            for name, batch_id in (("incremental1", 2), ("incremental2", 3)):
+            feed = DailyFeed(
+                data,
+                warehouse,
+                record,
+                visibility,
+                last_batch=batches[-1],
+                options=FeedOptions(options.day_seconds, options.audit_every),
+                memory=memory,
+                bar=bar,
+            )
+            for batch_id in batches[1:]:
                 if batch_id == 3 and options.upgrade_between:
                     updates.stop()
                     upgraded = build_flow(reference, version=2).build()
@@ -272,13 +287,13 @@ def run_tpcdi(
                     updates = UpdateStream(upgraded, settings, warehouse, executor=executor)
                     updates.start()
                 visibility.batch_id = batch_id
-                _incremental(name, batch_id, data, updates, warehouse, record, bar, visibility)
+                feed.run_day(batch_id, updates)
             updates.stop()
         # 5. audit
-        phase = _Phase(record, "audit", None, bar)
-        phases.final_visibility(warehouse, 3)
+        phase = PhaseTimer(record, "audit", None, bar)
+        phases.final_visibility(warehouse, batches[-1])
         phase.step("visibility")
-        record.audits = phases.audit_phase(warehouse, data)
+        record.audits = phases.audit_phase(warehouse, data, through=batches[-1])
         phase.step("audit")
         phase.done()
         record.table_rows = {
@@ -307,12 +322,13 @@ def _static() -> list[str]:
 
 
 def _fresh_state(settings: StreamdiSettings) -> None:
-    """Staging, collector checkpoints and the embedded broker's log of an earlier run are removed
-    (clause 7.2.3: a clean SUT)."""
+    """Staging, collector checkpoints, the embedded broker's log and the report of an earlier
+    run are removed (clause 7.2.3: a clean SUT)."""
     staging = settings.staging_path
     for path in (staging, staging.with_name(staging.name + ".wal")):
         path.unlink(missing_ok=True)
     forget_embedded_kafka(settings)
+    forget_report(settings.streamdi.state_dir)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)
     shutil.rmtree(settings.streamdi.state_dir / "spark", ignore_errors=True)
 
@@ -329,8 +345,8 @@ def _historical(
 ) -> None:
     from tpcdi.historical.load import load_warehouse, transform
 
-    phase = _Phase(record, "historical", 1, bar)
-    _status(warehouse, 1, "Phase started", "historical load")
+    phase = PhaseTimer(record, "historical", 1, bar)
+    status_row(warehouse, 1, "Phase started", "historical load")
     workdir = settings.streamdi.state_dir / "spark"
     try:
         result = transform(
@@ -359,71 +375,3 @@ def _historical(
     phase.phase.details = {"rejects": result.rejects, "tables": counts}
     record.batch_rows[1] = result.source_rows
     phase.done()
-
-
-def _incremental(
-    name: str,
-    batch_id: int,
-    data: Path,
-    updates: UpdateStream,
-    warehouse: Warehouse,
-    record: RunRecord,
-    bar: Any,
-    visibility: phases.VisibilityWriter,
-) -> None:
-    phase = _Phase(record, name, batch_id, bar)
-    _status(warehouse, batch_id, "Phase started", name)
-    before = warehouse.count("prospect")
-    rows_before = _dw_rows(warehouse)
-    phase.step("status")
-    source = ChangesSource(data / f"Batch{batch_id}", batch_id)
-    offered = updates.offer(source)
-    phase.phase.freshness_s = offered.freshness_s
-    phase.phase.steps["collect"] = offered.collect_s
-    phase.phase.steps["staged"] = offered.staged_s - offered.collect_s
-    phase.phase.steps["merged"] = offered.freshness_s - offered.staged_s
-    phase.step("update")
-    _prospect_status(warehouse, batch_id, source, before)
-    if batch_id == 3:
-        visibility.stop()  # the last Visibility_2 comes before CT3
-    phases.batch_complete(warehouse, batch_id)
-    phase.step("validation")
-    phase.phase.rows = offered.events + offered.rejects
-    phase.phase.dw_rows = _dw_rows(warehouse) - rows_before
-    phase.phase.details = {
-        "events": offered.events,
-        "rejects": offered.rejects,
-        "staged_through_batch": offered.staged_through,
-    }
-    record.batch_rows[batch_id] = offered.events + offered.rejects
-    phase.done()
-
-
-def _dw_rows(warehouse: Warehouse) -> int:
-    from tpcdi.warehouse.tables import TABLES
-
-    return sum(warehouse.count(n) for n in TABLES if n != "audit")
-
-
-def _prospect_status(
-    warehouse: Warehouse, batch_id: int, source: ChangesSource, before: int
-) -> None:
-    """The three Status messages of clause 4.6.14.2, counted in the warehouse after the update."""
-    day = source.batch_date
-    sk = day.year * 10000 + day.month * 100 + day.day
-    counts = warehouse.query(
-        f"SELECT count(*) FILTER (WHERE sk_recorddateid = {sk}) AS source_rows, "
-        f"count(*) FILTER (WHERE sk_updatedateid = {sk}) AS changed, count(*) AS total "
-        "FROM prospect"
-    ).to_pylist()[0]
-    inserted = int(counts["total"]) - before
-    updated = int(counts["changed"]) - inserted
-    for text, value in (
-        ("Source rows", counts["source_rows"]),
-        ("Inserted rows", inserted),
-        ("Updated rows", updated),
-    ):
-        warehouse.execute(
-            "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
-            [_now(), batch_id, "Prospect", text, "Status", str(value)],
-        )

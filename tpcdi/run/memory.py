@@ -60,6 +60,8 @@ class MemorySampler:
         self.interval = interval
         self.postgres_dir = postgres_dir
         self.peak = 0
+        #: The latest sample (bytes).
+        self.last = 0
         self._server: psutil.Process | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
@@ -76,7 +78,8 @@ class MemorySampler:
     def _loop(self) -> None:
         process = psutil.Process()
         while True:
-            self.peak = max(self.peak, self.sample(process))
+            self.last = self.sample(process)
+            self.peak = max(self.peak, self.last)
             if self._stop.wait(self.interval):
                 return
 

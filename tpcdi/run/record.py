@@ -13,6 +13,7 @@ table counts, other targets' audits, notes) as ``extra``. The JSON it writes alw
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from tpcdi.audit.checks import AuditResult
     from tpcdi.audit.metric import Metric
     from tpcdi.audit.report import RunFigures
+    from tpcdi.run.feed_record import FeedRecord
 
 #: The phases of a run (clause 7.2), in order.
 PHASES = ("initialization", "historical", "incremental1", "incremental2", "audit")
@@ -84,6 +86,8 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     #: the upgrade applied between the incremental updates (``--upgrade-between``), if any
     upgrade: dict[str, Any] | None = None
+    #: the incremental updates day by day (:mod:`tpcdi.run.feed_record`)
+    feed: FeedRecord | None = None
 
     @property
     def audit(self) -> AuditResult | None:
@@ -110,7 +114,10 @@ class RunRecord:
             target="+".join(self.targets),
             metric=self.metric,
             audit=self.audit,
-            extra={"run": self.details()},
+            extra={
+                "run": self.details(),
+                **({"feed": self.feed.as_json()} if self.feed is not None else {}),
+            },
         )
 
     def details(self) -> dict[str, Any]:
@@ -131,3 +138,28 @@ class RunRecord:
             "notes": self.notes,
             "upgrade": self.upgrade,
         }
+
+
+class PhaseTimer:
+    """Times one phase into ``record`` (a :class:`PhaseRecord` under ``name``) and moves the
+    progress bar ``bar`` (a tqdm bar) when it is done; :meth:`step` notes the seconds since the
+    previous step under a step name."""
+
+    def __init__(self, record: RunRecord, name: str, batch_id: int | None, bar: Any) -> None:
+        self.phase = PhaseRecord(name, batch_id, datetime.datetime.now())
+        record.phases[name] = self.phase
+        self.bar = bar
+        self._started = time.perf_counter()
+        self._lap = self._started
+        bar.set_postfix_str(name)
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phase.steps[name] = self.phase.steps.get(name, 0.0) + now - self._lap
+        self._lap = now
+
+    def done(self) -> PhaseRecord:
+        self.phase.ended_at = datetime.datetime.now()
+        self.phase.seconds = time.perf_counter() - self._started
+        self.bar.update(1)
+        return self.phase

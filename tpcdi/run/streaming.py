@@ -85,6 +85,8 @@ class StreamReport:
     executor: str = "local"
     data_dir: str = ""
     batch_events: int = 0
+    #: where the pipeline's time went while the stream ran (:meth:`Pipeline.timings`)
+    spent_s: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -99,10 +101,13 @@ class StreamReport:
             "executor": self.executor,
             "data_dir": self.data_dir,
             "batch_events": self.batch_events,
+            "spent_s": {k: round(v, 3) for k, v in sorted(self.spent_s.items())},
         }
 
     def summary(self) -> str:
         lat = self.latency_ms
+        ranked = sorted(self.spent_s.items(), key=lambda kv: -kv[1])
+        spent = ", ".join(f"{k} {v:.2f} s" for k, v in ranked if v >= 0.005)
         return (
             f"streamed {self.events:,} events ({self.trades:,} trade events) in "
             f"{self.seconds:.2f} s: {self.events_per_s:,.0f} events/s, "
@@ -110,6 +115,7 @@ class StreamReport:
             f"p50 {lat.get('p50', 0):,.0f} ms, p99 {lat.get('p99', 0):,.0f} ms, "
             f"max {lat.get('max', 0):,.0f} ms; merged into the warehouse "
             f"{self.merged_s:.2f} s after the last event was offered"
+            + (f"\ntime by where: {spent}" if spent else "")
         )
 
 
@@ -377,7 +383,9 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
             ) as updates,
             _CommitSampler(updates) as sampler,
         ):
+            before = updates.timings()
             offered, offered_at = _offer_in_process(updates, events, options.rate, workdir)
+            report.spent_s = {k: v - before.get(k, 0.0) for k, v in updates.timings().items()}
     lat = latencies(offered_at, sampler.samples)
     report.events = offered.events
     report.trades = int(np.count_nonzero(np.asarray(events["kind"]) == "Trade"))

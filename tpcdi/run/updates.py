@@ -5,7 +5,9 @@
 ``KAFKA__BOOTSTRAP_SERVERS``) and the pipeline of the incremental dataflow on its own thread;
 :meth:`UpdateStream.offer` collects a batch directory into the ``changes`` topic and waits until
 every event of it is committed to staging and every warehouse target has merged the batches that
-hold them. The time from offering the files to that moment is the update's *freshness*.
+hold them. The time from offering the files to that moment is the update's *freshness*; the
+moment each target got there is noted too (:attr:`OfferResult.visible_s`), so a run with two
+warehouses knows each one's freshness.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,9 @@ POLL_S = 0.01
 @dataclass
 class OfferResult:
     """One offered source: events and rejects it carried, the staging batch that holds its last
-    event, and the seconds to collect it and until it was merged everywhere (freshness)."""
+    event, and the seconds from the start of the offer to its last event offered to Kafka
+    (``collect_s``), to every event committed to staging (``staged_s``), to the batches being
+    merged in each target (``visible_s``) and in every target (``freshness_s``)."""
 
     events: int
     rejects: int
@@ -50,6 +54,7 @@ class OfferResult:
     collect_s: float
     staged_s: float
     freshness_s: float
+    visible_s: dict[str, float] = field(default_factory=dict)
 
 
 class UpdateStream:
@@ -181,7 +186,7 @@ class UpdateStream:
             time.sleep(POLL_S)
         staged = time.perf_counter()
         through = self._staged_watermark()
-        self._wait_merged(through, deadline)
+        reached = self._wait_merged(through, deadline)
         done = time.perf_counter()
         logger.info(
             "offered events=%s rejects=%s staged_through=%s freshness_s=%.3f",
@@ -197,6 +202,7 @@ class UpdateStream:
             collect_s=collected - started,
             staged_s=staged - started,
             freshness_s=done - started,
+            visible_s={t: at - started for t, at in reached.items()},
         )
 
     def _staged_watermark(self) -> int:
@@ -212,30 +218,61 @@ class UpdateStream:
         finally:
             con.close()
 
-    def _merged_through(self) -> int:
-        """The lowest batch every warehouse target has loaded and merged."""
-        lowest: int | None = None
+    def merged_through(self, target: str) -> int:
+        """The last batch ``target`` has loaded and merged."""
         stream = self.flow.name.replace("'", "''")
-        for target in self.warehouse.targets:
-            rows = self.warehouse.query(
-                "SELECT (SELECT coalesce(max(batch_id), 0) FROM streamdi_migration.ledger "
-                f"WHERE stream = '{stream}') AS loaded, "
-                "(SELECT coalesce(max(through_batch), 0) FROM streamdi_migration.merges "
-                f"WHERE stream = '{stream}') AS merged",
-                target,
-            ).to_pylist()[0]
-            value = min(int(rows["loaded"]), int(rows["merged"]))
-            lowest = value if lowest is None else min(lowest, value)
-        return lowest or 0
+        rows = self.warehouse.query(
+            "SELECT (SELECT coalesce(max(batch_id), 0) FROM streamdi_migration.ledger "
+            f"WHERE stream = '{stream}') AS loaded, "
+            "(SELECT coalesce(max(through_batch), 0) FROM streamdi_migration.merges "
+            f"WHERE stream = '{stream}') AS merged",
+            target,  # type: ignore[arg-type]
+        ).to_pylist()[0]
+        return min(int(rows["loaded"]), int(rows["merged"]))
 
-    def _wait_merged(self, through: int, deadline: float) -> None:
-        while self._merged_through() < through:
+    def _wait_merged(self, through: int, deadline: float) -> dict[str, float]:
+        """Wait until every target has merged batch ``through``; when each got there."""
+        reached: dict[str, float] = {}
+        while True:
+            for target in self.warehouse.targets:
+                if target not in reached and self.merged_through(target) >= through:
+                    reached[target] = time.perf_counter()
+            if len(reached) == len(self.warehouse.targets):
+                return reached
             self._check()
             if time.perf_counter() > deadline:
-                raise UpdateFailed(
-                    f"the warehouses merged only up to batch {self._merged_through()} of {through}"
-                )
+                behind = {t: self.merged_through(t) for t in self.warehouse.targets}
+                raise UpdateFailed(f"the warehouses merged only up to {behind} of {through}")
             time.sleep(POLL_S)
+
+    # -- what the run watches --------------------------------------------------------------------
+
+    def timings(self) -> dict[str, float]:
+        """The pipeline's cumulative seconds by where they went
+        (:meth:`runtime.pipeline.Pipeline.timings`)."""
+        return self.pipeline.timings() if self.pipeline is not None else {}
+
+    def staging_bytes(self) -> int:
+        """Bytes the staging file takes on disk (file, WAL, segment files)."""
+        from staging.segments import staging_disk_bytes
+
+        return staging_disk_bytes(self.settings.staging_path)
+
+    def state_rows(self) -> int:
+        """Rows of the engine's state as staging last folded it (DuckDB's own count of the
+        ``state_base`` tables: no scan)."""
+        config = connection_config(
+            self.settings.staging.memory_limit, threads=self.settings.staging.threads
+        )
+        con = duckdb.connect(str(self.settings.staging_path), config=config)
+        try:
+            row = con.execute(
+                "SELECT coalesce(sum(estimated_size), 0) FROM duckdb_tables() "
+                "WHERE schema_name = 'state_base'"
+            ).fetchall()
+            return int(row[0][0])
+        finally:
+            con.close()
 
 
 def collector_dir(settings: StreamdiSettings) -> Path:

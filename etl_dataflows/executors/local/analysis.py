@@ -4,9 +4,10 @@ A transactional step is *compiled* when every table it touches is a plain keyed 
 one ``int64`` or ``string`` key column and numeric/bool/timestamp/date value columns, its operations
 are ``read`` (not as-of), ``write``, ``update``, ``insert`` or ``delete``, its keys and ``when``
 conditions depend on the event only, and every value that depends on state is numeric or boolean
-(strings and Python functions may appear only in parts that depend on the event alone). A table is
-compiled when every step touching it is; the rest run on the serial executor's code, which is the
-oracle itself, so the local executor is exact either way.
+(strings and Python functions may appear only in parts that depend on the event alone, and a Python
+function must declare its result type with ``udf(..., returns=...)``). A table is compiled when
+every step touching it is; the rest run on the serial executor's code, which is the oracle itself,
+so the local executor is exact either way.
 
 Event-only subexpressions (no ``old(...)`` and no operation result inside) are *hoisted*: evaluated
 column-at-a-time before the kernel runs, so the kernel only sees arrays.
@@ -29,7 +30,7 @@ A step that needs any of these is marked ``extended`` and runs sequentially or i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from etl_dataflows.dataflow import CompiledDataflow, OutputSchema
@@ -198,6 +199,19 @@ def _check_state_expr(
             return
 
 
+def _check_declared(exprs: Iterable[Expr], where: str, out: list[str]) -> None:
+    """Record a Python function without a declared type (``udf(..., returns=None)``) in
+    ``exprs``: a kernel holds values of one static type, while such a function's values keep
+    whatever type each row's call gives (a float stored in an ``int64`` column fails that row
+    only), which only the serial code reproduces."""
+    for expr in exprs:
+        for node in walk(expr):
+            if isinstance(node, Call) and node.returns is None:
+                name = getattr(node.fn, "__name__", "function")
+                out.append(f"{where}: {name}() has no declared type (udf(..., returns=...))")
+                return
+
+
 def analyze_step(
     flow: CompiledDataflow,
     step: TransactionStep,
@@ -238,10 +252,15 @@ def analyze_step(
                 _check_state_expr(op.when, types, None, op.label(), reasons, extended, uses)
         for expr in [*op.values.values(), *(r.condition for r in op.requires)]:
             _check_state_expr(expr, types, table, op.label(), reasons, extended, uses)
+        _check_declared(op.expressions(), op.label(), reasons)
     for name, expr in step.emit_columns.items():
         _check_state_expr(expr, types, None, f"output {name!r}", reasons, extended, uses)
     if step.emit_when is not None:
         _check_state_expr(step.emit_when, types, None, "emit when", reasons, extended, uses)
+    emits = [*step.emit_columns.values()]
+    if step.emit_when is not None:
+        emits.append(step.emit_when)
+    _check_declared(emits, "emit", reasons)
     return StepAnalysis(step.id, not reasons, reasons, bool(uses), frozenset(pre_reads))
 
 
@@ -249,14 +268,23 @@ def analyze(
     flow: CompiledDataflow, extended: bool = False
 ) -> tuple[set[str], dict[str, StepAnalysis]]:
     """The compiled tables and, per transactional step, whether (and why not) it is compiled
-    (``extended``: with the extensions of the module docstring)."""
+    (``extended``: with the extensions of the module docstring). A step's reasons start with
+    those that first kept it from compiling (a later round, with its tables demoted, would only
+    say "table ... is not compiled")."""
     compiled = {name for name, table in flow.tables.items() if table_is_compilable(table, extended)}
     steps = flow.transactional_steps()
+    first: dict[str, list[str]] = {}
     while True:
         results = {s.id: analyze_step(flow, s, compiled, extended) for s in steps}
-
+        for step_id, result in results.items():
+            if result.reasons:
+                first.setdefault(step_id, result.reasons)
         demoted = {op.table for s in steps if not results[s.id].compiled for op in s.operations}
         if not (demoted & compiled):
+            for step_id, result in results.items():
+                if not result.compiled:
+                    earlier = first[step_id]
+                    result.reasons = [*earlier, *(r for r in result.reasons if r not in earlier)]
             return compiled, results
         compiled -= demoted
 

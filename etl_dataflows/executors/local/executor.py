@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.batch import StepDecision, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
 from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
 from etl_dataflows.executors.local.arrays import ArrayTable
@@ -32,6 +33,7 @@ from etl_dataflows.executors.local.compiled_step import CompiledStep
 from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.scheduling.decision import (
+    FIXED_STRATEGIES,
     StepCosts,
     StepStatistics,
     Strategy,
@@ -50,11 +52,14 @@ logger = logging.getLogger(__name__)
 class LocalExecutor(BaseExecutor):
     """Compiled and adaptive (see the module docstring).
 
-    ``strategy`` fixes the strategy of every compiled step (for benchmarks and tests); ``workers``
-    caps the cores the waves use (default: all available).
+    ``strategy`` fixes the strategy of every compiled step (for benchmarks and tests; one of
+    :data:`~etl_dataflows.scheduling.decision.FIXED_STRATEGIES`, else :class:`UnknownExecutor`);
+    ``workers`` caps the cores the waves use (default: all available).
     """
 
     name: ClassVar[str] = "local"
+    variants: ClassVar[tuple[str, ...]] = FIXED_STRATEGIES
+    variant_kind: ClassVar[str] = "strategy"
     #: Compile with the extensions of :mod:`.analysis` (strings, several key columns,
     #: pre-reads); the Spark executor distributes only the plain form.
     extended_compilation: ClassVar[bool] = True
@@ -67,9 +72,26 @@ class LocalExecutor(BaseExecutor):
         strategy: Strategy | None = None,
         workers: int | None = None,
     ) -> None:
+        if strategy is not None and strategy not in FIXED_STRATEGIES:
+            raise UnknownExecutor(
+                f"the local executor has no strategy {strategy!r}; strategies: "
+                f"{', '.join(FIXED_STRATEGIES)}"
+            )
         self._forced = strategy
         self._workers = workers or cores()
         super().__init__(flow, state)
+
+    @property
+    def fixed_strategy(self) -> Strategy | None:
+        """The strategy every compiled step is fixed to, or None (chosen per batch)."""
+        return self._forced
+
+    @classmethod
+    def with_variant(
+        cls, variant: str, flow: Dataflow | CompiledDataflow, state: StateImage | None = None
+    ) -> LocalExecutor:
+        """The local executor with every compiled step's strategy fixed to ``variant``."""
+        return cls(flow, state, strategy=cast(Strategy, variant))
 
     # -- state ----------------------------------------------------------------------------------
 

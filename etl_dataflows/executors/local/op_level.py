@@ -62,8 +62,11 @@ class OpLevelRunner:
             rows = np.arange(n, dtype=np.int64)
             when = compiled.kernel.when_hoist[j]
             if when is not None:
+                # A row whose ``when`` failed to evaluate gets its task too: the task aborts the
+                # transaction as an error (the kernel checks the ``when``'s error flag first),
+                # as the serial executor does; skipping it would commit the rest.
                 w = prepared.hoisted[when]
-                rows = np.flatnonzero(w.valid & w.values.astype(np.bool_) & ~w.errors)
+                rows = np.flatnonzero((w.valid & w.values.astype(np.bool_)) | w.errors)
             slot = prepared.slots[j][rows]
             task_ids = np.arange(count, count + len(rows), dtype=np.int64)
             count += len(rows)

@@ -28,18 +28,20 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.batch import StepDecision
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
+from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local import LocalExecutor
 from etl_dataflows.executors.local.compiled_step import CompiledStep, HoistedValues, Hoisting
 from etl_dataflows.executors.spark.jobs import PassTiming, ShippedFlow, run_pass
 from etl_dataflows.executors.spark.plan import (
+    PLACEMENTS,
     Placement,
     Plan,
     SparkCosts,
@@ -80,6 +82,8 @@ class SparkExecutor(LocalExecutor):
     """
 
     name: ClassVar[str] = "spark"
+    variants: ClassVar[tuple[str, ...]] = PLACEMENTS
+    variant_kind: ClassVar[str] = "placement"
     #: Spark tasks run the plain compiled form only (other steps stay on the serial code).
     extended_compilation: ClassVar[bool] = False
 
@@ -91,6 +95,11 @@ class SparkExecutor(LocalExecutor):
         placement: Placement | None = None,
         config: SparkConfig | None = None,
     ) -> None:
+        if placement is not None and placement not in PLACEMENTS:
+            raise UnknownExecutor(
+                f"the spark executor has no placement {placement!r}; placements: "
+                f"{', '.join(PLACEMENTS)}"
+            )
         self._placement = placement
         self._config = config
         self._spark_costs: dict[str, SparkCosts] = {}
@@ -99,6 +108,13 @@ class SparkExecutor(LocalExecutor):
         self._local: dict[str, np.ndarray] = {}
         super().__init__(flow, state)
         self._shipped = ShippedFlow(self.flow, uuid.uuid4().hex)
+
+    @classmethod
+    def with_variant(
+        cls, variant: str, flow: Dataflow | CompiledDataflow, state: StateImage | None = None
+    ) -> SparkExecutor:
+        """The Spark executor with its placement fixed to ``variant``."""
+        return cls(flow, state, placement=cast(Placement, variant))
 
     @property
     def config(self) -> SparkConfig:

@@ -21,7 +21,7 @@ largest driver run exceeds the memory budget is not taken while another fits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from etl_dataflows.executors.local.compiled_step import CompiledStep
 from etl_dataflows.executors.spark.routing import Routing
 
 Placement = Literal["driver", "spark", "supersteps"]
+#: The placements the Spark executor can be fixed to (``spark:<placement>``).
+PLACEMENTS: tuple[Placement, ...] = get_args(Placement)
 
 #: Priors (``streamdi bench spark`` on 2 cores, local[2]): a pass's fixed cost (job scheduling,
 #: result transport), the driver's routing, shipping and merging per transaction sent to Spark,

@@ -168,6 +168,9 @@ def test_a_batch_one_target_holds_goes_to_the_other_exactly_once(
 ) -> None:
     staging = copy_staging(staged.path, tmp_path / "staging.duckdb")
     dsn, warehouse = postgres.database(), tmp_path / "wh.duckdb"
+    # one target after the other, so that duckdb has committed a load when postgres dies in
+    # its own (with the targets loading at once, which one gets there first is a race: see
+    # the next test)
     env = migrate_env(
         tmp_path,
         staging,
@@ -175,6 +178,7 @@ def test_a_batch_one_target_holds_goes_to_the_other_exactly_once(
         warehouse,
         MIGRATION__TARGETS="duckdb,postgres",
         MIGRATION__MAX_BATCHES_PER_LOAD=str(PER_LOAD),
+        MIGRATION__PARALLEL_TARGETS="false",
     )
     flow = shop_dataflow().build()
 
@@ -211,3 +215,41 @@ def test_a_batch_one_target_holds_goes_to_the_other_exactly_once(
         staging,
         staged,
     )
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [
+        "copy:postgres:1",
+        pytest.param("committed:duckdb:2", marks=pytest.mark.slow),
+        pytest.param("merge:postgres:1", marks=pytest.mark.slow),
+    ],
+)
+def test_targets_loading_at_once_are_each_loaded_exactly_once_after_a_crash(
+    tmp_path: Path, postgres: PostgresServer, staged: Staged, crash: str
+) -> None:
+    """Both targets load (and merge) at once, a thread each; kill -9 in one target's load,
+    commit or merge leaves each target at a batch boundary of its own, and the next round
+    brings both to every batch exactly once."""
+    staging = copy_staging(staged.path, tmp_path / "staging.duckdb")
+    dsn, warehouse = postgres.database(), tmp_path / "wh.duckdb"
+    env = migrate_env(
+        tmp_path,
+        staging,
+        dsn,
+        warehouse,
+        MIGRATION__TARGETS="duckdb,postgres",
+        MIGRATION__MAX_BATCHES_PER_LOAD=str(PER_LOAD),
+        MIGRATION__PARALLEL_TARGETS="true",
+    )
+    merge = "--merge" if crash.startswith("merge") else "--no-merge"
+    crashed = run_migrate(["migrate", "push", SPEC, merge, "--crash-at", crash], env)
+    assert crashed.returncode == -9, crashed.stderr
+    targets = _targets(shop_dataflow().build(), dsn, warehouse, "duckdb,postgres")
+    for t in targets.values():
+        t.open()
+        assert t.watermark() % PER_LOAD == 0  # whole loads only
+        t.close()
+    again = run_migrate(["migrate", "push", SPEC, "--merge"], env)
+    assert again.returncode == 0, again.stderr
+    _check_final(targets, staging, staged)

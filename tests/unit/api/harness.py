@@ -19,8 +19,10 @@ import pyarrow as pa
 from api.models import QueryBody
 from api.service import QueryService
 from etl_dataflows import create_executor
+from etl_dataflows.batch import BatchResult
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
+from runtime.committer import StagingCommitter
 from staging.handoff import StagedDeltas
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA, output_columns
 from staging.store import BatchCommit, StagingStore, StreamProgress
@@ -50,23 +52,47 @@ class ShopStage:
         self.truth: dict[int, dict[str, Rows]] = {0: empty}
         self.lock = threading.Lock()
 
-    def stage(self, batch_id: int) -> None:
+    def batch_commit(self, batch_id: int, dead_letters: pa.Table | None = None) -> BatchCommit:
+        """Run batch ``batch_id`` through the engine: what its staging commit writes."""
         result = self._executor.run_batch(shop_batch(batch_id, self.events, self.seed))
-        self.store.commit(
-            [
-                BatchCommit(
-                    batch_id=batch_id,
-                    result=result,
-                    dead_letters=DEAD_LETTER_INPUT_SCHEMA.empty_table(),
-                    offsets={("shop.events", 0): batch_id},
-                    streams={"events": StreamProgress(batch_id, batch_id, batch_id, -1)},
-                    events=self.events,
-                    records=1,
-                    arrived_at=time.time(),
-                    executed_ms=1.0,
-                )
-            ]
+        return BatchCommit(
+            batch_id=batch_id,
+            result=result,
+            dead_letters=dead_letters
+            if dead_letters is not None
+            else DEAD_LETTER_INPUT_SCHEMA.empty_table(),
+            offsets={("shop.events", 0): batch_id},
+            streams={"events": StreamProgress(batch_id, batch_id, batch_id * self.events, -1)},
+            events=self.events,
+            records=1,
+            arrived_at=time.time(),
+            executed_ms=1.0,
         )
+
+    def stage(
+        self,
+        batch_id: int,
+        *,
+        committer: StagingCommitter | None = None,
+        dead_letters: pa.Table | None = None,
+    ) -> None:
+        """Commit batch ``batch_id`` to staging, directly or through ``committer`` (the
+        pipeline's, with its observers: then this returns once it is committed)."""
+        commit = self.batch_commit(batch_id, dead_letters)
+        if committer is None:
+            self.store.commit([commit])
+        else:
+            done = committer.committed_batches + 1
+            committer.submit(commit)
+            deadline = time.monotonic() + 30
+            while committer.committed_batches < done and committer.error is None:
+                assert time.monotonic() < deadline, f"batch {batch_id} not committed in 30 s"
+                time.sleep(0.002)
+            if committer.error is not None:
+                raise committer.error
+        self._record(batch_id, commit.result)
+
+    def _record(self, batch_id: int, result: BatchResult) -> None:
         truth: dict[str, Rows] = {}
         for name, table in self.store.load_state().tables.items():
             truth[name] = rows_of(table)

@@ -84,7 +84,7 @@ def test_every_json_route_names_its_answer(client: TestClient) -> None:
             named = schema.get("items", schema) if schema.get("type") == "array" else schema
             assert "$ref" in named, f"{method.upper()} {path} answers an undescribed {schema}"
             seen += 1
-    assert seen == 15
+    assert seen == 19
 
 
 def test_answers_match_their_models(client: TestClient) -> None:
@@ -102,6 +102,9 @@ def test_answers_match_their_models(client: TestClient) -> None:
         ("/status", "get", client.get("/status").json()),
         ("/health", "get", client.get("/health").json()),
         ("/ready", "get", client.get("/ready").json()),
+        ("/console/overview", "get", client.get("/console/overview").json()),
+        ("/console/batches", "get", client.get("/console/batches").json()),
+        ("/console/dataflow", "get", client.get("/console/dataflow").json()),
     ]
     for path, method, answer in answers:
         _matches(spec, _answer_schema(spec, path, method), answer, f"{method.upper()} {path}")

@@ -1,6 +1,7 @@
 """The pipeline's own wiring of the loop (:meth:`runtime.pipeline.Pipeline.consuming_loop`), driven
 without a broker: the fault hooks fire at the batches they name, in the order of a batch's life;
-observers hear of every committed batch; the report and the consumer lag are kept."""
+observers hear of every committed batch (its counts, times and progress); the report and the
+consumer lag are kept."""
 
 from __future__ import annotations
 
@@ -91,6 +92,13 @@ def test_the_pipeline_wires_faults_observers_report_and_lag(tmp_path: Path) -> N
     batches = store.watermark
     assert batches == 3 and pipeline.report.batches == 3 and pipeline.report.events == 6
     assert [s.batch_id for s in seen] == [1, 2, 3] and all(s.events == 2 for s in seen)
+    for s in seen:  # what the service's console keeps of each batch
+        assert s.records == 2 and s.dead_letters == 0
+        assert s.arrived_at <= s.committed_at and 0 < s.commit_s <= s.latency_s
+        assert s.steps["write_a"].committed == 1 and s.steps["write_b"].committed == 1
+        assert s.decisions == ()  # the serial executor decides nothing
+        assert s.streams["a"].events == s.streams["b"].events == s.batch_id
+    assert [s.committed_at for s in seen] == sorted(s.committed_at for s in seen)
     for batch_id in (1, 2, 3):  # each batch: executed, then its ledger written, then committed
         order = [
             faults.calls.index((kind, batch_id, batch_id))

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
+from etl_dataflows.executors import executor_names
 from streamdi.errors import ConfigurationError, TerminalError
-from streamdi.settings import load_settings, masked_settings
+from streamdi.settings import ExecutorName, load_settings, masked_settings
 
 
 def test_defaults_need_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +52,18 @@ def test_bad_values_name_the_setting_and_the_expectation(monkeypatch: pytest.Mon
     message = str(caught.value)
     assert "host:port" in message and "'local'" in message and "65535" in message
     assert isinstance(caught.value, TerminalError)
+
+
+def test_the_executor_setting_takes_every_name_the_engine_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert get_args(ExecutorName) == executor_names()
+    monkeypatch.setenv("ENGINE__EXECUTOR", "local:waves")
+    assert load_settings().engine.executor == "local:waves"
+    monkeypatch.setenv("ENGINE__EXECUTOR", "local:bogus")
+    with pytest.raises(ConfigurationError, match="ENGINE__EXECUTOR") as caught:
+        load_settings()
+    assert "'local:sequential'" in str(caught.value)
 
 
 def test_spark_master_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -95,14 +95,21 @@ def run_check(ctx: AuditContext, check: Check) -> CheckResult:
     return CheckResult(check.name, ok, detail, check.clause, time.perf_counter() - started)
 
 
-def run_audit(conn: WarehouseConnection, checks: tuple[Check, ...] = ALL_CHECKS) -> AuditResult:
+def run_audit(
+    conn: WarehouseConnection,
+    checks: tuple[Check, ...] = ALL_CHECKS,
+    *,
+    through: int | None = None,
+) -> AuditResult:
     """Run every check against the warehouse (read only) and return their verdicts.
 
-    The answer keys must be in ``audit`` (:func:`tpcdi.audit.keys.load_audit_files`). Raises
-    :class:`~warehouse.exceptions.WarehouseUnavailable` only if the connection is lost.
+    The answer keys must be in ``audit`` (:func:`tpcdi.audit.keys.load_audit_files`). The audit
+    covers batches 1..``through`` (default: the last batch the answer keys describe; DIGen's
+    data: 3, a daily feed of N days: N + 1), so a run can be audited after any of its phases.
+    Raises :class:`~warehouse.exceptions.WarehouseUnavailable` only if the connection is lost.
     """
     started = time.perf_counter()
-    ctx = AuditContext(conn)
+    ctx = AuditContext(conn, through)
     results = [run_check(ctx, check) for check in checks]
     result = AuditResult(results, time.perf_counter() - started)
     logger.info("audit ok=%s fail=%s seconds=%.2f", result.ok, result.fail, result.seconds)

@@ -5,6 +5,13 @@ compared with an answer key per batch).
 The warehouse tables never leave the warehouse: each check runs SQL there and brings back a few
 numbers; the answer keys (``audit``) and the Validation rows of DImessages are small and are read
 once, aggregated, into :class:`AnswerKeys` and :class:`Validations`.
+
+The batches a run has are not fixed at DIGen's three: :attr:`AuditContext.batches` are 1..B, B the
+last batch the answer keys describe (a daily feed has one batch per day), or the ``through`` an
+audit in the middle of a run is given. A check over batches asks the warehouse once for every
+batch (``GROUP BY batchid``, the batches' windows as a ``VALUES`` list: :func:`windows_sql`),
+never once per batch, and its detail lists every batch for DIGen's three and only the failing
+ones of a longer feed (:func:`per_batch`).
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ from typing import Any
 from tpcdi.audit.connection import WarehouseConnection
 from tpcdi.audit.validation import ROW_COUNT, VALIDATION
 
-#: The timed phases whose data the answer keys describe.
-BATCHES: tuple[int, ...] = (1, 2, 3)
-#: Every phase that writes Validation rows and a PCR (0 = initialization).
-PHASES: tuple[int, ...] = (0, 1, 2, 3)
+#: DIGen's batches: the historical load and two incremental updates.
+DIGEN_BATCHES: tuple[int, ...] = (1, 2, 3)
 EOT = "DATE '9999-12-31'"
+#: A per-batch detail lists every batch up to this many batches, else the failing ones only.
+LISTED_BATCHES = 3
+#: ... and at most this many of those.
+LISTED_FAILURES = 5
 
 
 @dataclass(frozen=True)
@@ -138,12 +147,32 @@ class Validations:
 
 
 class AuditContext:
-    """What a check runs against: the connection, the answer keys and the Validation rows."""
+    """What a check runs against: the connection, the answer keys, the Validation rows and the
+    batches (1..``through``, default the last batch the answer keys describe)."""
 
-    def __init__(self, conn: WarehouseConnection) -> None:
+    def __init__(self, conn: WarehouseConnection, through: int | None = None) -> None:
         self.conn = conn
+        self.through = through
         self._keys: AnswerKeys | None = None
         self._validations: Validations | None = None
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        """The timed phases' batches the audit covers: 1 (historical load), 2.. (updates)."""
+        last = self.through
+        if last is None:
+            described = [b for b in self.keys.batches if b >= 1]
+            last = max(described) if described else DIGEN_BATCHES[-1]
+        return tuple(range(1, last + 1))
+
+    @property
+    def last(self) -> int:
+        return self.batches[-1]
+
+    @property
+    def phases(self) -> tuple[int, ...]:
+        """Every phase that writes Validation rows and a PCR (0 = initialization)."""
+        return (0, *self.batches)
 
     @property
     def keys(self) -> AnswerKeys:
@@ -193,10 +222,39 @@ def violations(name: str, clause: str, template: str, what: str) -> Check:
 
 
 def per_batch(batches: Iterable[int], judge: Callable[[int], Outcome]) -> Outcome:
-    """Run ``judge`` for each batch; ok when all are; the detail lists each batch's numbers."""
+    """Run ``judge`` for each batch; ok when all are. The detail lists each batch's numbers for
+    up to :data:`LISTED_BATCHES` batches; for more (a daily feed), how many batches were judged
+    and the first :data:`LISTED_FAILURES` failing ones with their numbers, else the last one's."""
     results = [(b, judge(b)) for b in batches]
     ok = all(r[0] for _, r in results)
-    return ok, "; ".join(f"batch {b}: {r[1]}" for b, r in results)
+    if len(results) <= LISTED_BATCHES:
+        return ok, "; ".join(f"batch {b}: {r[1]}" for b, r in results)
+    failed = [(b, r) for b, r in results if not r[0]]
+    span = f"batches {results[0][0]}..{results[-1][0]}"
+    if not failed:
+        b, r = results[-1]
+        return True, f"{span} all OK (batch {b}: {r[1]})"
+    shown = "; ".join(f"batch {b}: {r[1]}" for b, r in failed[:LISTED_FAILURES])
+    more = f" (and {len(failed) - LISTED_FAILURES} more)" if len(failed) > LISTED_FAILURES else ""
+    return False, f"{len(failed)} of {len(results)} {span} failed: {shown}{more}"
+
+
+def windows_sql(ctx: AuditContext, shift_days: int = 0) -> str:
+    """A ``FROM`` item ``w(batchid, firstday, lastday)`` of every batch's FirstDay..LastDay (moved
+    by ``shift_days``) as date literals, for one query over every batch. Raises
+    :class:`MissingInput` when a batch's window is not in the answer keys."""
+    shift = datetime.timedelta(days=shift_days)
+    rows = []
+    for batch in ctx.batches:
+        first, last = ctx.keys.window(batch)
+        rows.append(f"({batch}, DATE '{first + shift}', DATE '{last + shift}')")
+    return f"(VALUES {', '.join(rows)}) AS w(batchid, firstday, lastday)"
+
+
+def per_batch_rows(ctx: AuditContext, template: str, params: Sequence[Any] = ()) -> dict[int, Any]:
+    """``{batchid: (the other columns)}`` of a query grouped by batch whose first column is the
+    batch."""
+    return {int(r[0]): r[1:] for r in ctx.rows(template, list(params) or None) if r[0] is not None}
 
 
 def compare(actual: int, op: str, expected: int, label: str) -> Outcome:
@@ -221,11 +279,20 @@ def batch_set(ctx: AuditContext, table: str) -> dict[int, int]:
     }
 
 
-def batch_ids(name: str, clause: str, table: str, expected: Sequence[int]) -> Check:
-    """The BatchIDs present in ``table`` are exactly ``expected``."""
+def batch_ids(name: str, clause: str, table: str, expected: Sequence[int] | None = None) -> Check:
+    """The BatchIDs present in ``table`` are exactly ``expected`` (default: every batch)."""
 
     def run(ctx: AuditContext) -> Outcome:
         found = sorted(batch_set(ctx, table))
-        return found == sorted(expected), f"BatchIDs {found} (expected {sorted(expected)})"
+        wanted = sorted(expected if expected is not None else ctx.batches)
+        return found == wanted, f"BatchIDs {batch_list(found)} (expected {batch_list(wanted)})"
 
     return Check(name, clause, run)
+
+
+def batch_list(batches: Sequence[int]) -> str:
+    """``[1, 2, 3]``, or ``[1..366]`` for a run of consecutive batches longer than three."""
+    items = list(batches)
+    if len(items) > LISTED_BATCHES and items == list(range(items[0], items[-1] + 1)):
+        return f"[{items[0]}..{items[-1]}]"
+    return str(items)

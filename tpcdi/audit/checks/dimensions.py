@@ -43,7 +43,6 @@ DimSecurity (4.5.6)
 from __future__ import annotations
 
 from tpcdi.audit.checks.base import (
-    BATCHES,
     AuditContext,
     Check,
     Outcome,
@@ -112,7 +111,7 @@ def _account_rows(ctx: AuditContext) -> Outcome:
             )
         return compare(counts.get(batch, 0), ">=", minimum, "(minimum from the answer keys)")
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 def _customer_rows(ctx: AuditContext) -> Outcome:
@@ -129,7 +128,7 @@ def _customer_rows(ctx: AuditContext) -> Outcome:
         label = "(C_NEW + C_INACT + C_UPDCUST - C_ID_HIST)"
         return compare(counts.get(batch, 0), ">=", minimum, label)
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 def _inactive_customers(ctx: AuditContext) -> Outcome:
@@ -138,7 +137,7 @@ def _inactive_customers(ctx: AuditContext) -> Outcome:
         expected = ctx.keys.upto("DimCustomer", "C_INACT", batch)
         return compare(recorded, "=", expected, "(C_INACT up to the batch)")
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 def alert_count(
@@ -161,8 +160,8 @@ def alert_count(
             expected = sum(ctx.keys.value(d, a, batch) for d, a in attributes)
             return compare(counts.get(batch, 0), "=", expected, label)
 
-        ok, detail = per_batch(BATCHES, judge)
-        stray = {b: n for b, n in counts.items() if b not in BATCHES}
+        ok, detail = per_batch(ctx.batches, judge)
+        stray = {b: n for b, n in counts.items() if b not in ctx.batches}
         if stray:
             return False, detail + f"; alerts in other batches: {stray}"
         return ok, detail

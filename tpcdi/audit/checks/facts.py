@@ -1,9 +1,9 @@
 """The fact tables: FactCashBalances, FactHoldings, FactMarketHistory, FactWatches.
 
-Common to all: BatchID values 1..3 (4.4.2); each surrogate key references a dimension version
-valid on the row's date (EffectiveDate <= date <= EndDate; for FactHoldings only EffectiveDate
-<= date, since a holding keeps the keys of its trade, fixed when the trade was first seen); rows
-of batch b carry dates within the batch's FirstDay..LastDay.
+Common to all: BatchID values 1..B, every batch of the run (4.4.2); each surrogate key references
+a dimension version valid on the row's date (EffectiveDate <= date <= EndDate; for FactHoldings
+only EffectiveDate <= date, since a holding keeps the keys of its trade, fixed when the trade was
+first seen); rows of batch b carry dates within the batch's FirstDay..LastDay.
 
 FactCashBalances (4.5.9, 4.6.8)
 * row count — one row per account and day with transactions, so 1 <= rows of batch b <=
@@ -43,7 +43,6 @@ from __future__ import annotations
 import datetime
 
 from tpcdi.audit.checks.base import (
-    BATCHES,
     AuditContext,
     Check,
     Outcome,
@@ -51,7 +50,9 @@ from tpcdi.audit.checks.base import (
     batch_set,
     compare,
     per_batch,
+    per_batch_rows,
     violations,
+    windows_sql,
 )
 
 KEY_NAMES = {
@@ -84,19 +85,22 @@ def date_window(label: str, fact: str, date_column: str, *, shift_days: int = 0)
     shift = datetime.timedelta(days=shift_days)
 
     def run(ctx: AuditContext) -> Outcome:
+        found = per_batch_rows(
+            ctx,
+            "SELECT f.batchid, count(*), count(*) FILTER (WHERE d.datevalue IS NULL "
+            "OR d.datevalue < w.firstday OR d.datevalue > w.lastday) "
+            f"FROM {{{fact}}} f JOIN {windows_sql(ctx, shift_days)} ON w.batchid = f.batchid "
+            f"LEFT JOIN {{dimdate}} d ON d.sk_dateid = f.{date_column} GROUP BY f.batchid",
+        )
+
         def judge(batch: int) -> Outcome:
             first, last = ctx.keys.window(batch)
             lo, hi = first + shift, last + shift
-            rows, bad = ctx.rows(
-                "SELECT count(*), count(*) FILTER (WHERE d.datevalue IS NULL OR d.datevalue < ? "
-                f"OR d.datevalue > ?) FROM {{{fact}}} f LEFT JOIN {{dimdate}} d "
-                f"ON d.sk_dateid = f.{date_column} WHERE f.batchid = ?",
-                [lo, hi, batch],
-            )[0]
+            rows, bad = found.get(batch, (0, 0))
             bad = int(bad or 0)
             return bad == 0, f"{bad} of {rows} dated outside {lo}..{hi}"
 
-        return per_batch(BATCHES, judge)
+        return per_batch(ctx.batches, judge)
 
     return Check(f"{label} date window", "4.5.9-4.5.12, 4.6.8-4.6.11", run)
 
@@ -109,7 +113,7 @@ def validation_delta(label: str, dataset: str, attribute: str) -> Check:
             grown = ctx.validations.count(batch, label) - ctx.validations.count(batch - 1, label)
             return compare(grown, "=", ctx.keys.value(dataset, attribute, batch), f"({attribute})")
 
-        return per_batch(BATCHES, judge)
+        return per_batch(ctx.batches, judge)
 
     return Check(f"{label} row count", "7.4, 4.5, 4.6", run)
 
@@ -124,7 +128,7 @@ def rows_per_batch(label: str, table: str, dataset: str, attribute: str) -> Chec
             expected = ctx.keys.value(dataset, attribute, batch)
             return compare(counts.get(batch, 0), "=", expected, f"({attribute})")
 
-        return per_batch(BATCHES, judge)
+        return per_batch(ctx.batches, judge)
 
     return Check(f"{label} rows per batch", "4.5, 4.6", run)
 
@@ -138,7 +142,7 @@ def _cash_rows(ctx: AuditContext) -> Outcome:
         ok = rows <= records and (rows >= 1 or records == 0)
         return ok, f"{rows} rows for {records} transactions (CT_Records; expected 1..{records})"
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 def _watch_records(ctx: AuditContext) -> Outcome:
@@ -149,27 +153,30 @@ def _watch_records(ctx: AuditContext) -> Outcome:
         label = f"({rows} rows + {removed} removed; WH_RECORDS)"
         return compare(rows + removed, "=", expected, label)
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 _WATCH_WINDOW = (
-    "SELECT count(*), count(*) FILTER (WHERE (w.sk_dateid_dateremoved IS NULL AND "
-    "(p.datevalue IS NULL OR p.datevalue < ? OR p.datevalue > ?)) "
-    "OR (w.sk_dateid_dateremoved IS NOT NULL AND (r.datevalue IS NULL OR r.datevalue < ? "
-    "OR r.datevalue > ? OR r.datevalue < p.datevalue))) "
-    "FROM {factwatches} w LEFT JOIN {dimdate} p ON p.sk_dateid = w.sk_dateid_dateplaced "
-    "LEFT JOIN {dimdate} r ON r.sk_dateid = w.sk_dateid_dateremoved WHERE w.batchid = ?"
+    "SELECT f.batchid, count(*), count(*) FILTER (WHERE (f.sk_dateid_dateremoved IS NULL AND "
+    "(p.datevalue IS NULL OR p.datevalue < w.firstday OR p.datevalue > w.lastday)) "
+    "OR (f.sk_dateid_dateremoved IS NOT NULL AND (r.datevalue IS NULL OR r.datevalue < w.firstday "
+    "OR r.datevalue > w.lastday OR r.datevalue < p.datevalue))) "
+    "FROM {{factwatches}} f JOIN {windows} ON w.batchid = f.batchid "
+    "LEFT JOIN {{dimdate}} p ON p.sk_dateid = f.sk_dateid_dateplaced "
+    "LEFT JOIN {{dimdate}} r ON r.sk_dateid = f.sk_dateid_dateremoved GROUP BY f.batchid"
 )
 
 
 def _watch_window(ctx: AuditContext) -> Outcome:
+    found = per_batch_rows(ctx, _WATCH_WINDOW.format(windows=windows_sql(ctx)))
+
     def judge(batch: int) -> Outcome:
         first, last = ctx.keys.window(batch)
-        rows, bad = ctx.rows(_WATCH_WINDOW, [first, last, first, last, batch])[0]
+        rows, bad = found.get(batch, (0, 0))
         bad = int(bad or 0)
         return bad == 0, f"{bad} of {rows} placed/removed outside {first}..{last}"
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 _SECURITY_DAYS = (
@@ -215,7 +222,7 @@ def _in_year_before(column: str) -> str:
 CHECKS: tuple[Check, ...] = (
     # FactCashBalances
     Check("FactCashBalances row count", "4.5.9.1, 4.6.8.1", _cash_rows),
-    batch_ids("FactCashBalances BatchID values", "4.4.2", "factcashbalances", BATCHES),
+    batch_ids("FactCashBalances BatchID values", "4.4.2", "factcashbalances"),
     at_date(
         "FactCashBalances",
         "factcashbalances",
@@ -251,7 +258,7 @@ CHECKS: tuple[Check, ...] = (
     # FactHoldings
     validation_delta("FactHoldings", "FactHoldings", "HH_RECORDS"),
     rows_per_batch("FactHoldings", "factholdings", "FactHoldings", "HH_RECORDS"),
-    batch_ids("FactHoldings BatchID values", "4.4.2", "factholdings", BATCHES),
+    batch_ids("FactHoldings BatchID values", "4.4.2", "factholdings"),
     *(
         at_date(
             "FactHoldings",
@@ -284,7 +291,7 @@ CHECKS: tuple[Check, ...] = (
     # FactMarketHistory
     validation_delta("FactMarketHistory", "FactMarketHistory", "DM_RECORDS"),
     rows_per_batch("FactMarketHistory", "factmarkethistory", "FactMarketHistory", "DM_RECORDS"),
-    batch_ids("FactMarketHistory BatchID values", "4.4.2", "factmarkethistory", BATCHES),
+    batch_ids("FactMarketHistory BatchID values", "4.4.2", "factmarkethistory"),
     at_date(
         "FactMarketHistory",
         "factmarkethistory",
@@ -343,7 +350,7 @@ CHECKS: tuple[Check, ...] = (
     # FactWatches
     validation_delta("FactWatches", "FactWatches", "WH_ACTIVE"),
     Check("FactWatches watch records", "4.5.12, 4.6.11, 7.4", _watch_records),
-    batch_ids("FactWatches BatchID values", "4.4.2", "factwatches", BATCHES),
+    batch_ids("FactWatches BatchID values", "4.4.2", "factwatches"),
     at_date(
         "FactWatches",
         "factwatches",

@@ -1,13 +1,15 @@
 """Checks of the Audit table, of DImessages (phases, batch validation, alerts) and of the data
 visibility rows.
 
+B is the run's last batch: 3 for DIGen's two incremental updates, 1 + N for a daily feed of N days.
+
 * Audit table batches / data sets / batch windows — clause 7.2.6.2, 2.2.2.20: answer keys for
-  batches 1..3, from all 13 data sets DIGen writes, with each batch's FirstDay..LastDay.
-* DImessages batches — 4.4.2: messages of BatchIDs 0..3 and no other.
-* DImessages validation rows — 7.4, 7.2.3.5, 7.2.4.2, 7.2.5.3: each phase 0..3 wrote the 24
+  batches 1..B, from all 13 data sets DIGen writes, with each batch's FirstDay..LastDay, in order.
+* DImessages batches — 4.4.2: messages of BatchIDs 0..B and no other.
+* DImessages validation rows — 7.4, 7.2.3.5, 7.2.4.2, 7.2.5.3: each phase 0..B wrote the 24
   Validation rows, each (source, text) once.
-* DImessages phase complete records — 7.2.3.5, 7.5.1: one PCR per phase 0..3.
-* DImessages phase order — 7.2.2, 7.2.x: CT0 < CT1 < CT2 < CT3, and each phase's validation ran
+* DImessages phase complete records — 7.2.3.5, 7.5.1: one PCR per phase 0..B.
+* DImessages phase order — 7.2.2, 7.2.x: CT0 < CT1 < ... < CTB, and each phase's validation ran
   after the previous phase completed and before its own PCR.
 * DImessages initial condition — 3.4.9.1, 7.2.3: the warehouse was empty at batch 0.
 * DImessages alert messages — 4.5.3.3, 4.5.4.4-5, 4.5.8.3-4, 4.5.11.3, 4.6.x: each Alert text
@@ -24,12 +26,11 @@ import datetime
 import itertools
 
 from tpcdi.audit.checks.base import (
-    BATCHES,
-    PHASES,
     AuditContext,
     Check,
     MissingInput,
     Outcome,
+    batch_list,
 )
 from tpcdi.audit.schema import VALIDATION_TABLES
 from tpcdi.audit.validation import (
@@ -72,7 +73,8 @@ VISIBILITY_MAX_GAP_S = 300.0
 
 def _audit_batches(ctx: AuditContext) -> Outcome:
     found = sorted(int(r[0]) for r in ctx.rows("SELECT DISTINCT batchid FROM {audit}") if r[0])
-    return found == list(BATCHES), f"BatchIDs {found} (expected {list(BATCHES)})"
+    wanted = list(ctx.batches)
+    return found == wanted, f"BatchIDs {batch_list(found)} (expected {batch_list(wanted)})"
 
 
 def _audit_datasets(ctx: AuditContext) -> Outcome:
@@ -87,7 +89,7 @@ def _audit_windows(ctx: AuditContext) -> Outcome:
     parts: list[str] = []
     ok = True
     previous: datetime.date | None = None
-    for batch in BATCHES:
+    for batch in ctx.batches:
         try:
             first, last = ctx.keys.window(batch)
         except MissingInput as exc:
@@ -96,21 +98,27 @@ def _audit_windows(ctx: AuditContext) -> Outcome:
             continue
         good = first <= last and (previous is None or previous < first)
         ok = ok and good
-        parts.append(f"batch {batch}: {first}..{last}" + ("" if good else " (out of order)"))
+        if len(ctx.batches) <= 3 or not good:
+            parts.append(f"batch {batch}: {first}..{last}" + ("" if good else " (out of order)"))
         previous = last
+    if len(ctx.batches) > 3 and ok:
+        first_day, _ = ctx.keys.window(1)
+        parts.append(f"batches 1..{ctx.last} in order, {first_day}..{previous}")
     return ok, "; ".join(parts)
 
 
 def _message_batches(ctx: AuditContext) -> Outcome:
     found = sorted(int(r[0]) for r in ctx.rows("SELECT DISTINCT batchid FROM {dimessages}"))
-    return found == list(PHASES), f"BatchIDs {found} (expected {list(PHASES)})"
+    wanted = list(ctx.phases)
+    return found == wanted, f"BatchIDs {batch_list(found)} (expected {batch_list(wanted)})"
 
 
 def _validation_rows(ctx: AuditContext) -> Outcome:
     data = ctx.validations.data
     parts: list[str] = []
     ok = True
-    for batch in PHASES:
+    many = len(ctx.phases) > 4
+    for batch in ctx.phases:
         pairs = {(s, t): len(v) for (b, s, t), v in data.items() if b == batch}
         rows = sum(pairs.values())
         missing = sorted(VALIDATION_PAIRS - set(pairs))
@@ -122,8 +130,11 @@ def _validation_rows(ctx: AuditContext) -> Outcome:
         for label, items in (("missing", missing), ("repeated", repeated), ("unknown", extra)):
             if items:
                 text += f" ({label} {', '.join(f'{s}/{t}' for s, t in items)})"
-        parts.append(text)
-    return ok, "; ".join(parts) + f" (expected {len(VALIDATION_PAIRS)} each)"
+        if not many or not good:
+            parts.append(text)
+    if many and ok:
+        parts.append(f"batches 0..{ctx.last}: {len(VALIDATION_PAIRS)} each")
+    return ok, "; ".join(parts[:8]) + f" (expected {len(VALIDATION_PAIRS)} each)"
 
 
 def _pcr_rows(ctx: AuditContext) -> Outcome:
@@ -133,9 +144,13 @@ def _pcr_rows(ctx: AuditContext) -> Outcome:
             "SELECT batchid, count(*) FROM {dimessages} WHERE messagetype = 'PCR' GROUP BY batchid"
         )
     }
-    ok = all(counts.get(b, 0) == 1 for b in PHASES) and set(counts) <= set(PHASES)
-    shown = ", ".join(f"batch {b}: {counts.get(b, 0)}" for b in sorted(set(PHASES) | set(counts)))
-    return ok, f"PCRs {shown} (expected 1 for each of batches 0..3)"
+    phases = ctx.phases
+    ok = all(counts.get(b, 0) == 1 for b in phases) and set(counts) <= set(phases)
+    listed = sorted(set(phases) | set(counts))
+    if len(listed) > 4:
+        listed = [b for b in listed if counts.get(b, 0) != 1 or b not in phases]
+    shown = ", ".join(f"batch {b}: {counts.get(b, 0)}" for b in listed) or "all 1"
+    return ok, f"PCRs {shown} (expected 1 for each of batches 0..{ctx.last})"
 
 
 def _phase_order(ctx: AuditContext) -> Outcome:
@@ -154,7 +169,7 @@ def _phase_order(ctx: AuditContext) -> Outcome:
         )
     }
     problems: list[str] = []
-    known = [b for b in PHASES if b in pcr]
+    known = [b for b in ctx.phases if b in pcr]
     for before, after in itertools.pairwise(known):
         if not pcr[before] < pcr[after]:
             problems.append(f"CT{after} {pcr[after]} not after CT{before} {pcr[before]}")
@@ -163,9 +178,10 @@ def _phase_order(ctx: AuditContext) -> Outcome:
             problems.append(f"batch {batch} validation at {hi} after its PCR {pcr[batch]}")
         if batch - 1 in pcr and lo < pcr[batch - 1]:
             problems.append(f"batch {batch} validation at {lo} before CT{batch - 1}")
-    stamps = ", ".join(f"CT{b} {pcr[b]}" for b in known)
+    shown = known if len(known) <= 4 else [*known[:2], known[-1]]
+    stamps = ", ".join(f"CT{b} {pcr[b]}" for b in shown)
     if problems:
-        return False, "; ".join(problems)
+        return False, "; ".join(problems[:8])
     return True, f"{stamps}; every validation between the previous PCR and its own"
 
 
@@ -203,7 +219,7 @@ def _non_decreasing(ctx: AuditContext) -> Outcome:
     drops: list[str] = []
     compared = 0
     for source in VALIDATION_TABLES:
-        for batch in BATCHES:
+        for batch in ctx.batches:
             try:
                 now = ctx.validations.count(batch, source)
                 before = ctx.validations.count(batch - 1, source)
@@ -213,7 +229,7 @@ def _non_decreasing(ctx: AuditContext) -> Outcome:
             if now < before:
                 drops.append(f"{source} batch {batch} {now} < batch {batch - 1} {before}")
     if drops:
-        return False, "; ".join(drops)
+        return False, "; ".join(drops[:8])
     return True, f"{compared} successive row counts compared, none decreased"
 
 
@@ -221,7 +237,7 @@ def _joined_counts(ctx: AuditContext) -> Outcome:
     problems: list[str] = []
     compared = 0
     for source in JOINED_FACTS:
-        for batch in PHASES:
+        for batch in ctx.phases:
             try:
                 rows = ctx.validations.count(batch, source, ROW_COUNT)
                 joined = ctx.validations.count(batch, source, ROW_COUNT_JOINED)
@@ -231,7 +247,7 @@ def _joined_counts(ctx: AuditContext) -> Outcome:
             if rows != joined:
                 problems.append(f"{source} batch {batch}: {joined} joined != {rows} rows")
     if problems:
-        return False, "; ".join(problems)
+        return False, "; ".join(problems[:8])
     return True, f"{compared} fact counts equal to their joined counts"
 
 
@@ -303,9 +319,10 @@ def _visibility_schedule(ctx: AuditContext) -> Outcome:
             "WHERE messagetype = 'PCR' GROUP BY batchid"
         )
     }
-    if 1 not in pcr or 3 not in pcr:
-        return False, "no PCR for batch 1 or 3: the update phases cannot be located"
-    ct1, ct3 = pcr[1], pcr[3]
+    last = ctx.last
+    if 1 not in pcr or last not in pcr:
+        return False, f"no PCR for batch 1 or {last}: the update phases cannot be located"
+    ct1, ct3 = pcr[1], pcr[last]
     times: dict[str, list[datetime.datetime]] = {"Visibility_1": [], "Visibility_2": []}
     for kind, stamp in ctx.rows(
         "SELECT DISTINCT messagetype, messagedateandtime FROM {dimessages} "
@@ -324,21 +341,21 @@ def _visibility_schedule(ctx: AuditContext) -> Outcome:
         problems.append(f"first Visibility_1 {start:.1f} s after CT1 (> 300)")
     v2 = [t for t in times["Visibility_2"] if first_v1 <= t <= ct3]
     if not v2:
-        problems.append("no Visibility_2 between the first Visibility_1 and CT3 (7.3.4)")
+        problems.append(f"no Visibility_2 between the first Visibility_1 and CT{last} (7.3.4)")
     else:
         marks = [first_v1, *v2]
         gaps = [_seconds(a, b) for a, b in itertools.pairwise(marks)]
         tail = _seconds(v2[-1], ct3)
         facts.append(f"{len(v2)} Visibility_2, largest gap {max(gaps):.1f} s")
-        facts.append(f"last one {tail:.1f} s before CT3")
+        facts.append(f"last one {tail:.1f} s before CT{last}")
         if max(gaps) > VISIBILITY_MAX_GAP_S:
             problems.append(f"Visibility gap {max(gaps):.1f} s (> 300, 7.3.4-7.3.5)")
         if tail > VISIBILITY_MAX_GAP_S:
-            problems.append(f"last Visibility_2 {tail:.1f} s before CT3 (> 300, 7.3.6)")
+            problems.append(f"last Visibility_2 {tail:.1f} s before CT{last} (> 300, 7.3.6)")
     if not any(t >= ct3 for t in times["Visibility_1"]):
         problems.append("no final Visibility_1 at the start of the audit (7.2.6.5)")
     else:
-        facts.append("final Visibility_1 after CT3")
+        facts.append(f"final Visibility_1 after CT{last}")
     if problems:
         return False, "; ".join(problems)
     return True, "; ".join(facts)

@@ -2,7 +2,7 @@
 
 * row count — 4.5.8.1, 4.6.7.1: after batch b, the Validation count = T_NEW of batches 1..b
   (a T_ID not seen before inserts a row; a known one updates it);
-* distinct keys: one row per TradeID; BatchID values 1..3;
+* distinct keys: one row per TradeID; BatchID values 1..B (every batch of the run);
 * canceled trades = T_CanceledTrades summed over the batches;
 * commission / fee alerts per batch = T_InvalidCommision / T_InvalidCharge (4.5.8.3-4, 4.6.7.3-4);
 * SK_BrokerID, SK_CompanyID, SK_SecurityID, SK_CustomerID, SK_AccountID — 4.5.8.2, 4.6.7.2:
@@ -27,14 +27,15 @@ warehouse that passes it passes the official query.
 from __future__ import annotations
 
 from tpcdi.audit.checks.base import (
-    BATCHES,
     AuditContext,
     Check,
     Outcome,
     batch_ids,
     compare,
     per_batch,
+    per_batch_rows,
     violations,
+    windows_sql,
 )
 from tpcdi.audit.checks.dimensions import alert_count
 
@@ -63,7 +64,7 @@ def _row_count(ctx: AuditContext) -> Outcome:
         recorded = ctx.validations.count(batch, "DimTrade")
         return compare(recorded, "=", ctx.keys.upto("DimTrade", "T_NEW", batch), "(T_NEW up to b)")
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 def _canceled(ctx: AuditContext) -> Outcome:
@@ -72,27 +73,29 @@ def _canceled(ctx: AuditContext) -> Outcome:
 
 
 _WINDOW_SQL = (
-    "SELECT count(*), count(*) FILTER (WHERE "
-    "(f.sk_closedateid IS NOT NULL AND (xd.datevalue IS NULL OR xd.datevalue < ? "
-    "OR xd.datevalue > ? OR xd.datevalue < cd.datevalue)) "
-    "OR (f.sk_closedateid IS NULL AND (cd.datevalue IS NULL OR cd.datevalue > ? "
+    "SELECT f.batchid, count(*), count(*) FILTER (WHERE "
+    "(f.sk_closedateid IS NOT NULL AND (xd.datevalue IS NULL OR xd.datevalue < w.firstday "
+    "OR xd.datevalue > w.lastday OR xd.datevalue < cd.datevalue)) "
+    "OR (f.sk_closedateid IS NULL AND (cd.datevalue IS NULL OR cd.datevalue > w.lastday "
     "OR cd.datevalue < CASE WHEN f.type LIKE 'Limit%' THEN CAST(? AS DATE) "
-    "ELSE CAST(? AS DATE) END))) "
-    "FROM {dimtrade} f LEFT JOIN {dimdate} cd ON cd.sk_dateid = f.sk_createdateid "
-    "LEFT JOIN {dimdate} xd ON xd.sk_dateid = f.sk_closedateid WHERE f.batchid = ?"
+    "ELSE w.firstday END))) "
+    "FROM {{dimtrade}} f JOIN {windows} ON w.batchid = f.batchid "
+    "LEFT JOIN {{dimdate}} cd ON cd.sk_dateid = f.sk_createdateid "
+    "LEFT JOIN {{dimdate}} xd ON xd.sk_dateid = f.sk_closedateid GROUP BY f.batchid"
 )
 
 
 def _date_window(ctx: AuditContext) -> Outcome:
     very_first = ctx.keys.window(1)[0]
+    found = per_batch_rows(ctx, _WINDOW_SQL.format(windows=windows_sql(ctx)), [very_first])
 
     def judge(batch: int) -> Outcome:
         first, last = ctx.keys.window(batch)
-        rows, bad = ctx.rows(_WINDOW_SQL, [first, last, last, very_first, first, batch])[0]
+        rows, bad = found.get(batch, (0, 0))
         bad = int(bad or 0)
         return bad == 0, f"{bad} of {rows} with dates outside {first}..{last}"
 
-    return per_batch(BATCHES, judge)
+    return per_batch(ctx.batches, judge)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -103,7 +106,7 @@ CHECKS: tuple[Check, ...] = (
         "SELECT count(*) - count(DISTINCT tradeid) FROM {dimtrade}",
         "repeated TradeIDs",
     ),
-    batch_ids("DimTrade BatchID values", "4.4.2", "dimtrade", BATCHES),
+    batch_ids("DimTrade BatchID values", "4.4.2", "dimtrade"),
     Check("DimTrade canceled trades", "4.5.8.2, 4.6.7.2", _canceled),
     alert_count(
         "DimTrade commission alerts",

@@ -1,5 +1,10 @@
-"""Turning raw values (text fields, JSON values) into typed Arrow columns, vectorized, with the rows
-that do not convert reported by index and reason instead of failing the whole column.
+"""Turning raw values (text fields, JSON values, Python rows) into typed Arrow columns, vectorized,
+with the rows that do not convert reported by index and reason instead of failing the whole column.
+
+The one reading of raw values into the engine's column types: ``ingest`` reads its sources and
+single-event records with it (a bad value is dead-lettered with the reason), and the testing
+harness's :func:`~etl_dataflows.testing.make_batch` with it (a bad value is an error with the
+same reason), so a value a test can put in a batch is one ingest accepts.
 
 The fast path casts a whole column at once; only when that fails does it bisect the column to find
 the few bad rows, so a clean chunk costs one cast per column.
@@ -48,7 +53,8 @@ def _cast_values(values: pa.Array, kind: ColumnType) -> pa.Array:
     """Cast an array of JSON-ish Python values (already an Arrow array) to ``kind``."""
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
         return _cast_text(values.cast(pa.string()), kind)
-    if pa.types.is_null(values.type):
+    if pa.types.is_null(values.type) or values.null_count == len(values):
+        # (a null is null in every type: its neighbours' type says nothing against it)
         return pa.nulls(len(values), arrow_type(kind))
     if kind == "string":
         raise pa.ArrowInvalid(f"expected text, got {values.type}")
@@ -56,6 +62,8 @@ def _cast_values(values: pa.Array, kind: ColumnType) -> pa.Array:
         integral = pc.equal(pc.floor(values), values)
         if not pc.all(pc.fill_null(integral, True)).as_py():
             raise pa.ArrowInvalid("expected an integer")
+    if kind == "date" and pa.types.is_integer(values.type):
+        return values.cast(pa.int32()).cast(pa.date32())  # days since the epoch, as in the engine
     return values.cast(arrow_type(kind))
 
 
@@ -93,7 +101,11 @@ def convert_column(
     bisect(0, len(values))
     mask = pa.array(good)
     kept = pc.if_else(mask, values, pa.scalar(None, values.type))
-    return _cast_values(kept, kind), bad
+    try:
+        return _cast_values(kept, kind), bad
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+        # every value failed on its own (a type that does not cast at all): only nulls are left
+        return pa.nulls(len(values), arrow_type(kind)), bad
 
 
 def convert_columns(
@@ -144,6 +156,9 @@ def python_columns(
     bad: dict[int, list[str]] = {}
     for name in columns:
         values = [r.get(name) for r in rows]
+        if not any(issubclass(t, _NESTED) for t in set(map(type, values))):
+            raw[name] = python_array(values)
+            continue
         for i, value in enumerate(values):
             if isinstance(value, _NESTED):
                 kind = "an object" if isinstance(value, dict) else "a list"
