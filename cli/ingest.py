@@ -164,6 +164,7 @@ def _collect_into(
         settings.kafka, bootstrap, {spec.topic(s): spec.streams[s].partitions for s in streams}
     )
     stop = _stop_on_signals()
+    faults = crash_at(getattr(args, "crash_at", None))
     reports = []
     for stream in streams:
         source = spec.streams[stream].input
@@ -180,6 +181,7 @@ def _collect_into(
             batch_ms=settings.ingest.batch_ms,
             buffer_bytes=settings.ingest.producer_buffer_bytes,
             event_times=EventTimeBounds.from_settings(settings.ingest),
+            hook=None if faults is None else faults.collector_hook(stream),
         ).run(stop)
         print(
             f"streamdi collect: {stream}: batches {report.first_batch}..."
@@ -371,6 +373,7 @@ def register(commands: Commands) -> None:
     collect.add_argument(
         "--json", metavar="PATH", help="also write the per-stream reports as JSON ('-': stdout)"
     )
+    collect.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (collect-*)
     collect.set_defaults(handler=_collect)
 
     broker = commands.add_parser(

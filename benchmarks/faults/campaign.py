@@ -38,7 +38,7 @@ class CampaignOptions:
 
     seed: int = 1
     faults: int = 100
-    offers: int = 2_000
+    offers: int = 1_000
     offer_size: int = 100
     rate: float = 8.0
     kinds: tuple[FaultKind, ...] = FAULT_KINDS
@@ -172,6 +172,7 @@ class CampaignResult:
                     "postgres_restarts": sum(1 for e in run.events if e.what == "postgres started"),
                     "push_attempts": run.push_attempts,
                     "push_conflicts": run.push_conflicts,
+                    "push_retries_by_status": {str(k): v for k, v in run.push_retries.items()},
                     "reprocess_codes": run.reprocess_codes,
                     "load": [round(x, 2) for x in run.load],
                 }

@@ -279,7 +279,3 @@ class Injector:
             full,
             f"staging's disk full for {fault.hold_s:.1f}s ({filled / 2**20:.0f} MiB of ballast)",
         )
-
-    @staticmethod
-    def is_point(fault: Fault) -> bool:
-        return fault.kind in POINT_KINDS

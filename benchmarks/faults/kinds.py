@@ -42,7 +42,7 @@ first attempt is killed.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 FaultKind = Literal[
@@ -131,7 +131,6 @@ class Fault:
     after: int = 0
     delay_s: float = 0.0
     hold_s: float = 0.0
-    params: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

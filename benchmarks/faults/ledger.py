@@ -27,6 +27,7 @@ import json
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,8 @@ class Pusher:
     gate: int = -1
     acked: list[Acked] = field(default_factory=list)
     failures: int = 0
+    #: Answers that made an offer be tried again, by HTTP status (0: no answer).
+    statuses: Counter[int] = field(default_factory=Counter)
     error: BaseException | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -276,6 +279,7 @@ class Pusher:
             if status not in (0, 502, 503, 504, 500):
                 raise RuntimeError(f"offer {offer.index} refused: {status} {body}")
             self.failures += 1
+            self.statuses[status] += 1
             time.sleep(0.2 if status else 0.3)
         raise RuntimeError("stopped")
 

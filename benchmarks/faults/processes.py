@@ -289,12 +289,16 @@ class StagingDisk:
 
     def mount(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        done = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m,mode=0755", "tmpfs", str(self)],
-            check=True,
             capture_output=True,
             text=True,
         )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"cannot mount a tmpfs for staging at {self} ({done.stderr.strip()}): the "
+                "disk_full fault needs root; leave it out of --kinds otherwise"
+            )
         self.mounted = True
 
     def __str__(self) -> str:

@@ -60,7 +60,9 @@ def render(data: dict[str, Any]) -> str:
         f"Faulted run: serve started {faulted['serve_starts']} times, PostgreSQL restarted "
         f"{faulted['postgres_restarts']} times; {faulted['push_attempts']:,} push attempts for "
         f"{data['offers']:,} offers, {faulted['push_conflicts']} retries found already taken "
-        f"(409); reprocess exit codes {faulted['reprocess_codes'] or '-'}.",
+        f"(409); answers retried, by status (0: none): "
+        f"{faulted['push_retries_by_status'] or '-'}; reprocess exit codes "
+        f"{faulted['reprocess_codes'] or '-'}.",
         "",
         f"## Compared: {data['compared']['relations']} relations, "
         f"{data['compared']['rows']:,} rows",
@@ -117,7 +119,7 @@ def plot(result: CampaignResult, path: Path) -> None:
 
     run = result.faulted
     t0 = run.started
-    fig, ax = plt.subplots(figsize=(13, 5.5))
+    fig, ax = plt.subplots(figsize=(15, 5.5))
     samples = run.samples
 
     def series(values: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
@@ -170,7 +172,7 @@ def plot(result: CampaignResult, path: Path) -> None:
         f"Fault campaign, ledger: {result.landed()} faults landed, {verdict} "
         f"(bars above: recovery after each fault)"
     )
-    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

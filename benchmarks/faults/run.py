@@ -182,6 +182,7 @@ class RunResult:
     unplanned: list[ServeExit] = field(default_factory=list)
     push_attempts: int = 0
     push_conflicts: int = 0
+    push_retries: dict[int, int] = field(default_factory=dict)
     serve_exit: int | None = None
     merge_exit: int | None = None
     reprocess_codes: list[int] = field(default_factory=list)
@@ -241,6 +242,7 @@ class LedgerRun:
         postgres = PostgresService(self.state / "postgres")
         port = free_port()
         serve: ServeProcess | None = None
+        injector: Injector | None = None
         supervisor: Supervisor | None = None
         sampler: Sampler | None = None
         pusher: Pusher | None = None
@@ -248,7 +250,6 @@ class LedgerRun:
             dsn = postgres.start()
             env = run_env(self.state, staging, port, dsn)
             serve = ServeProcess(SPEC, env, port, self.log)
-            injector: Injector | None = None
 
             def arm() -> str | None:
                 return None if injector is None else injector.arm()
@@ -280,6 +281,8 @@ class LedgerRun:
             self._walk(injector, supervisor, sampler, pusher, env)
             self._finish(supervisor, sampler, pusher, serve, env, dsn, staging)
         finally:
+            if injector is not None:
+                result.unplanned = list(injector.unplanned)
             self._stop_all(supervisor, sampler, pusher, serve, postgres, disk)
         result.seconds = time.monotonic() - result.started
         result.load = os.getloadavg()
@@ -431,6 +434,7 @@ class LedgerRun:
             raise RuntimeError(f"the input was not offered: {pusher.error!r}")
         result.push_attempts = sum(a.attempts for a in pusher.acked)
         result.push_conflicts = sum(1 for a in pusher.acked if a.conflict)
+        result.push_retries = dict(sorted(pusher.statuses.items()))
         last = self.batch_of(len(self.config.offers) - 1)
         if not self._wait(lambda: sampler.caught_up(last, 0.0) is not None, 600):
             result.findings.append(f"the last batch {last} never reached both warehouses")

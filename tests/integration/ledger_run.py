@@ -9,7 +9,7 @@ from pathlib import Path
 
 from etl_dataflows.testing import ledger_dataflow
 from ingest.ledger import ledger_file_source
-from runtime import RunSpec, bind
+from runtime import RunSpec, StreamBinding, bind
 
 
 def run() -> RunSpec:
@@ -20,3 +20,14 @@ def run() -> RunSpec:
 
 def topic_only() -> RunSpec:
     return bind(ledger_dataflow())
+
+
+def run_on_topic() -> RunSpec:
+    """:func:`run` into the topic ``STREAMDI_TEST_TOPIC`` (tests that share a broker)."""
+    return bind(
+        ledger_dataflow(),
+        txns=StreamBinding(
+            topic=os.environ["STREAMDI_TEST_TOPIC"],
+            input=ledger_file_source(Path(os.environ["STREAMDI_TEST_LEDGER_FILE"])),
+        ),
+    )
