@@ -36,7 +36,10 @@ Input faults are part of the workload itself, the same in the reference run: eve
 jumps (:mod:`benchmarks.faults.ledger`). ``reprocess_kill`` (``streamdi upgrade reprocess``
 killed at one of its phases or at a random moment, then run again) is not drawn: the reprocess
 runs at a fixed offer in both runs, as it adds a batch of its own, and only the faulted run's
-first attempt is killed.
+first attempt is killed. Nor is ``phase_kill`` (the TPC-DI workload: ``streamdi tpcdi phase``,
+the bookkeeping at the end of a phase and the audit, killed at one of its points or at a random
+moment, then run again): the phases end at fixed offers in both runs, and the faulted run kills
+the first attempt of each.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ FaultKind = Literal[
     "postgres_slow",
     "disk_full",
     "reprocess_kill",
+    "phase_kill",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "serve_kill",

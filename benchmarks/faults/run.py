@@ -40,7 +40,7 @@ from typing import Any
 from benchmarks.faults import compare
 from benchmarks.faults.injector import BATCH_POINT_KINDS, Injection, Injector, RunHandles
 from benchmarks.faults.kinds import POINT_KINDS, Fault
-from benchmarks.faults.ledger import REPROCESSED, Acked, HttpClient, Offer, Pusher
+from benchmarks.faults.ledger import REPROCESSED, STREAM, Acked, HttpClient, Offer, Pusher
 from benchmarks.faults.processes import (
     PostgresService,
     ServeProcess,
@@ -214,7 +214,17 @@ def run_env(state: Path, staging: Path, port: int, dsn: str) -> dict[str, str]:
 
 
 class LedgerRun:
-    """One run (see the module docstring); :meth:`execute` returns its :class:`RunResult`."""
+    """One run (see the module docstring); :meth:`execute` returns its :class:`RunResult`.
+
+    Another workload subclasses it (:class:`benchmarks.faults.tpcdi_run.TpcdiRun`): its spec,
+    warehouse schema and stream, and the hooks :meth:`_setup` (before PostgreSQL starts),
+    :meth:`_prepare` (before serve's first start),
+    :meth:`_pause` (a planned stop at an offer of :meth:`pause_offers`), :meth:`_between` (before
+    each milestone) and :meth:`_after_merge` (after the last merge, before the snapshot)."""
+
+    spec = SPEC
+    schema = SCHEMA
+    stream = STREAM
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -247,9 +257,11 @@ class LedgerRun:
         sampler: Sampler | None = None
         pusher: Pusher | None = None
         try:
+            self._setup(staging)
             dsn = postgres.start()
-            env = run_env(self.state, staging, port, dsn)
-            serve = ServeProcess(SPEC, env, port, self.log)
+            env = {**run_env(self.state, staging, port, dsn), **self.extra_env()}
+            self._prepare(env, staging)
+            serve = ServeProcess(self.spec, env, port, self.log)
 
             def arm() -> str | None:
                 return None if injector is None else injector.arm()
@@ -260,14 +272,14 @@ class LedgerRun:
 
             supervisor = Supervisor(serve, postgres, arm, on_exit)
             sampler = Sampler(port)
-            pusher = Pusher(port, config.offers, config.rate)
+            pusher = Pusher(port, config.offers, config.rate, self.stream)
             injector = Injector(
                 RunHandles(
                     supervisor,
                     postgres,
                     disk,
                     self.state,
-                    SPEC,
+                    self.spec,
                     env,
                     self.log,
                     self.batch_of,
@@ -306,11 +318,33 @@ class LedgerRun:
             client.close()
         raise RuntimeError(f"streamdi serve was not ready in {timeout_s:.0f} s; see {self.log}")
 
+    def extra_env(self) -> dict[str, str]:
+        """The workload's own settings for every streamdi process of the run."""
+        return {}
+
+    def pause_offers(self) -> list[int]:
+        """The offers at which the run stops for a planned step (:meth:`_pause`): the ledger's
+        reprocess."""
+        return [] if self.config.reprocess_at is None else [self.config.reprocess_at]
+
+    def _setup(self, staging: Path) -> None:
+        """Before anything starts (the state directory is empty, staging's disk mounted):
+        nothing for the ledger."""
+
+    def _prepare(self, env: dict[str, str], staging: Path) -> None:
+        """Before serve's first start (PostgreSQL is up): nothing for the ledger."""
+
+    def _between(self, supervisor: Supervisor, sampler: Sampler, env: dict[str, str]) -> None:
+        """Before each milestone (the one before it recovered): nothing for the ledger."""
+
+    def _after_merge(self, env: dict[str, str], dsn: str) -> None:
+        """After serve stopped and the last merge, before the snapshot: nothing for the ledger."""
+
     def _milestones(self) -> list[tuple[int, Fault | None]]:
-        """``(offer, fault)`` in input order; a fault of None is the reprocess."""
+        """``(offer, fault)`` in input order; a fault of None is a planned pause (the ledger's
+        reprocess)."""
         items: list[tuple[int, Fault | None]] = [(f.at_offer, f) for f in self.config.faults]
-        if self.config.reprocess_at is not None:
-            items.append((self.config.reprocess_at, None))
+        items += [(offer, None) for offer in self.pause_offers()]
         items.sort(key=lambda item: (item[0], item[1] is not None))
         return items
 
@@ -334,8 +368,9 @@ class LedgerRun:
             if pusher.error is not None:
                 break
             following = items[i + 1][1] if i + 1 < len(items) else None
+            self._between(supervisor, sampler, env)
             if fault is None:
-                self._reprocess(supervisor, sampler, pusher, env)
+                self._pause(offer, supervisor, sampler, pusher, env)
                 pusher.set_gate(gates[i + 1])
                 continue
             during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
@@ -376,6 +411,17 @@ class LedgerRun:
                 f"it (batch {target or '?'}) did not reach staging and both warehouses"
             )
 
+    def _pause(
+        self,
+        offer: int,
+        supervisor: Supervisor,
+        sampler: Sampler,
+        pusher: Pusher,
+        env: dict[str, str],
+    ) -> None:
+        """The planned step at ``offer``: the ledger's reprocess."""
+        self._reprocess(supervisor, sampler, pusher, env)
+
     def _reprocess(
         self, supervisor: Supervisor, sampler: Sampler, pusher: Pusher, env: dict[str, str]
     ) -> None:
@@ -386,7 +432,7 @@ class LedgerRun:
         before = self.batch_of(self.config.reprocess_at - 1)
         if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
             self.result.findings.append(f"batch {before} never reached both warehouses")
-        args = ["upgrade", "reprocess", SPEC, *REPROCESSED]
+        args = ["upgrade", "reprocess", self.spec, *REPROCESSED]
         started = time.monotonic()
         with supervisor.held("serve"):
             code = supervisor.terminate_serve()
@@ -444,14 +490,19 @@ class LedgerRun:
             result.findings.append(f"serve exited {result.serve_exit} on SIGTERM at the end")
         sampler.stop()
         result.merge_exit = run_command(
-            ["migrate", "push", SPEC, "--merge"], env, self.log, timeout_s=600
+            ["migrate", "push", self.spec, "--merge"], env, self.log, timeout_s=600
         )
         if result.merge_exit != 0:
             result.findings.append(f"streamdi migrate push --merge exited {result.merge_exit}")
+        self._after_merge(env, dsn)
+        result.snapshot = self._snapshot(staging, dsn)
+
+    def _snapshot(self, staging: Path, dsn: str) -> compare.Snapshot:
+        """Every compared relation of staging and both warehouses (step 5)."""
         snap = compare.staging_snapshot(staging)
-        snap.update(compare.duckdb_warehouse_snapshot(self.state / "warehouse.duckdb", SCHEMA))
-        snap.update(compare.postgres_snapshot(dsn, SCHEMA))
-        result.snapshot = snap
+        snap.update(compare.duckdb_warehouse_snapshot(self.state / "warehouse.duckdb", self.schema))
+        snap.update(compare.postgres_snapshot(dsn, self.schema))
+        return snap
 
     def _stop_all(
         self,
