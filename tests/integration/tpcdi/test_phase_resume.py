@@ -26,11 +26,11 @@ from migration.schema import WarehouseLayout
 from tests.integration.conftest import REPO
 from tpcdi.incremental import build_flow
 from tpcdi.run import resume
-from tpcdi.warehouse.warehouse import Warehouse
+from tpcdi.warehouse.warehouse import Target, Warehouse
 
 pytestmark = [pytest.mark.postgres]
 
-TARGETS = ("duckdb", "postgres")
+TARGETS: tuple[Target, ...] = ("duckdb", "postgres")
 DATES = {2: "2017-07-08", 3: "2017-07-09"}
 
 
@@ -164,7 +164,7 @@ def test_prospect_counts_come_from_the_previous_validation(
         inserted = warehouse.query(
             "SELECT messagedata FROM dimessages WHERE batchid = 2 AND messagesource = 'Prospect' "
             "AND messagetext = 'Inserted rows'",
-            target,  # type: ignore[arg-type]
+            target,
         )["messagedata"][0].as_py()
         assert inserted == "5"  # 0 rows now, -5 recorded before
 
