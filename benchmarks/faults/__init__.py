@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         "kinds": _kinds(args.kinds),
         "workdir": Path(args.workdir) if args.workdir else None,
         "keep": args.keep,
+        "reuse_base": args.reuse_base or None,
     }
     if args.reprocess is not None:
         given["reprocess"] = args.reprocess
@@ -114,5 +115,11 @@ def register(benches: Commands) -> None:
     )
     bench.add_argument("--workdir", help="run folders here and keep them (default: a temp dir)")
     bench.add_argument("--keep", action="store_true", help="keep the temp dir for inspection")
+    bench.add_argument(
+        "--reuse-base",
+        action="store_true",
+        help="tpcdi, with --workdir: start from the historical load an earlier campaign with the "
+        "same --sf and --seed left there",
+    )
     bench.add_argument("--out", help="report directory (default <state_dir>/reports)")
     bench.set_defaults(handler=_run)

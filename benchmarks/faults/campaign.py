@@ -58,6 +58,9 @@ class CampaignOptions:
     sf: float = 1.0
     #: Where TPC-DI data sets are generated (default: ``TPCDI__CACHE_DIR``).
     cache_dir: Path | None = None
+    #: TPC-DI: start from the historical load a campaign with the same ``workdir``, ``sf`` and
+    #: ``seed`` left there (to repeat a campaign without its slowest part).
+    reuse_base: bool = False
 
     @classmethod
     def defaults(cls, workload: Workload = "ledger", **overrides: Any) -> CampaignOptions:
@@ -358,13 +361,22 @@ def run_tpcdi_campaign(options: CampaignOptions, *, say: Any = print) -> Campaig
     cache = options.cache_dir or load_settings().tpcdi.cache_dir
     try:
         say(f"historical load of TPC-DI SF {options.sf:g} (both warehouses), once for both runs")
-        base = prepare_base(workdir / "base", options.sf, options.seed, cache, workdir / "base.log")
+        base = prepare_base(
+            workdir / "base",
+            options.sf,
+            options.seed,
+            cache,
+            workdir / "base.log",
+            reuse=options.reuse_base,
+        )
         say(f"historical load: {base.seconds:.0f} s")
         # 1.
         workload = tpcdi_offers(base.data, options.offer_size)
         offers = workload.offers
         pauses = frozenset(workload.first_offer[b] for b in BATCHES[1:])
-        faults = schedule(options.seed, options.faults, len(offers), options.kinds, skip=pauses)
+        faults = schedule(
+            options.seed, options.faults, len(offers), options.kinds, skip=pauses, stops=pauses
+        )
         # 2.
         events = sum(o.events.num_rows for o in offers if not isinstance(o.events, list))
         say(f"reference run: Batch{BATCHES[0]}..{BATCHES[-1]}, {len(offers)} offers, no faults")

@@ -193,10 +193,13 @@ def schedule(
     lead: int = 10,
     tail: int = 10,
     skip: frozenset[int] = frozenset(),
+    stops: frozenset[int] = frozenset(),
 ) -> list[Fault]:
     """``count`` faults spread over offers ``lead..offers - tail``, at least :data:`SPACING`
     offers apart and not at the offers in ``skip``, drawn by ``seed``: every kind once before
-    any twice (in a seeded order), then by :data:`WEIGHTS`."""
+    any twice (in a seeded order), then by :data:`WEIGHTS`. ``stops``: offers before which the
+    input halts (the TPC-DI workload's phase ends): like the end of the input, no point counted
+    in commits is scheduled in the :data:`COUNTED_TAIL` offers before one."""
     if count <= 0:
         return []
     candidates = [o for o in range(lead, offers - tail) if all(abs(o - k) >= SPACING for k in skip)]
@@ -215,14 +218,20 @@ def schedule(
         chosen.append(rng.choices(kinds, weights)[0])
     picked = sorted(rng.sample(range(room), count))
     at = [candidates[slot + SPACING * i] for i, slot in enumerate(picked)]
+    ends = sorted({*stops, offers})
+
+    def counted_fits(offer: int) -> bool:
+        return offer <= next(e for e in ends if e > offer) - COUNTED_TAIL
+
     # a point counted in checkpoints or migration rounds needs input after it: none near the end
+    # (or a stop)
     for i in reversed(range(count)):
-        if chosen[i] in COUNTED_KINDS and at[i] > offers - COUNTED_TAIL:
+        if chosen[i] in COUNTED_KINDS and not counted_fits(at[i]):
             swap = next(
                 (
                     j
-                    for j in reversed(range(i))
-                    if chosen[j] not in COUNTED_KINDS and at[j] <= offers - COUNTED_TAIL
+                    for j in reversed(range(count))
+                    if j != i and chosen[j] not in COUNTED_KINDS and counted_fits(at[j])
                 ),
                 None,
             )

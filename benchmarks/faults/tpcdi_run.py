@@ -105,6 +105,7 @@ class TpcdiRun(LedgerRun):
         # 3.
         if time.monotonic() - self.last_visibility < VISIBILITY_EVERY_S:
             return
+        self._wait_serving(supervisor, sampler)
         with supervisor.held("serve"):
             self._stop_serve(supervisor, "a visibility query")
             self._step("visibility", self.batch, env)
@@ -124,6 +125,7 @@ class TpcdiRun(LedgerRun):
         if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
             self.result.findings.append(f"batch {before} never reached both warehouses")
         ended, following = self.batch, self.input.batch_of_offer(offer)
+        self._wait_serving(supervisor, sampler)
         with supervisor.held("serve"):
             self._stop_serve(supervisor, f"the end of phase {ended}")
             self._merge(env)
@@ -186,6 +188,17 @@ class TpcdiRun(LedgerRun):
         code = self.phase(action, batch, env, **kwargs)
         if code != 0:
             self.result.findings.append(f"streamdi tpcdi phase {action} {batch} exited {code}")
+
+    def _wait_serving(self, supervisor: Supervisor, sampler: Sampler) -> None:
+        """Wait until serve's current process answers ``/status`` with its pipeline running: a
+        planned stop is a SIGTERM to a started service (one still starting dies of it)."""
+
+        def serving() -> bool:
+            last = sampler.samples[-1] if sampler.samples else None
+            return last is not None and last.at > supervisor.serve.started_at
+
+        if not self._wait(serving, 240):
+            self.result.findings.append("serve did not come up within 240 s before a planned stop")
 
     def _stop_serve(self, supervisor: Supervisor, why: str) -> None:
         code = supervisor.terminate_serve()

@@ -27,6 +27,7 @@ both warehouses, through ``streamdi serve``, fed over HTTP.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -47,9 +48,10 @@ STREAM = "changes"
 #: The incremental batches of the workload: DIGen's Batch2 and Batch3.
 BATCHES = (2, 3)
 #: Audit checks whose numbers say when things happened (timestamps, how many visibility queries
-#: ran): only their verdicts are compared.
+#: ran, so how many DImessages rows there are): only their verdicts are compared.
 TIMED_CHECKS = frozenset(
     {
+        "DImessages required fields",
         "DImessages phase order",
         "Data visibility row counts",
         "Data visibility joined row counts",
@@ -166,10 +168,18 @@ def base_env(state: Path, cache: Path, dsn: str) -> dict[str, str]:
     return env
 
 
-def prepare_base(folder: Path, sf: float, seed: int, cache: Path, log: Path) -> Base:
+def prepare_base(
+    folder: Path, sf: float, seed: int, cache: Path, log: Path, *, reuse: bool = False
+) -> Base:
     """Generate (or reuse) the data set and load it up to the historical load into ``folder``
-    (see the module docstring). Raises RuntimeError when the load fails."""
+    (see the module docstring). With ``reuse``, a base an earlier campaign left in ``folder``
+    for the same ``sf`` and ``seed`` is taken as it is. Raises RuntimeError when the load
+    fails."""
     started = time.monotonic()
+    marker = folder / "base.json"
+    wanted = {"sf": sf, "seed": seed}
+    if reuse and marker.is_file() and json.loads(marker.read_text()) == wanted:
+        return Base(folder / "state", data_dir(cache, sf, seed), 0.0)
     shutil.rmtree(folder, ignore_errors=True)
     state = folder / "state"
     state.mkdir(parents=True)
@@ -200,6 +210,7 @@ def prepare_base(folder: Path, sf: float, seed: int, cache: Path, log: Path) -> 
         postgres.close()
     if code != 0:
         raise RuntimeError(f"the historical load exited {code}; see {log}")
+    marker.write_text(json.dumps(wanted))
     return Base(state, data_dir(cache, sf, seed), time.monotonic() - started)
 
 
