@@ -576,7 +576,9 @@ def fault_gates(
     ``hard``: the next milestone's). A crash point at a batch needs that batch to come; one
     counted in checkpoints or migration rounds needs commits to go on a while. A following crash
     point at a batch is armed ahead by the restart this fault causes (unless this one is a
-    counted point), so its batch must not come before it is due."""
+    counted point), so its batch must not come before it is due; and it needs offers after the
+    first one not yet taken when it is armed, so the input never runs that close to its end (or
+    to a stop)."""
     during = gate
     if fault.kind in BATCH_POINT_KINDS:
         during = max(during, next_index + fault.after + 1)
@@ -586,6 +588,10 @@ def fault_gates(
     armed_ahead = following is not None and following.kind in BATCH_POINT_KINDS
     if armed_ahead and not (fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS):
         cap = min(cap, gate)
+    if following is not None and following.kind in BATCH_POINT_KINDS:
+        # its batch is the first offer not taken plus its ``after``: that offer must still come
+        # before the input ends (or halts), or the point is never reached
+        cap = min(cap, max(gate, hard - following.after - 1))
     return min(during, cap), min(max(gate, next_index), cap)
 
 

@@ -133,3 +133,19 @@ def test_the_input_never_passes_a_reprocess_or_an_armed_point() -> None:
     # a counted point runs on, and does not arm the next point ahead (so no cap)
     assert fault_gates(checkpoint, commit, 70, 200, 61) == (70 + COUNTED_LEAD, 70)
     assert fault_gates(checkpoint, None, 70, 75, 61) == (75, 70)  # a reprocess at 76
+
+
+def test_a_counted_point_leaves_input_for_the_batch_point_after_it() -> None:
+    """The quick TPC-DI campaign (seed 1): a migration point let the input run 60 offers ahead,
+    to the end of the input, and the commit point after it was armed past the last batch
+    (``execute:146`` of 145), so it never landed. The input now stops short of the end by the
+    following point's ``after``."""
+    from benchmarks.faults.kinds import Fault
+    from benchmarks.faults.run import fault_gates
+
+    counted = Fault(7, 85, "migration_point", point="migrate-copy-postgres", after=1)
+    following = Fault(8, 98, "commit_point", point="execute", after=2)
+    during, after = fault_gates(counted, following, 98, 144, 86)
+    assert during <= 144 - following.after - 1 and after <= during
+    alone, _ = fault_gates(counted, None, 98, 144, 86)
+    assert alone == 144  # with nothing after it, it may run to the end
