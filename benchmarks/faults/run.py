@@ -578,7 +578,8 @@ def fault_gates(
     point at a batch is armed ahead by the restart this fault causes (unless this one is a
     counted point), so its batch must not come before it is due; and it needs offers after the
     first one not yet taken when it is armed, so the input never runs that close to its end (or
-    to a stop)."""
+    to a stop). A crash point at a batch always gets its own batch (the one after it is armed
+    when it lands)."""
     during = gate
     if fault.kind in BATCH_POINT_KINDS:
         during = max(during, next_index + fault.after + 1)
@@ -592,7 +593,13 @@ def fault_gates(
         # its batch is the first offer not taken plus its ``after``: that offer must still come
         # before the input ends (or halts), or the point is never reached
         cap = min(cap, max(gate, hard - following.after - 1))
-    return min(during, cap), min(max(gate, next_index), cap)
+    during = min(during, cap)
+    if fault.kind in BATCH_POINT_KINDS:
+        # never below its own batch: a following point is armed when this one lands, from the
+        # input then, so it cannot be passed; capped at the following's due, a point that came
+        # late (the input ahead of the schedule) waited for a batch that never came
+        during = max(during, min(next_index + fault.after + 1, hard))
+    return during, min(max(gate, next_index), cap)
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:

@@ -149,3 +149,19 @@ def test_a_counted_point_leaves_input_for_the_batch_point_after_it() -> None:
     assert during <= 144 - following.after - 1 and after <= during
     alone, _ = fault_gates(counted, None, 98, 144, 86)
     assert alone == 144  # with nothing after it, it may run to the end
+
+
+def test_a_late_batch_point_followed_by_another_still_gets_its_batch() -> None:
+    """The full TPC-DI campaign (seed 1, SF 1): after a counted point let the input run ahead,
+    a collector point due at offer 160 came with the input at 174, and the commit point after it
+    capped the input at its own due offer: ``collect-flushed:177`` waited 90 s for offers the
+    gate held back (seven points of the first 60 faults missed so)."""
+    from benchmarks.faults.kinds import Fault
+    from benchmarks.faults.run import fault_gates
+
+    late = Fault(27, 160, "collector_point", point="collect-flushed", after=2)
+    following = Fault(28, 166, "commit_point", point="commit-outputs", after=2)
+    during, _ = fault_gates(late, following, 166, 265, 174)
+    assert during >= 174 + late.after + 1
+    on_time, _ = fault_gates(late, following, 166, 265, 158)
+    assert on_time == 166  # not late: the input stops at the following point's due offer
