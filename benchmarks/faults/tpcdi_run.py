@@ -79,6 +79,7 @@ class TpcdiRun(LedgerRun):
         self.last_visibility = time.monotonic()
         self.audits: dict[str, dict[str, Any]] = {}
         self.rng = random.Random(config.seed * 7919 + 17)
+        self.kills = 0
 
     # -- the hooks of LedgerRun ----------------------------------------------------------------
 
@@ -221,10 +222,13 @@ class TpcdiRun(LedgerRun):
         """In the faulted run, the first attempt of a phase step killed (``phase_kill``): at a
         point drawn from ``points`` (``begin``: of phase ``following``; ``audit``: the audit
         after ``ended``'s end; any other: the end of phase ``ended``), or after a random delay
-        into the end of phase ``ended``. The caller runs the steps again to their end."""
+        into the end of phase ``ended``: the ``points`` in turn from the seed. The caller runs the
+        steps again to their end."""
         if not self.config.reprocess_fault:
             return
-        point = self.rng.choice(points)
+        # the points in turn from the seed (a seed's two kills never both at a random moment)
+        point = points[(self.config.seed + 3 * self.kills) % len(points)]
+        self.kills += 1
         started = time.monotonic()
         if point == "begin" and following is not None:
             self._step("end", ended, env)
@@ -235,7 +239,7 @@ class TpcdiRun(LedgerRun):
             code = self.phase("audit", ended, env, crash_at=point)
             what = f"phase audit {ended} killed at {point}"
         elif point is None:
-            delay = round(self.rng.uniform(1.0, 4.0), 2)
+            delay = round(self.rng.uniform(1.5, 5.0), 2)  # start-up ~1.5 s, the work 1-3 s
             code = self.phase("end", ended, env, kill_after_s=delay)
             what = f"phase end {ended} killed after {delay:.2f} s"
         else:
