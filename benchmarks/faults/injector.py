@@ -85,17 +85,27 @@ class Injector:
         self.upcoming: Fault | None = None
         """The next fault when it is a crash point at a batch: the restart after the fault in
         hand starts serve armed for it (no arming kill then)."""
+        self.anchor: tuple[int, int] | None = None
+        """``(fault index, offer)``: place that fault's batch after this offer rather than after
+        the first offer not taken yet (the run holds the input there while it arms the point,
+        so the input cannot pass the batch before serve is armed for it)."""
+        self.on_armed: Callable[[], None] | None = None
+        """Called once a point fault's serve is armed (or killed to start armed): the run lets
+        the input go on to the point's batch then."""
 
     # -- arming ------------------------------------------------------------------------------------
 
     def crash_spec(self, fault: Fault) -> str:
         """``--crash-at`` of a point fault, placed after the offers it is due at."""
         assert fault.point is not None
+        taken = self.h.next_offer()
+        if self.anchor is not None and self.anchor[0] == fault.index:
+            taken = self.anchor[1]
         if fault.kind == "commit_point":
-            offer = max(fault.at_offer, self.h.next_offer()) + fault.after
+            offer = max(fault.at_offer, taken) + fault.after
             return f"{fault.point}:{self.h.batch_of(offer)}"
         if fault.kind == "collector_point":
-            offer = max(fault.at_offer, self.h.next_offer()) + fault.after
+            offer = max(fault.at_offer, taken) + fault.after
             return f"{fault.point}:{offer + 1}"  # logical batch ids of the stream: offer + 1
         return f"{fault.point}:{fault.after}"
 
@@ -162,6 +172,8 @@ class Injector:
                 self.set_pending(fault)
                 arming = sup.kill_serve()  # the supervisor starts it armed
             spec = self.pending_spec
+        if self.on_armed is not None:
+            self.on_armed()
         deadline = time.monotonic() + POINT_TIMEOUT_S
         while time.monotonic() < deadline:
             landed = self.landed

@@ -373,8 +373,20 @@ class LedgerRun:
                 self._pause(offer, supervisor, sampler, pusher, env)
                 pusher.set_gate(gates[i + 1])
                 continue
-            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
-            pusher.set_gate(during)
+            taken = pusher.next_index
+            injector.on_armed = None
+            if fault.kind in BATCH_POINT_KINDS:
+                # hold the input (one offer may be in flight) while the point is armed after it,
+                # then let it run to the point's batch: it cannot pass the batch before serve is
+                # armed (a point placed after the input had moved on was never reached)
+                pusher.set_gate(min(pusher.gate, taken))
+                taken += 1
+                injector.anchor = (fault.index, taken)
+            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], taken)
+            if fault.kind in BATCH_POINT_KINDS:
+                injector.on_armed = partial(pusher.set_gate, during)
+            else:
+                pusher.set_gate(during)
             injection = injector.inject(fault, following)
             self.result.injections.append(injection)
             _, after = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
@@ -578,8 +590,10 @@ def fault_gates(
     point at a batch is armed ahead by the restart this fault causes (unless this one is a
     counted point), so its batch must not come before it is due; and it needs offers after the
     first one not yet taken when it is armed, so the input never runs that close to its end (or
-    to a stop). A crash point at a batch always gets its own batch (the one after it is armed
-    when it lands)."""
+    to a stop), nor, before a point counted in commits, closer than :data:`COUNTED_LEAD`. A
+    crash point at a batch always gets its own batch (the one after it is armed when it
+    lands)."""
+    counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
     during = gate
     if fault.kind in BATCH_POINT_KINDS:
         during = max(during, next_index + fault.after + 1)
@@ -593,6 +607,9 @@ def fault_gates(
         # its batch is the first offer not taken plus its ``after``: that offer must still come
         # before the input ends (or halts), or the point is never reached
         cap = min(cap, max(gate, hard - following.after - 1))
+    elif counted and following is not None and following.kind in POINT_KINDS:
+        # a counted point needs commits after it: this one's lead must leave it its own
+        cap = min(cap, max(gate, hard - COUNTED_LEAD))
     during = min(during, cap)
     if fault.kind in BATCH_POINT_KINDS:
         # never below its own batch: a following point is armed when this one lands, from the

@@ -165,3 +165,43 @@ def test_a_late_batch_point_followed_by_another_still_gets_its_batch() -> None:
     assert during >= 174 + late.after + 1
     on_time, _ = fault_gates(late, following, 166, 265, 158)
     assert on_time == 166  # not late: the input stops at the following point's due offer
+
+
+def test_a_counted_point_leaves_its_lead_to_a_counted_point_after_it() -> None:
+    """The full TPC-DI campaign (seed 1, SF 1): a migration point at offer 465 let the input run
+    its 60-offer lead to the end of the input, so the three counted points after it (470, 475,
+    480) never saw another migration round or checkpoint."""
+    from benchmarks.faults.kinds import COUNTED_TAIL, Fault
+    from benchmarks.faults.run import COUNTED_LEAD, fault_gates
+
+    first = Fault(88, 465, "migration_point", point="migrate-copy-postgres", after=1)
+    second = Fault(89, 470, "migration_point", point="migrate-copy-duckdb", after=2)
+    during, _ = fault_gates(first, second, 470, 532, 466)
+    assert during <= 532 - COUNTED_LEAD and 532 - during >= COUNTED_TAIL
+
+
+def test_a_batch_point_is_placed_after_the_offer_the_run_held_the_input_at() -> None:
+    """The input moved on between the run's gates and the point's arming (collect-flushed:470
+    placed two offers past the gate the input was held at): the run anchors the point."""
+    from benchmarks.faults.injector import Injector, RunHandles
+    from benchmarks.faults.kinds import Fault
+
+    handles = RunHandles(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,
+        Path("."),
+        "spec",
+        {},
+        Path("log"),
+        lambda offer: offer + 1,
+        lambda: 130,
+        lambda timeout_s: True,
+    )
+    injector = Injector(handles)
+    point = Fault(80, 100, "collector_point", point="collect-flushed", after=2)
+    assert injector.crash_spec(point) == "collect-flushed:133"  # after the input now
+    injector.anchor = (80, 120)
+    assert injector.crash_spec(point) == "collect-flushed:123"  # after the offer held at
+    injector.anchor = (81, 120)
+    assert injector.crash_spec(point) == "collect-flushed:133"  # another fault's anchor
