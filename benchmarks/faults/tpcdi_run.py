@@ -111,7 +111,7 @@ class TpcdiRun(LedgerRun):
             self._stop_serve(supervisor, "a visibility query")
             self._step("visibility", self.batch, env)
             self.last_visibility = time.monotonic()
-        self._wait(lambda: supervisor.serve.running(), 60)
+        self._wait_serving(supervisor, sampler)  # the next fault finds serve (and Kafka) up
 
     def _pause(
         self,
@@ -135,7 +135,7 @@ class TpcdiRun(LedgerRun):
             self._step("begin", following, env)
             self.batch = following
             self.last_visibility = time.monotonic()
-        self._wait(lambda: supervisor.serve.running(), 60)
+        self._wait_serving(supervisor, sampler)
 
     def _after_merge(self, env: dict[str, str], dsn: str) -> None:
         # 6.
