@@ -92,6 +92,9 @@ class Injector:
         self.on_armed: Callable[[], None] | None = None
         """Called once a point fault's serve is armed (or killed to start armed): the run lets
         the input go on to the point's batch then."""
+        self.on_waiting: Callable[[], None] | None = None
+        """Called once a second while a point fault waits to be reached: the run lets a point
+        counted in commits have more input."""
 
     # -- arming ------------------------------------------------------------------------------------
 
@@ -175,6 +178,7 @@ class Injector:
         if self.on_armed is not None:
             self.on_armed()
         deadline = time.monotonic() + POINT_TIMEOUT_S
+        next_step = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             landed = self.landed
             if landed is not None:
@@ -184,6 +188,9 @@ class Injector:
                     fault, started, landed.at, landed.code == -signal.SIGKILL, detail, arming
                 )
             time.sleep(0.05)
+            if self.on_waiting is not None and time.monotonic() >= next_step:
+                self.on_waiting()
+                next_step += 1.0
         with sup.lock:  # never reached: start serve again, armed for the next fault if it can be
             self.set_pending(self.upcoming)
             sup.kill_serve()

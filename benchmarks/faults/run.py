@@ -60,6 +60,9 @@ LEAD = 3
 #: ...and past the next milestone while a crash point counted in checkpoints or migration rounds
 #: waits to be reached (those need commits to go on for a while).
 COUNTED_LEAD = 60
+#: A counted point's lead is released this many offers at a time, one step a second while it
+#: waits, so a point reached early leaves the input to the ones after it.
+COUNTED_STEP = 4
 #: Longest wait for a recovery before it counts as none (a finding).
 RECOVERY_TIMEOUT_S = 240.0
 #: ``upgrade reprocess --crash-at`` phases of the faulted run's first attempt (None: a kill after
@@ -383,8 +386,13 @@ class LedgerRun:
                 taken += 1
                 injector.anchor = (fault.index, taken)
             during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], taken)
+            injector.on_waiting = None
             if fault.kind in BATCH_POINT_KINDS:
                 injector.on_armed = partial(pusher.set_gate, during)
+            elif fault.kind in POINT_KINDS:
+                start, step = counted_steps(gates[i + 1], taken, during)
+                pusher.set_gate(start)
+                injector.on_waiting = partial(step, pusher)
             else:
                 pusher.set_gate(during)
             injection = injector.inject(fault, following)
@@ -590,10 +598,8 @@ def fault_gates(
     point at a batch is armed ahead by the restart this fault causes (unless this one is a
     counted point), so its batch must not come before it is due; and it needs offers after the
     first one not yet taken when it is armed, so the input never runs that close to its end (or
-    to a stop), nor, before a point counted in commits, closer than :data:`COUNTED_LEAD`. A
-    crash point at a batch always gets its own batch (the one after it is armed when it
-    lands)."""
-    counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
+    to a stop). A crash point at a batch always gets its own batch (the one after it is armed
+    when it lands). (A counted point gets its lead step by step: :func:`counted_steps`.)"""
     during = gate
     if fault.kind in BATCH_POINT_KINDS:
         during = max(during, next_index + fault.after + 1)
@@ -607,9 +613,6 @@ def fault_gates(
         # its batch is the first offer not taken plus its ``after``: that offer must still come
         # before the input ends (or halts), or the point is never reached
         cap = min(cap, max(gate, hard - following.after - 1))
-    elif counted and following is not None and following.kind in POINT_KINDS:
-        # a counted point needs commits after it: this one's lead must leave it its own
-        cap = min(cap, max(gate, hard - COUNTED_LEAD))
     during = min(during, cap)
     if fault.kind in BATCH_POINT_KINDS:
         # never below its own batch: a following point is armed when this one lands, from the
@@ -617,6 +620,18 @@ def fault_gates(
         # late (the input ahead of the schedule) waited for a batch that never came
         during = max(during, min(next_index + fault.after + 1, hard))
     return during, min(max(gate, next_index), cap)
+
+
+def counted_steps(gate: int, next_index: int, during: int) -> tuple[int, Callable[[Pusher], None]]:
+    """The first gate of a point counted in commits, and the step that moves it on while the
+    point waits: :data:`COUNTED_STEP` offers past the input (or to ``gate``), then that many
+    more a second, up to ``during``. Its whole lead at once carried the input to the end of the
+    SF 1 TPC-DI campaign, and the counted points after it saw no commit."""
+
+    def step(pusher: Pusher) -> None:
+        pusher.set_gate(min(during, max(pusher.gate, pusher.next_index) + COUNTED_STEP))
+
+    return min(during, max(gate, next_index + COUNTED_STEP)), step
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:

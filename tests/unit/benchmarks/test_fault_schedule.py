@@ -167,17 +167,25 @@ def test_a_late_batch_point_followed_by_another_still_gets_its_batch() -> None:
     assert on_time == 166  # not late: the input stops at the following point's due offer
 
 
-def test_a_counted_point_leaves_its_lead_to_a_counted_point_after_it() -> None:
-    """The full TPC-DI campaign (seed 1, SF 1): a migration point at offer 465 let the input run
-    its 60-offer lead to the end of the input, so the three counted points after it (470, 475,
-    480) never saw another migration round or checkpoint."""
-    from benchmarks.faults.kinds import COUNTED_TAIL, Fault
-    from benchmarks.faults.run import COUNTED_LEAD, fault_gates
+def test_a_counted_point_gets_its_lead_step_by_step() -> None:
+    """The full TPC-DI campaign (seed 1, SF 1): counted points one after the other let the input
+    run their 60-offer leads to the end of the input, so the ones after them never saw another
+    migration round or checkpoint; holding the lead back instead stalled a point whose input had
+    already run past it. Now the lead comes a few offers at a time, as long as the point waits."""
+    from benchmarks.faults.ledger import Pusher
+    from benchmarks.faults.run import COUNTED_STEP, counted_steps
 
-    first = Fault(88, 465, "migration_point", point="migrate-copy-postgres", after=1)
-    second = Fault(89, 470, "migration_point", point="migrate-copy-duckdb", after=2)
-    during, _ = fault_gates(first, second, 470, 532, 466)
-    assert during <= 532 - COUNTED_LEAD and 532 - during >= COUNTED_TAIL
+    start, step = counted_steps(454, 479, 532)
+    assert start == 479 + COUNTED_STEP  # past the input already there: no stall, a small step
+    pusher = Pusher(0, [], 1.0)
+    pusher.set_gate(start)
+    for _ in range(3):
+        step(pusher)
+    assert pusher.gate == start + 3 * COUNTED_STEP
+    for _ in range(30):
+        step(pusher)
+    assert pusher.gate == 532  # never past the point's own limit
+    assert counted_steps(454, 440, 514)[0] == 454  # on time: up to the next milestone at once
 
 
 def test_a_batch_point_is_placed_after_the_offer_the_run_held_the_input_at() -> None:
