@@ -111,7 +111,7 @@ class TpcdiRun(LedgerRun):
             self._stop_serve(supervisor, "a visibility query")
             self._step("visibility", self.batch, env)
             self.last_visibility = time.monotonic()
-        self._wait_serving(supervisor, sampler)  # the next fault finds serve (and Kafka) up
+        self._wait_serving(supervisor, sampler, self.last_visibility)
 
     def _pause(
         self,
@@ -135,7 +135,7 @@ class TpcdiRun(LedgerRun):
             self._step("begin", following, env)
             self.batch = following
             self.last_visibility = time.monotonic()
-        self._wait_serving(supervisor, sampler)
+        self._wait_serving(supervisor, sampler, self.last_visibility)
 
     def _after_merge(self, env: dict[str, str], dsn: str) -> None:
         # 6.
@@ -190,13 +190,16 @@ class TpcdiRun(LedgerRun):
         if code != 0:
             self.result.findings.append(f"streamdi tpcdi phase {action} {batch} exited {code}")
 
-    def _wait_serving(self, supervisor: Supervisor, sampler: Sampler) -> None:
-        """Wait until serve's current process answers ``/status`` with its pipeline running: a
-        planned stop is a SIGTERM to a started service (one still starting dies of it)."""
+    def _wait_serving(self, supervisor: Supervisor, sampler: Sampler, since: float = 0.0) -> None:
+        """Wait until a serve process started after ``since`` answers ``/status`` with its
+        pipeline running: a planned stop is a SIGTERM to a started service (one still starting
+        dies of it), and the fault after a planned stop must find serve and its Kafka up (the
+        supervisor starts serve again at its next look, after the stop's block)."""
 
         def serving() -> bool:
             last = sampler.samples[-1] if sampler.samples else None
-            return last is not None and last.at > supervisor.serve.started_at
+            started = supervisor.serve.started_at
+            return started > since and last is not None and last.at > started
 
         if not self._wait(serving, 240):
             self.result.findings.append("serve did not come up within 240 s before a planned stop")
