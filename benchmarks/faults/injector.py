@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 #: How long an armed crash point may take to be reached before the fault counts as missed.
 POINT_TIMEOUT_S = 90.0
+#: A counted point whose input has all been offered is given up this long after (no commit
+#: will come to reach it).
+DRY_S = 15.0
 #: Kinds whose point is a batch id (armed ahead, when serve starts before the fault is due).
 BATCH_POINT_KINDS = frozenset({"commit_point", "collector_point"})
 
@@ -92,9 +95,9 @@ class Injector:
         self.on_armed: Callable[[], None] | None = None
         """Called once a point fault's serve is armed (or killed to start armed): the run lets
         the input go on to the point's batch then."""
-        self.on_waiting: Callable[[], None] | None = None
+        self.on_waiting: Callable[[], bool] | None = None
         """Called once a second while a point fault waits to be reached: the run lets a point
-        counted in commits have more input."""
+        counted in commits have more input; False when none is left to give."""
 
     # -- arming ------------------------------------------------------------------------------------
 
@@ -179,6 +182,7 @@ class Injector:
             self.on_armed()
         deadline = time.monotonic() + POINT_TIMEOUT_S
         next_step = time.monotonic() + 1.0
+        dry_since: float | None = None
         while time.monotonic() < deadline:
             landed = self.landed
             if landed is not None:
@@ -189,7 +193,12 @@ class Injector:
                 )
             time.sleep(0.05)
             if self.on_waiting is not None and time.monotonic() >= next_step:
-                self.on_waiting()
+                if self.on_waiting():
+                    dry_since = None
+                elif dry_since is None:
+                    dry_since = time.monotonic()
+                elif time.monotonic() - dry_since > DRY_S:
+                    break  # all its input is in and it was not reached: it will not be
                 next_step += 1.0
         with sup.lock:  # never reached: start serve again, armed for the next fault if it can be
             self.set_pending(self.upcoming)

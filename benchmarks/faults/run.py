@@ -622,14 +622,16 @@ def fault_gates(
     return during, min(max(gate, next_index), cap)
 
 
-def counted_steps(gate: int, next_index: int, during: int) -> tuple[int, Callable[[Pusher], None]]:
+def counted_steps(gate: int, next_index: int, during: int) -> tuple[int, Callable[[Pusher], bool]]:
     """The first gate of a point counted in commits, and the step that moves it on while the
     point waits: :data:`COUNTED_STEP` offers past the input (or to ``gate``), then that many
-    more a second, up to ``during``. Its whole lead at once carried the input to the end of the
-    SF 1 TPC-DI campaign, and the counted points after it saw no commit."""
+    more a second, up to ``during``; the step says whether input is left to give (the injector
+    gives the point up a while after it is not). Its whole lead at once carried the input to the
+    end of the SF 1 TPC-DI campaign, and the counted points after it saw no commit."""
 
-    def step(pusher: Pusher) -> None:
+    def step(pusher: Pusher) -> bool:
         pusher.set_gate(min(during, max(pusher.gate, pusher.next_index) + COUNTED_STEP))
+        return pusher.next_index <= min(during, len(pusher.offers) - 1)  # input left to give
 
     return min(during, max(gate, next_index + COUNTED_STEP)), step
 

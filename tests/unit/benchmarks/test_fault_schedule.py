@@ -172,19 +172,21 @@ def test_a_counted_point_gets_its_lead_step_by_step() -> None:
     run their 60-offer leads to the end of the input, so the ones after them never saw another
     migration round or checkpoint; holding the lead back instead stalled a point whose input had
     already run past it. Now the lead comes a few offers at a time, as long as the point waits."""
-    from benchmarks.faults.ledger import Pusher
+    from benchmarks.faults.ledger import Offer, Pusher
     from benchmarks.faults.run import COUNTED_STEP, counted_steps
 
     start, step = counted_steps(454, 479, 532)
     assert start == 479 + COUNTED_STEP  # past the input already there: no stall, a small step
-    pusher = Pusher(0, [], 1.0)
+    pusher = Pusher(0, [Offer(i, i, []) for i in range(533)], 1.0)
     pusher.set_gate(start)
     for _ in range(3):
-        step(pusher)
+        assert step(pusher)  # the input is at 0 here: offers are left to give
     assert pusher.gate == start + 3 * COUNTED_STEP
     for _ in range(30):
         step(pusher)
     assert pusher.gate == 532  # never past the point's own limit
+    pusher.acked.extend([None] * 533)  # type: ignore[list-item]  # every offer taken
+    assert not step(pusher)  # nothing left: the injector gives the point up
     assert counted_steps(454, 440, 514)[0] == 454  # on time: up to the next milestone at once
 
 
