@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-#: The flags every headless Chromium here starts with (no sandbox: we run as root; the
-#: background networking flags keep it from reaching for hosts our network refuses).
-CHROMIUM_FLAGS = (
-    "--headless",
+#: The flags every Chromium here starts with, headless or driven by Playwright (no sandbox: we
+#: run as root; the background networking flags keep it from reaching for hosts our network
+#: refuses). The console's browser tests launch with these too.
+CLOSED_NETWORK_FLAGS = (
     "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
@@ -30,8 +30,10 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-quic",
-    "--remote-debugging-port=0",  # keeps the browser up with its page until it is stopped
 )
+
+#: How :class:`OpenConsole` starts it: headless, kept up with its page until it is stopped.
+CHROMIUM_FLAGS = ("--headless", *CLOSED_NETWORK_FLAGS, "--remote-debugging-port=0")
 
 #: The console's JSON routes, which only the open page calls (the benchmark's own clients call
 #: ``/query`` and ``/streams``; the page's assets are loaded once and not counted).
