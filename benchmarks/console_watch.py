@@ -60,6 +60,28 @@ def console_requests(metrics_text: str) -> int:
     return int(total)
 
 
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) the process ``pid`` and its live descendants have used; 0.0
+    when there is no such process. Children that already exited are not counted."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class OpenConsole:
     """Headless Chromium showing ``url`` from :meth:`open` to :meth:`close` (a context manager)."""
 
@@ -77,6 +99,11 @@ class OpenConsole:
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its renderer and GPU children go with it
         )
+
+    @property
+    def pid(self) -> int | None:
+        """The browser's process id while it is open (its renderers are its descendants)."""
+        return self._process.pid if self._process is not None else None
 
     def close(self) -> None:
         process, self._process = self._process, None
