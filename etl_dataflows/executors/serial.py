@@ -23,6 +23,7 @@ the batch fails as a whole.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -572,8 +573,12 @@ def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
 
 
 def _key_getter(table: StateTable) -> Callable[[Row], Key]:
-    names = table.key_names
-    return lambda r: tuple(r[n] for n in names)
+    names = tuple(table.key_names)
+    if len(names) == 1:
+        (name,) = names
+        return lambda r: (r[name],)
+    getter = operator.itemgetter(*names)  # a tuple already, made in C
+    return getter
 
 
 def _coerce(value: Any, kind: ColumnType | None, where: str) -> Any:

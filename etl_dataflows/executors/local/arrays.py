@@ -76,7 +76,7 @@ class ArrayTable:
         self.key_name, self.key_type = table.key[0]
         self.index: IntKeyIndex | StrKeyIndex | TupleKeyIndex
         if len(table.key) > 1:
-            self.index = TupleKeyIndex()
+            self.index = TupleKeyIndex([kind for _, kind in table.key], capacity)
         else:
             self.index = IntKeyIndex(capacity) if self.key_type == "int64" else StrKeyIndex()
         self.capacity = 0

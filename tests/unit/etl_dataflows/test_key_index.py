@@ -12,9 +12,10 @@ keys.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from etl_dataflows.planning.keys import IntKeyIndex
+from etl_dataflows.planning.keys import IntKeyIndex, TupleKeyIndex
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -82,3 +83,51 @@ def test_extreme_keys_nulls_and_absent_keys() -> None:
     assert index.find(keys).tolist() == [0, 1, 2, 3, 4, 5, -1]  # 7 was null: never inserted
     absent = np.array([2, INT64_MAX - 1, 1 << 40], dtype=np.int64)
     assert index.find(absent).tolist() == [-1, -1, -1]
+
+
+def _reference_slots(
+    columns: list[list[object]], valid: list[bool], seen: dict[tuple[object, ...], int]
+) -> list[int]:
+    """The slots a dictionary of key tuples gives (the order keys first appear)."""
+    out = []
+    for key, ok in zip(zip(*columns, strict=True), valid, strict=True):
+        if not ok:
+            out.append(-1)
+            continue
+        out.append(seen.setdefault(key, len(seen)))
+    return out
+
+
+def test_keys_of_several_columns_get_the_slots_a_dictionary_of_tuples_gives() -> None:
+    """Int64 and string parts, nulls in either (a null is its own value, apart from 0 and ""),
+    rows left out by ``valid``, numpy or Arrow parts, and many rehashes on the way: every slot
+    is the one a dictionary of Python tuples assigns, batch after batch."""
+    rng = np.random.default_rng(11)
+    index = TupleKeyIndex(["int64", "string", "int64"], capacity=4)
+    seen: dict[tuple[object, ...], int] = {}
+    for batch in range(12):
+        n = int(rng.integers(1, 3_000))
+        ints = rng.integers(-3, 40, n) << np.int64(40)  # structured: zero low bits
+        words: list[object] = [
+            None if r < 0.05 else ("" if r < 0.1 else f"w{int(r * 50)}") for r in rng.random(n)
+        ]
+        small = rng.integers(0, 3, n)
+        null_int = rng.random(n) < 0.05
+        first: list[object] = [None if z else int(v) for v, z in zip(ints, null_int, strict=True)]
+        valid = rng.random(n) < 0.9
+        parts: list[object] = [
+            pa.array(first, type=pa.int64()),
+            pa.array(words, type=pa.string()) if batch % 2 else np.asarray(words, dtype=object),
+            small if batch % 3 else pa.array(small),
+        ]
+        got = index.slots(parts, valid)
+        want = _reference_slots([first, words, small.tolist()], valid.tolist(), seen)
+        assert got.tolist() == want, batch
+        assert index.size == len(seen)
+    assert 0 in seen.values() and index.collisions / max(index.size, 1) < 2
+
+
+def test_a_null_part_is_not_zero_nor_the_empty_string() -> None:
+    index = TupleKeyIndex(["int64", "string"])
+    parts = [pa.array([0, None, 0, None, 0], pa.int64()), pa.array(["", "", None, None, ""])]
+    assert index.slots(parts, np.ones(5, dtype=bool)).tolist() == [0, 1, 2, 3, 0]
