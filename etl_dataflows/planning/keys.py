@@ -5,7 +5,9 @@ Executors that keep state in arrays give every key a *slot* (a row of the state 
 move, so a slot found once stays valid for the life of the executor.
 
 ``int64`` keys use an open-addressing hash table in numpy arrays probed by a compiled loop (tens of
-nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); ``string``
+nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); while the keys
+are dense (sequential IDs, or IDs within a range at most twice their number) an array indexed by
+``key - lowest key`` finds their slots too, a nanosecond or two per key with no hashing; ``string``
 keys go through Arrow dictionary encoding, so Python touches each distinct key of a batch once;
 keys of several columns (:class:`TupleKeyIndex`) are looked up as tuples, one dictionary lookup
 per row.
@@ -97,6 +99,37 @@ def _find(
     return collisions
 
 
+@numba.njit(cache=True, nogil=True)
+def _direct_slots(
+    direct: np.ndarray, low: np.int64, queries: np.ndarray, valid: np.ndarray, out: np.ndarray
+) -> int:
+    """Slots of ``queries`` by direct addressing (``direct[key - low]``); nulls get -1. Returns
+    how many valid keys were not found (outside the range, or no slot: new keys)."""
+    high = low + np.int64(direct.shape[0] - 1)
+    missing = 0
+    for i in range(queries.shape[0]):
+        if not valid[i]:
+            out[i] = -1
+            continue
+        key = queries[i]
+        if key < low or key > high:
+            out[i] = -1
+            missing += 1
+            continue
+        slot = direct[key - low]
+        out[i] = slot
+        if slot < 0:
+            missing += 1
+    return missing
+
+
+#: Direct addressing (see the module docstring) is kept while every key lies within a range of at
+#: most ``_DIRECT_SPAN`` times the keys plus ``_DIRECT_MIN``.
+_DIRECT_SPAN = 2
+_DIRECT_MIN = 1024
+_INT64_MAX = 2**63 - 1
+
+
 class IntKeyIndex:
     """Maps int64 keys to slots (see the module docstring): open addressing with linear probing
     in a table at most half full, keys placed by a mixing hash (:func:`_home`), so a lookup costs
@@ -105,7 +138,11 @@ class IntKeyIndex:
     :attr:`collisions` counts the positions looked at beyond each key's first, over every lookup
     and insertion so far (rehashing included): the measure of how well the keys spread (about
     half a collision per key for random keys at this load; a hash that maps structured keys to
-    a few positions makes it grow with the number of keys)."""
+    a few positions makes it grow with the number of keys).
+
+    Dense keys are also kept in a direct-addressed array (the module docstring): a lookup whose
+    keys all have slots there is answered from it and counts no collisions; a batch with new keys
+    goes through the hash table, which stays the authority, and the array follows it."""
 
     def __init__(self, capacity: int = 1024) -> None:
         size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
@@ -113,6 +150,41 @@ class IntKeyIndex:
         self._slots = np.full(size, _EMPTY, dtype=np.int64)
         self.size = 0  # slots handed out
         self.collisions = 0
+        self._low = 0  # the least and greatest key seen (when size > 0)
+        self._high = 0
+        #: ``_direct[k - _direct_low]`` is key k's slot or -1; None while the keys are sparse.
+        self._direct: np.ndarray | None = None
+        self._direct_low = 0
+
+    @property
+    def direct(self) -> bool:
+        """Whether lookups of known keys go by direct addressing (the keys are dense)."""
+        return self._direct is not None
+
+    def _follow(self, keys: np.ndarray, slots: np.ndarray, first: bool) -> None:
+        """Keep the direct array in step with new ``keys`` (just given ``slots``; ``first``: the
+        index had no keys before them)."""
+        if not len(keys):
+            return
+        low, high = int(keys.min()), int(keys.max())
+        if not first:
+            low, high = min(low, self._low), max(high, self._high)
+        self._low, self._high = low, high
+        limit = _DIRECT_SPAN * self.size + _DIRECT_MIN
+        if high - low + 1 > limit:
+            self._direct = None
+            return
+        direct = self._direct
+        if direct is not None and self._direct_low <= low and high < self._direct_low + len(direct):
+            direct[keys - self._direct_low] = slots
+            return
+        # (Re)build from the hash table, with room to grow upwards (amortized doubling).
+        length = min(max(2 * (high - low + 1), 2 * len(direct) if direct is not None else 0), limit)
+        length = max(min(length, _INT64_MAX - low + 1), high - low + 1)
+        direct = np.full(length, _EMPTY, dtype=np.int64)
+        used = self._slots != _EMPTY
+        direct[self._keys[used] - low] = self._slots[used]
+        self._direct, self._direct_low = direct, low
 
     def _reserve(self, extra: int) -> None:
         needed = (self.size + extra) * 2
@@ -135,19 +207,29 @@ class IntKeyIndex:
     def slots(self, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """The slot of every key, assigning new slots to new keys; -1 where ``valid`` is False."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
-        self._reserve(len(keys))
+        valid = np.ascontiguousarray(valid, dtype=np.bool_)
         out = np.empty(len(keys), dtype=np.int64)
-        size, collisions = _probe(
-            self._keys, self._slots, keys, np.ascontiguousarray(valid), self.size, out
-        )
+        if self._direct is not None:
+            if not _direct_slots(self._direct, self._direct_low, keys, valid, out):
+                return out
+        self._reserve(len(keys))
+        before = self.size
+        size, collisions = _probe(self._keys, self._slots, keys, valid, self.size, out)
         self.size = int(size)
         self.collisions += int(collisions)
+        if self.size > before:
+            fresh = out >= before
+            self._follow(keys[fresh], out[fresh], before == 0)
         return out
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The slot of every key, -1 for keys never seen."""
         out = np.empty(len(keys), dtype=np.int64)
-        collisions = _find(self._keys, self._slots, np.ascontiguousarray(keys, dtype=np.int64), out)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        if self._direct is not None:  # it holds every key: a miss is an absent key
+            _direct_slots(self._direct, self._direct_low, keys, np.ones(len(keys), np.bool_), out)
+            return out
+        collisions = _find(self._keys, self._slots, keys, out)
         self.collisions += int(collisions)
         return out
 

@@ -11,6 +11,13 @@ Change tracking for a batch: before a step runs, :meth:`ArrayTable.remember` cop
 values of the slots the step may touch (once per slot per batch). :meth:`delta` compares them with
 the values after the batch (net changes, in the table's image form) and :meth:`restore` writes them
 back when a batch fails.
+
+Key order: images and deltas list rows sorted by key. A table with one int64 key column keeps the
+*rank* of every slot's key among all keys (its position in key order), so the rows a batch changed
+are put in key order by a counting pass over their ranks instead of a comparison sort. Ranks come
+free while new keys arrive in ascending order after every key seen (an image loaded, sequential
+IDs); otherwise they are rebuilt when the table is small next to the rows being ordered, and the
+rows are sorted by key as before when it is not.
 """
 
 from __future__ import annotations
@@ -96,6 +103,13 @@ class ArrayTable:
         self._before: dict[str, np.ndarray] = {}
         self._remembered = np.zeros(0, dtype=np.bool_)
         self._remembered_slots: list[np.ndarray] = []
+        self._before_parts: list[dict[str, np.ndarray]] = []
+        #: Key order of the slots (int64 single-column keys, see the module docstring):
+        #: ``_rank[s]`` is slot ``s``'s position in key order among slots ``[0, _ranked)``; the
+        #: ranks are current when ``_ranked`` equals the index's size.
+        self._rank = np.zeros(0, dtype=np.int64)
+        self._ranked = 0
+        self._last_ranked = 0  # the slot of the greatest ranked key
         self._grow(capacity)
 
     # -- storage --------------------------------------------------------------------------------
@@ -120,6 +134,7 @@ class ArrayTable:
         self.values = {c: grown(v) for c, v in self.values.items()}
         self.valid = {c: grown(v, False) for c, v in self.valid.items()}
         self._remembered = grown(self._remembered, False)
+        self._rank = grown(self._rank)
         self.capacity = capacity
 
     @property
@@ -146,7 +161,38 @@ class ArrayTable:
                 if isinstance(part, pa.Array | pa.ChunkedArray):
                     part = np.asarray(part.to_numpy(zero_copy_only=False))
                 self.key_parts[c][slots[fresh]] = part[fresh]
+            self._extend_ranks(before, after)
         return slots
+
+    def _ranks_kept(self) -> bool:
+        return len(self.key_parts) == 1 and self.key_type == "int64"
+
+    def _extend_ranks(self, before: int, after: int) -> None:
+        """Rank new slots ``[before, after)`` if their keys come after every key ranked so far,
+        in slot order (new slots are numbered in the order their keys were first seen)."""
+        if not self._ranks_kept() or self._ranked != before:
+            return
+        new = self.key_parts[0][before:after]
+        last = self.key_parts[0][self._last_ranked] if before else None
+        if (last is None or new[0] > last) and bool(np.all(new[1:] > new[:-1])):
+            self._rank[before:after] = np.arange(before, after, dtype=np.int64)
+            self._ranked = after
+            self._last_ranked = after - 1
+
+    def _ranks(self, rows: int) -> np.ndarray | None:
+        """Current ranks of every slot, rebuilt if stale and the table has at most
+        ``_RANK_REBUILD`` times ``rows`` keys; None when not kept or not worth rebuilding."""
+        size = self.index.size
+        if not self._ranks_kept():
+            return None
+        if self._ranked != size:
+            if size > _RANK_REBUILD * max(rows, 1):
+                return None
+            order = np.argsort(self.key_parts[0][:size], kind="stable")
+            self._rank[order] = np.arange(size, dtype=np.int64)
+            self._ranked = size
+            self._last_ranked = int(order[-1]) if size else 0
+        return self._rank[:size]
 
     def _column_from_arrow(
         self, array: pa.Array | pa.ChunkedArray, kind: ColumnType
@@ -181,12 +227,14 @@ class ArrayTable:
             self.valid[column][slots] = valid
 
     def _key_order(self, slots: np.ndarray) -> np.ndarray:
-        """The order of ``slots`` by key (every key column, in declaration order)."""
+        """The order of ``slots`` (distinct) by key (every key column, in declaration order)."""
         if len(self.key_parts) == 1:
-            keys = self.key_parts[0][slots]
             if self.key_type == "int64":
-                return np.argsort(keys, kind="stable")
-            return _string_order(keys)
+                ranks = self._ranks(len(slots))
+                if ranks is not None:
+                    return order_by_rank(ranks[slots], len(ranks))
+                return np.argsort(self.key_parts[0][slots], kind="stable")
+            return _string_order(self.key_parts[0][slots])
         parts = {
             f"k{c}": pa.array(part[slots], type=arrow_type(kind))
             for c, (part, (_, kind)) in enumerate(zip(self.key_parts, self.table.key, strict=True))
@@ -222,12 +270,13 @@ class ArrayTable:
 
     def begin_batch(self) -> None:
         self._remembered_slots = []
-        self._before = {"exists": np.zeros(0, dtype=np.bool_)}
+        self._before_parts = []
+        self._before = {}
         self._sequence_before = self.sequence
 
     def remember(self, slots: np.ndarray) -> None:
         """Copy the current values of ``slots`` not yet remembered in this batch."""
-        slots = _first_time(slots, self._remembered)
+        slots = _first_time(np.ascontiguousarray(slots, dtype=np.int64), self._remembered)
         if not len(slots):
             return
         self._remembered_slots.append(slots)
@@ -235,22 +284,32 @@ class ArrayTable:
         for c in self.values:
             parts["v:" + c] = self.values[c][slots]
             parts["m:" + c] = self.valid[c][slots]
-        for name, part in parts.items():
-            previous = self._before.get(name)
-            self._before[name] = (
-                part if previous is None or not len(previous) else np.concatenate([previous, part])
-            )
+        self._before_parts.append(parts)
 
     def _all_remembered(self) -> np.ndarray:
+        """Every slot remembered in this batch; their remembered values in :attr:`_before`."""
         if not self._remembered_slots:
             return np.zeros(0, dtype=np.int64)
+        if len(self._before_parts) == 1:
+            self._before = self._before_parts[0]
+            return self._remembered_slots[0]
+        self._before = {
+            name: np.concatenate([parts[name] for parts in self._before_parts])
+            for name in self._before_parts[0]
+        }
         return np.concatenate(self._remembered_slots)
+
+    def _forget(self, slots: np.ndarray) -> None:
+        self._remembered[slots] = False
+        self._remembered_slots = []
+        self._before_parts = []
+        self._before = {}
 
     def end_batch(self) -> TableDelta:
         """The batch's net changes; forget the remembered values."""
         slots = self._all_remembered()
-        self._remembered[slots] = False
         if not len(slots):
+            self._forget(slots)
             return TableDelta(self.image_rows(slots), _empty_ids(self.table))
         before_exists = self._before["exists"]
         after_exists = self.exists[slots]
@@ -263,7 +322,7 @@ class ArrayTable:
             changed |= after_exists & ((bm != am) | (am & (bv != av)))
         upserts = slots[changed & after_exists]
         deletes = slots[before_exists & ~after_exists]
-        self._before = {}
+        self._forget(slots)
         return TableDelta(self.image_rows(upserts), self._id_rows(deletes))
 
     def restore(self) -> None:
@@ -275,10 +334,8 @@ class ArrayTable:
             for c in self.values:
                 self.values[c][slots] = self._before["v:" + c]
                 self.valid[c][slots] = self._before["m:" + c]
-            self._remembered[slots] = False
         self.sequence = self._sequence_before
-        self._remembered_slots = []
-        self._before = {}
+        self._forget(slots)
 
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
         if not len(slots):
@@ -296,6 +353,43 @@ def _first_time(slots: np.ndarray, seen: np.ndarray) -> np.ndarray:
         if s >= 0 and not seen[s]:
             seen[s] = True
             out[count] = s
+            count += 1
+    return out[:count]
+
+
+#: Rebuild stale ranks when the table has at most this many keys per row to order (the rebuild is
+#: a sort of every key; beyond this, sorting the rows' own keys costs less).
+_RANK_REBUILD = 4
+
+#: Order distinct ranks by counting (O(rows + upper)) when ``upper`` is at most this many times
+#: the rows; a comparison sort when the ranks are few among many.
+_COUNTING_SPAN = 16
+
+
+def order_by_rank(ranks: np.ndarray, upper: int) -> np.ndarray:
+    """The permutation that sorts ``ranks`` (distinct integers in ``[0, upper)``) ascending."""
+    if len(ranks) and upper <= _COUNTING_SPAN * len(ranks):
+        order = _counting_order(np.ascontiguousarray(ranks, dtype=np.int64), upper)
+        if len(order) == len(ranks):
+            return order
+    return np.argsort(ranks, kind="stable")
+
+
+@numba.njit(cache=True, nogil=True)
+def _counting_order(ranks: np.ndarray, upper: int) -> np.ndarray:
+    """The order of distinct ``ranks`` in ``[0, upper)`` by one pass over ``upper`` (fewer
+    entries than ``ranks`` if some repeat or fall outside: the caller then sorts)."""
+    at = np.full(upper, -1, dtype=np.int64)
+    for i in range(ranks.shape[0]):
+        r = ranks[i]
+        if r < 0 or r >= upper:
+            return np.empty(0, dtype=np.int64)
+        at[r] = i
+    out = np.empty(ranks.shape[0], dtype=np.int64)
+    count = 0
+    for r in range(upper):
+        if at[r] >= 0:
+            out[count] = at[r]
             count += 1
     return out[:count]
 

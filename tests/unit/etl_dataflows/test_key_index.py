@@ -82,3 +82,63 @@ def test_extreme_keys_nulls_and_absent_keys() -> None:
     assert index.find(keys).tolist() == [0, 1, 2, 3, 4, 5, -1]  # 7 was null: never inserted
     absent = np.array([2, INT64_MAX - 1, 1 << 40], dtype=np.int64)
     assert index.find(absent).tolist() == [-1, -1, -1]
+
+
+def _reference_slots(reference: dict[int, int], keys: np.ndarray, valid: np.ndarray) -> list[int]:
+    out = []
+    for key, ok in zip(keys.tolist(), valid.tolist(), strict=True):
+        if not ok:
+            out.append(-1)
+            continue
+        out.append(reference.setdefault(key, len(reference)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "low",
+    [0, -5_000, 10**12, INT64_MAX - 3_000, INT64_MIN],
+    ids=["zero", "negative", "large", "int64-max", "int64-min"],
+)
+def test_dense_keys_go_by_direct_addressing_and_agree_with_the_hash(low: int) -> None:
+    """Batches of dense keys (with nulls, repeats, new keys mixed in, keys at the int64 limits):
+    every slot is the one a plain dictionary of first appearances gives, and lookups of known
+    keys go by direct addressing without counting collisions."""
+    rng = np.random.default_rng(3)
+    span = 3_000
+    index = IntKeyIndex(capacity=16)
+    reference: dict[int, int] = {}
+    for batch in range(12):
+        offsets = rng.integers(0, min(span, 400 * (batch + 1)), 2_000)
+        keys = (np.int64(low) + offsets.astype(np.int64)).astype(np.int64)
+        valid = rng.random(2_000) > 0.05
+        assert index.slots(keys, valid).tolist() == _reference_slots(reference, keys, valid)
+    assert index.direct
+    known = np.array(list(reference), dtype=np.int64)
+    before = index.collisions
+    assert index.slots(known, np.ones(len(known), dtype=bool)).tolist() == list(
+        reference.values()
+    )
+    assert index.collisions == before  # answered by direct addressing
+    candidates = [low - 1, low + span + 5, 0 if low else 1 << 40]
+    absent = np.array([k for k in candidates if INT64_MIN <= k <= INT64_MAX], dtype=np.int64)
+    expected = [reference.get(k, -1) for k in absent.tolist()]
+    assert index.find(absent).tolist() == expected
+    assert index.find(known).tolist() == list(reference.values())
+
+
+def test_sparse_keys_use_the_hash_until_they_become_dense() -> None:
+    index = IntKeyIndex()
+    sparse = np.array([0, 1 << 40, 5], dtype=np.int64)
+    assert index.slots(sparse, np.ones(3, dtype=bool)).tolist() == [0, 1, 2]
+    assert not index.direct
+    assert index.find(np.array([1 << 40, 6], dtype=np.int64)).tolist() == [1, -1]
+    dense = np.arange(10, 100_000, dtype=np.int64)  # the span is now within twice the keys
+    slots = index.slots(dense, np.ones(len(dense), dtype=bool))
+    assert slots.tolist() == list(range(3, 3 + len(dense)))
+    assert not index.direct  # 1 << 40 is still among the keys: far too sparse
+    small = IntKeyIndex()
+    small.slots(np.array([0, 5_000], dtype=np.int64), np.ones(2, dtype=bool))
+    assert not small.direct
+    small.slots(np.arange(1, 4_000, dtype=np.int64), np.ones(3_999, dtype=bool))
+    assert small.direct
+    assert small.find(np.array([5_000, 4_000, 0], dtype=np.int64)).tolist() == [1, -1, 0]
