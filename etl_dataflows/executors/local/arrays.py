@@ -52,7 +52,7 @@ def kernel_dtype(column_type: ColumnType) -> Any:
 
 
 def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) -> pa.Array:
-    mask = ~valid
+    mask = None if valid.all() else ~valid  # (no mask: no validity bitmap to build)
     if column_type in ("timestamp", "date"):
         base = pa.array(values, type=pa.int64(), mask=mask)
         if column_type == "date":
@@ -349,11 +349,12 @@ def _first_time(slots: np.ndarray, seen: np.ndarray) -> np.ndarray:
     """The valid slots not yet in ``seen``, each once, marking them in ``seen``."""
     out = np.empty(slots.shape[0], dtype=np.int64)
     count = 0
-    for s in slots:
-        if s >= 0 and not seen[s]:
-            seen[s] = True
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if s >= 0:  # (no branch on seen: keys repeat at random, a branch mispredicts)
             out[count] = s
-            count += 1
+            count += 1 - np.int64(seen[s])
+            seen[s] = True
     return out[:count]
 
 
