@@ -101,7 +101,7 @@ def _find(
 
 @numba.njit(cache=True, nogil=True)
 def _direct_slots(
-    direct: np.ndarray, low: np.int64, queries: np.ndarray, valid: np.ndarray, out: np.ndarray
+    direct: np.ndarray, low: int, queries: np.ndarray, valid: np.ndarray, out: np.ndarray
 ) -> int:
     """Slots of ``queries`` by direct addressing (``direct[key - low]``); nulls get -1. Returns
     how many valid keys were not found (outside the range, or no slot: new keys)."""
@@ -209,9 +209,9 @@ class IntKeyIndex:
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         valid = np.ascontiguousarray(valid, dtype=np.bool_)
         out = np.empty(len(keys), dtype=np.int64)
-        if self._direct is not None:
-            if not _direct_slots(self._direct, self._direct_low, keys, valid, out):
-                return out
+        direct = self._direct
+        if direct is not None and not _direct_slots(direct, self._direct_low, keys, valid, out):
+            return out
         self._reserve(len(keys))
         before = self.size
         size, collisions = _probe(self._keys, self._slots, keys, valid, self.size, out)

@@ -353,7 +353,7 @@ def _first_time(slots: np.ndarray, seen: np.ndarray) -> np.ndarray:
         s = slots[i]
         if s >= 0:  # (no branch on seen: keys repeat at random, a branch mispredicts)
             out[count] = s
-            count += 1 - np.int64(seen[s])
+            count += 1 - int(seen[s])
             seen[s] = True
     return out[:count]
 

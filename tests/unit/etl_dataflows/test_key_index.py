@@ -115,9 +115,7 @@ def test_dense_keys_go_by_direct_addressing_and_agree_with_the_hash(low: int) ->
     assert index.direct
     known = np.array(list(reference), dtype=np.int64)
     before = index.collisions
-    assert index.slots(known, np.ones(len(known), dtype=bool)).tolist() == list(
-        reference.values()
-    )
+    assert index.slots(known, np.ones(len(known), dtype=bool)).tolist() == list(reference.values())
     assert index.collisions == before  # answered by direct addressing
     candidates = [low - 1, low + span + 5, 0 if low else 1 << 40]
     absent = np.array([k for k in candidates if INT64_MIN <= k <= INT64_MAX], dtype=np.int64)
