@@ -100,6 +100,9 @@ class ArrayTable:
         }
         self.sequence = table.surrogate_start
         self._sequence_before = self.sequence
+        self._image_schema = image_schema(table)
+        self._id_schema = row_id_schema(table)
+        self._no_ids = self._id_schema.empty_table()
         self._before: dict[str, np.ndarray] = {}
         self._remembered = np.zeros(0, dtype=np.bool_)
         self._remembered_slots: list[np.ndarray] = []
@@ -260,7 +263,7 @@ class ArrayTable:
         for column, kind in self.table.columns:
             values, valid = self.values[column][slots], self.valid[column][slots]
             arrays.append(column_to_arrow(values, valid, kind, self.pool))
-        return pa.Table.from_arrays(arrays, schema=image_schema(self.table))
+        return pa.Table.from_arrays(arrays, schema=self._image_schema)
 
     def image(self) -> pa.Table:
         """The whole table in image form."""
@@ -310,7 +313,7 @@ class ArrayTable:
         slots = self._all_remembered()
         if not len(slots):
             self._forget(slots)
-            return TableDelta(self.image_rows(slots), _empty_ids(self.table))
+            return TableDelta(self.image_rows(slots), self._no_ids)
         before_exists = self._before["exists"]
         after_exists = self.exists[slots]
         changed = before_exists != after_exists
@@ -339,9 +342,9 @@ class ArrayTable:
 
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
         if not len(slots):
-            return _empty_ids(self.table)
+            return self._no_ids
         slots = slots[self._key_order(slots)]
-        return pa.Table.from_arrays(self._key_arrays(slots), schema=row_id_schema(self.table))
+        return pa.Table.from_arrays(self._key_arrays(slots), schema=self._id_schema)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -393,10 +396,6 @@ def _counting_order(ranks: np.ndarray, upper: int) -> np.ndarray:
             out[count] = at[r]
             count += 1
     return out[:count]
-
-
-def _empty_ids(table: Table) -> pa.Table:
-    return row_id_schema(table).empty_table()
 
 
 def _string_order(keys: np.ndarray) -> np.ndarray:
