@@ -11,6 +11,7 @@ from cli.commands import Commands
 BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.engine",
     "benchmarks.engine_report",
+    "benchmarks.engine_steps",
     "benchmarks.ingest",
     "benchmarks.broker",
     "benchmarks.migration",

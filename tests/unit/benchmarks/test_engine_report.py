@@ -145,3 +145,20 @@ def test_the_table_is_written_between_its_markers(tmp_path: Path) -> None:
     text = target.read_text(encoding="utf-8")
     assert figures_table(document()).rstrip() in text
     assert text.startswith("# Figures") and text.endswith("After.\n")
+
+
+def test_the_step_timer_finds_every_step_it_names_and_leaves_them_unwrapped() -> None:
+    """``streamdi bench engine-steps`` times the local executor's steps by name: a rename would
+    silently drop a line from docs/benchmarks.md's breakdown, so every name must resolve."""
+    from benchmarks.engine_steps import STEPS, measure, render
+    from etl_dataflows.executors.local.compiled_step import CompiledStep
+
+    execute = CompiledStep.execute
+    knobs = {"keys": 100, "batch_size": 200, "batches": 5, "extra": {}}
+    result = measure("sl", "local", knobs)
+    assert result["missing"] == []
+    assert result["batches_counted"] == 3
+    assert [s["step"] for s in result["steps"]] == [qualified for _, _, qualified, _ in STEPS]
+    assert all(s["median_ms"] >= 0 for s in result["steps"])
+    assert CompiledStep.execute is execute  # the timers are taken off again
+    assert "hoist expressions" in render(result)
