@@ -42,17 +42,18 @@ def _home(key: np.int64, mask: np.int64) -> np.int64:
 
 @numba.njit(cache=True, nogil=True)
 def _probe(
-    table_keys: np.ndarray,
-    table_slots: np.ndarray,
+    entries: np.ndarray,
     queries: np.ndarray,
     valid: np.ndarray,
     next_slot: int,
     out: np.ndarray,
 ) -> tuple[int, int]:
-    """Slots of ``queries`` (inserting new keys); nulls get -1. Returns the next free slot and
-    the number of collisions (positions looked at beyond each key's first)."""
+    """Slots of ``queries`` (inserting new keys); nulls get -1. ``entries`` is the table: row
+    ``pos`` holds a key and its slot (-1: empty), side by side so that a probe reads one cache
+    line. Returns the next free slot and the number of collisions (positions looked at beyond
+    each key's first)."""
 
-    mask = np.int64(table_keys.shape[0] - 1)
+    mask = np.int64(entries.shape[0] - 1)
     collisions = 0
     for i in range(queries.shape[0]):
         if not valid[i]:
@@ -61,14 +62,14 @@ def _probe(
         key = queries[i]
         pos = _home(key, mask)
         while True:
-            slot = table_slots[pos]
+            slot = entries[pos, 1]
             if slot == -1:
-                table_keys[pos] = key
-                table_slots[pos] = next_slot
+                entries[pos, 0] = key
+                entries[pos, 1] = next_slot
                 out[i] = next_slot
                 next_slot += 1
                 break
-            if table_keys[pos] == key:
+            if entries[pos, 0] == key:
                 out[i] = slot
                 break
             pos = (pos + 1) & mask
@@ -77,21 +78,19 @@ def _probe(
 
 
 @numba.njit(cache=True, nogil=True)
-def _find(
-    table_keys: np.ndarray, table_slots: np.ndarray, queries: np.ndarray, out: np.ndarray
-) -> int:
+def _find(entries: np.ndarray, queries: np.ndarray, out: np.ndarray) -> int:
     """Slots of ``queries`` without inserting; -1 where absent. Returns the collisions."""
-    mask = np.int64(table_keys.shape[0] - 1)
+    mask = np.int64(entries.shape[0] - 1)
     collisions = 0
     for i in range(queries.shape[0]):
         key = queries[i]
         pos = _home(key, mask)
         while True:
-            slot = table_slots[pos]
+            slot = entries[pos, 1]
             if slot == -1:
                 out[i] = -1
                 break
-            if table_keys[pos] == key:
+            if entries[pos, 0] == key:
                 out[i] = slot
                 break
             pos = (pos + 1) & mask
@@ -130,6 +129,13 @@ _DIRECT_MIN = 1024
 _INT64_MAX = 2**63 - 1
 
 
+def _empty_entries(size: int) -> np.ndarray:
+    """A hash table of ``size`` positions, all empty (see :func:`_probe`)."""
+    entries = np.zeros((size, 2), dtype=np.int64)
+    entries[:, 1] = _EMPTY
+    return entries
+
+
 class IntKeyIndex:
     """Maps int64 keys to slots (see the module docstring): open addressing with linear probing
     in a table at most half full, keys placed by a mixing hash (:func:`_home`), so a lookup costs
@@ -146,8 +152,7 @@ class IntKeyIndex:
 
     def __init__(self, capacity: int = 1024) -> None:
         size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
-        self._keys = np.zeros(size, dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        self._entries = _empty_entries(size)
         self.size = 0  # slots handed out
         self.collisions = 0
         self._low = 0  # the least and greatest key seen (when size > 0)
@@ -182,26 +187,23 @@ class IntKeyIndex:
         length = min(max(2 * (high - low + 1), 2 * len(direct) if direct is not None else 0), limit)
         length = max(min(length, _INT64_MAX - low + 1), high - low + 1)
         direct = np.full(length, _EMPTY, dtype=np.int64)
-        used = self._slots != _EMPTY
-        direct[self._keys[used] - low] = self._slots[used]
+        used = self._entries[:, 1] != _EMPTY
+        direct[self._entries[used, 0] - low] = self._entries[used, 1]
         self._direct, self._direct_low = direct, low
 
     def _reserve(self, extra: int) -> None:
         needed = (self.size + extra) * 2
-        if needed <= self._keys.shape[0]:
+        if needed <= self._entries.shape[0]:
             return
-        size = self._keys.shape[0]
+        size = self._entries.shape[0]
         while size < needed:
             size *= 2
-        used = self._slots != _EMPTY
-        keys, slots = self._keys[used], self._slots[used]
-        self._keys = np.zeros(size, dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
-        order = np.argsort(slots, kind="stable")
-        out = np.empty(len(keys), dtype=np.int64)
-        _, collisions = _probe(
-            self._keys, self._slots, keys[order], np.ones(len(keys), dtype=bool), 0, out
-        )
+        used = self._entries[self._entries[:, 1] != _EMPTY]
+        self._entries = _empty_entries(size)
+        order = np.argsort(used[:, 1], kind="stable")
+        out = np.empty(len(used), dtype=np.int64)
+        keys = np.ascontiguousarray(used[order, 0])
+        _, collisions = _probe(self._entries, keys, np.ones(len(keys), dtype=bool), 0, out)
         self.collisions += int(collisions)
 
     def slots(self, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -214,7 +216,7 @@ class IntKeyIndex:
             return out
         self._reserve(len(keys))
         before = self.size
-        size, collisions = _probe(self._keys, self._slots, keys, valid, self.size, out)
+        size, collisions = _probe(self._entries, keys, valid, self.size, out)
         self.size = int(size)
         self.collisions += int(collisions)
         if self.size > before:
@@ -229,7 +231,7 @@ class IntKeyIndex:
         if self._direct is not None:  # it holds every key: a miss is an absent key
             _direct_slots(self._direct, self._direct_low, keys, np.ones(len(keys), np.bool_), out)
             return out
-        collisions = _find(self._keys, self._slots, keys, out)
+        collisions = _find(self._entries, keys, out)
         self.collisions += int(collisions)
         return out
 
