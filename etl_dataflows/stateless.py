@@ -147,6 +147,9 @@ def prepare_source(
         assert kind is not None
         column = events.column(name)
         target = arrow_type(kind)
+        if column.type == target:  # (a cast to the same type is still a call into Arrow)
+            arrays.append(column)
+            continue
         try:
             arrays.append(column.cast(target))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -161,6 +164,8 @@ def prepare_source(
             arrays.append(pa.array(cast_values, type=target))
     table = pa.Table.from_arrays(arrays, names=[*schema, TS, POS, SRC])
     for name in (TS, POS):
+        if not table.column(name).null_count:
+            continue
         nulls = np.flatnonzero(
             ~np.asarray(table.column(name).is_valid().to_numpy(zero_copy_only=False))
         )
