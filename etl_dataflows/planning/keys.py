@@ -127,6 +127,7 @@ def _direct_slots(
 _DIRECT_SPAN = 2
 _DIRECT_MIN = 1024
 _INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 
 def _empty_entries(size: int) -> np.ndarray:
@@ -183,13 +184,16 @@ class IntKeyIndex:
         if direct is not None and self._direct_low <= low and high < self._direct_low + len(direct):
             direct[keys - self._direct_low] = slots
             return
-        # (Re)build from the hash table, with room to grow upwards (amortized doubling).
-        length = min(max(2 * (high - low + 1), 2 * len(direct) if direct is not None else 0), limit)
-        length = max(min(length, _INT64_MAX - low + 1), high - low + 1)
+        # (Re)build from the hash table, with room to grow both ways (amortized doubling: keys
+        # that keep arriving below the range, or above it, rebuild it O(log) times).
+        span = high - low + 1
+        length = max(min(max(2 * span, 2 * len(direct) if direct is not None else 0), limit), span)
+        start = max(low - (length - span) // 2, _INT64_MIN)
+        length = min(length, _INT64_MAX - start + 1)
         direct = np.full(length, _EMPTY, dtype=np.int64)
         used = self._entries[:, 1] != _EMPTY
-        direct[self._entries[used, 0] - low] = self._entries[used, 1]
-        self._direct, self._direct_low = direct, low
+        direct[self._entries[used, 0] - start] = self._entries[used, 1]
+        self._direct, self._direct_low = direct, start
 
     def _reserve(self, extra: int) -> None:
         needed = (self.size + extra) * 2

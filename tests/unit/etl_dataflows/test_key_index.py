@@ -140,3 +140,15 @@ def test_sparse_keys_use_the_hash_until_they_become_dense() -> None:
     small.slots(np.arange(1, 4_000, dtype=np.int64), np.ones(3_999, dtype=bool))
     assert small.direct
     assert small.find(np.array([5_000, 4_000, 0], dtype=np.int64)).tolist() == [1, -1, 0]
+
+
+def test_dense_keys_arriving_downwards_keep_direct_addressing() -> None:
+    index = IntKeyIndex()
+    reference: dict[int, int] = {}
+    for batch in range(30):
+        keys = np.arange(-1_000 * (batch + 1), -1_000 * batch, dtype=np.int64)[::-1]
+        valid = np.ones(len(keys), dtype=bool)
+        assert index.slots(keys, valid).tolist() == _reference_slots(reference, keys, valid)
+        assert index.direct
+    known = np.array(list(reference), dtype=np.int64)
+    assert index.find(known).tolist() == list(reference.values())
