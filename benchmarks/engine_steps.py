@@ -9,7 +9,8 @@ average before and after. Medians resist the pauses of a shared machine; they ne
 
 The timers wrap the steps by name, so this knows the executor's internals: it is a profiling
 aid for the engine's developers, and a step that is renamed drops out of the table (it is
-reported as missing rather than failing the run).
+reported as missing rather than failing the run; a step that did not run in a batch counts 0
+there).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ STEPS: tuple[tuple[int, str, str, str], ...] = (
     (1, "etl_dataflows.executors.local.executor", "LocalExecutor.end_batch", "end batch"),
     (2, "etl_dataflows.executors.local.arrays", "ArrayTable.end_batch", "table deltas"),
     (3, "etl_dataflows.executors.local.arrays", "ArrayTable.image_rows", "image rows"),
-    (4, "etl_dataflows.executors.local.arrays", "ArrayTable._key_order", "key order"),
+    (4, "etl_dataflows.executors.local.arrays", "ArrayTable._in_key_order", "key order"),
+    (5, "etl_dataflows.executors.local.arrays", "ArrayTable._key_order", "by sorting"),
     (2, "etl_dataflows.executors.serial", "SerialExecutor.end_batch", "serial part's deltas"),
 )
 
@@ -108,9 +110,9 @@ def measure(app_name: str, executor: str, knobs: dict[str, Any]) -> dict[str, An
             restore()
         runner.close()
     steps = []
-    for depth, _, qualified, label in STEPS:
-        times = [batch.get(qualified, 0.0) * 1e3 for batch in per_batch]
-        if any(qualified in batch for batch in per_batch):
+    for depth, module_name, qualified, label in STEPS:
+        times = [batch.get(qualified, 0.0) * 1e3 for batch in per_batch] or [0.0]
+        if f"{module_name}.{qualified}" not in missing:
             steps.append(
                 {
                     "depth": depth,

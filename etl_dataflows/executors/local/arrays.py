@@ -229,6 +229,19 @@ class ArrayTable:
             self.values[column][slots] = values
             self.valid[column][slots] = valid
 
+    def _in_key_order(self, slots: np.ndarray) -> np.ndarray:
+        """``slots`` (distinct) sorted by key."""
+        if len(slots) and len(self.key_parts) == 1 and self.key_type == "int64":
+            ranks = self._ranks(len(slots))
+            if ranks is not None and len(ranks) <= _COUNTING_SPAN * len(slots):
+                ordered: np.ndarray = _slots_by_rank(
+                    np.ascontiguousarray(slots, dtype=np.int64), ranks
+                )
+                if len(ordered) == len(slots):
+                    return ordered
+        sorted_slots: np.ndarray = slots[self._key_order(slots)]
+        return sorted_slots
+
     def _key_order(self, slots: np.ndarray) -> np.ndarray:
         """The order of ``slots`` (distinct) by key (every key column, in declaration order)."""
         if len(self.key_parts) == 1:
@@ -256,7 +269,7 @@ class ArrayTable:
 
     def image_rows(self, slots: np.ndarray) -> pa.Table:
         """Image rows of ``slots`` sorted by key."""
-        slots = slots[self._key_order(slots)]
+        slots = self._in_key_order(slots)
         arrays: list[pa.Array] = self._key_arrays(slots)
         if self.table.surrogate:
             arrays.append(pa.array(self.sk[slots], type=pa.int64()))
@@ -343,7 +356,7 @@ class ArrayTable:
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
         if not len(slots):
             return self._no_ids
-        slots = slots[self._key_order(slots)]
+        slots = self._in_key_order(slots)
         return pa.Table.from_arrays(self._key_arrays(slots), schema=self._id_schema)
 
 
@@ -377,6 +390,23 @@ def order_by_rank(ranks: np.ndarray, upper: int) -> np.ndarray:
         if len(order) == len(ranks):
             return order
     return np.argsort(ranks, kind="stable")
+
+
+@numba.njit(cache=True, nogil=True)
+def _slots_by_rank(slots: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Distinct ``slots`` in the order of their ``ranks`` (a permutation of ``[0, len(ranks))``)
+    by one pass over the ranks; fewer entries if a slot repeats (the caller then sorts)."""
+    upper = ranks.shape[0]
+    at = np.full(upper, -1, dtype=np.int64)
+    for i in range(slots.shape[0]):
+        at[ranks[slots[i]]] = slots[i]
+    out = np.empty(slots.shape[0], dtype=np.int64)
+    count = 0
+    for r in range(upper):
+        if at[r] >= 0:
+            out[count] = at[r]
+            count += 1
+    return out[:count]
 
 
 @numba.njit(cache=True, nogil=True)
