@@ -74,6 +74,8 @@ class DeadLetters:
         return sum(1 for r in self._rows if r[0] == step)
 
     def table(self) -> pa.Table:
+        if not self._rows:
+            return _NO_DEAD_LETTERS
         rows = sorted(self._rows, key=lambda r: self._rank.get(r[0], len(self._rank)))
         columns = list(zip(*rows, strict=True)) if rows else [()] * 6
         return pa.Table.from_arrays(
@@ -116,6 +118,10 @@ def _with_meta(
     for name, column in _meta(source):
         data = data.append_column(name, column)
     return data
+
+
+#: The dead letters of a batch that has none (Arrow tables never change: one serves every batch).
+_NO_DEAD_LETTERS = DEAD_LETTER_SCHEMA.empty_table()
 
 
 def empty_events(schema: OutputSchema) -> pa.Table:

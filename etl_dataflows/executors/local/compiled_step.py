@@ -583,7 +583,7 @@ class CompiledStep:
         value are formatted row by row."""
         events = prepared.events
         if not len(failed):
-            return ABORT_SCHEMA.empty_table()
+            return _NO_ABORTS
         status = outputs["st_out"][failed]
         codes = outputs["rs_out"][failed]
         reasons = np.empty(len(failed), dtype=object)
@@ -660,6 +660,9 @@ class CompiledStep:
         names = [*self.out_schema, *META_COLUMNS]
         return pa.Table.from_arrays(arrays, names=names) if names else pa.table({})
 
+
+#: The abort table of a batch with no aborts (shared: Arrow tables never change).
+_NO_ABORTS = ABORT_SCHEMA.empty_table()
 
 #: An abort's kind by status (1: a condition failed, 2: an error), as status != 1.
 _ABORT_KINDS = pa.array(["condition", "error"], type=pa.string())
