@@ -320,8 +320,13 @@ class CompiledStep:
             slots.append(by_key[group])
             if op.kind != "read":
                 writers.add(group)
+        written: dict[str, list[np.ndarray]] = {}
         for table_name, parts in sorted(writers):
-            self.arrays[table_name].remember(by_key[(table_name, parts)])
+            written.setdefault(table_name, []).append(by_key[(table_name, parts)])
+        for table_name, slot_arrays in written.items():  # one call a table: its keys at once
+            self.arrays[table_name].remember(
+                slot_arrays[0] if len(slot_arrays) == 1 else np.concatenate(slot_arrays)
+            )
         codes: dict[int, np.ndarray] = {}
         if self.pool is not None:
             for k in self._coded:
