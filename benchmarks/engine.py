@@ -20,10 +20,12 @@ their range and quartiles, and the load average before and after each run
 
 Writes a table to stdout, and with ``--json PATH`` a JSON document (``results``: one record per
 (app, key layout, executor) with ``app``, ``key_layout``, ``executor``, ``runs``, ``txn_per_s``,
-``ops_per_s``, ``p50_batch_ms``, ``p99_batch_ms`` (medians; each also with ``_min``, ``_max``,
-``_q1``, ``_q3`` and ``_runs``), ``peak_mem_mb``, ``strategy``, ``verified``, ``load_1m_min``,
-``load_1m_max``; ``runs``: every run's own record; ``command``, ``knobs``, ``repeat``,
-``machine``, ``load_before``, ``load_after``) plus a Markdown report beside it.
+``ops_per_s``, ``cpu_txn_per_s`` (transactions per CPU-second of the process over the same
+intervals: what the engine did with the cores it got), ``p50_batch_ms``, ``p99_batch_ms``
+(medians; each also with ``_min``, ``_max``, ``_q1``, ``_q3`` and ``_runs``), ``peak_mem_mb``,
+``strategy``, ``verified``, ``load_1m_min``, ``load_1m_max``; ``runs``: every run's own record;
+``command``, ``knobs``, ``repeat``, ``machine``, ``load_before``, ``load_after``) plus a Markdown
+report beside it.
 ``streamdi bench engine-table PATH`` renders the documentation's figures table from it.
 """
 
@@ -107,7 +109,7 @@ def run_one(
     latencies: list[float] = []
     strategies: Counter[str] = Counter()
     txns = ops = 0
-    measured_seconds = 0.0
+    measured_seconds = cpu_seconds = 0.0
     first_ms = 0.0
     results = runner.run_stream(batches) if pipelined else map(runner.run_batch, batches)
 
@@ -128,18 +130,22 @@ def run_one(
         # dropped batch by batch, as a pipeline hands them on; keeping them all would measure the
         # allocator). With prepare-ahead, the next batch is prepared during the hashing, as it
         # would be during a staging commit.
-        started = time.perf_counter()
+        # The CPU time of the process (every thread) over the same intervals says what the
+        # engine did with the cores it got, whatever else ran on the machine.
+        started, cpu_started = time.perf_counter(), time.process_time()
         for index, (batch, result) in enumerate(zip(batches, results, strict=True)):
             elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
             if index == 0:
                 first_ms = elapsed * 1000
             else:
                 latencies.append(elapsed * 1000)
                 measured_seconds += elapsed
+                cpu_seconds += cpu
                 txns += batch.num_events
                 ops += chosen.operations(batch)
             digest(result)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
         final = runner.state_image()
     finally:
         runner.close()
@@ -147,7 +153,7 @@ def run_one(
         table_digest(hasher, final.tables[name])
     if not latencies:  # a single batch: report it
         latencies = [first_ms]
-        measured_seconds = first_ms / 1000
+        measured_seconds = cpu_seconds = first_ms / 1000
         txns = batches[0].num_events
         ops = chosen.operations(batches[0])
     return {
@@ -157,6 +163,7 @@ def run_one(
         "operations": ops,
         "txn_per_s": txns / measured_seconds if measured_seconds else 0.0,
         "ops_per_s": ops / measured_seconds if measured_seconds else 0.0,
+        "cpu_txn_per_s": txns / cpu_seconds if cpu_seconds else 0.0,
         "p50_batch_ms": float(np.percentile(latencies, 50)),
         "p99_batch_ms": float(np.percentile(latencies, 99)),
         "first_batch_ms": first_ms,

@@ -32,6 +32,7 @@ def run(executor: str, txn_per_s: float, digest: str = "d", **extra: Any) -> dic
         "operations": 30_000,
         "txn_per_s": txn_per_s,
         "ops_per_s": 3 * txn_per_s,
+        "cpu_txn_per_s": 1.5 * txn_per_s,
         "p50_batch_ms": 10_240 / txn_per_s * 1000,
         "p99_batch_ms": 2 * 10_240 / txn_per_s * 1000,
         "first_batch_ms": 40.0,
