@@ -18,6 +18,7 @@ import argparse
 import json
 import multiprocessing
 import platform
+import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,7 @@ def figures_table(document: dict[str, Any]) -> str:
         "`streamdi bench engine-table` from the result of:"
     )
     command = document.get("command", "streamdi bench engine")
+    note = textwrap.fill(note, width=100, break_on_hyphens=False)
     return "\n".join(lines) + f"\n\n{note}\n\n```sh\n{command}\n```\n"
 
 
