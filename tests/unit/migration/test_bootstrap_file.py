@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from cli.migration import bootstrap_line
 from migration.bootstrap import Bootstrap, BootstrapProgress, read_record
 from migration.bootstrap.file_copy import side_file
 from migration.exceptions import BootstrapStopped
@@ -94,6 +95,8 @@ def test_the_copy_is_rewritten_for_the_new_target(stage: ShopStage, tmp_path: Pa
         boot = migrator.migrate([method], merge="never").targets[method].bootstrap
         assert boot is not None and boot.method == ("file" if method == "auto" else "rows")
         assert (boot.through, boot.peer, boot.peer_watermark) == (14, "old", 12)
+        if method == "auto":
+            assert "a copy of old's file at batch 12" in bootstrap_line(boot.as_dict())
         made[method] = both[method]
         migrator.close()
     new, rows = made["auto"], made["rows"]
