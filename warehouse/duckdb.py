@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
@@ -109,6 +109,18 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _copy_range(src: BinaryIO, out: BinaryIO, offset: int, size: int) -> int:
+    """Copy ``size`` bytes of ``src`` from ``offset`` to the end of ``out`` (in the kernel where
+    it can); the bytes copied (0 at the end of ``src``)."""
+    try:
+        return os.sendfile(out.fileno(), src.fileno(), offset, size)
+    except OSError:  # a platform without sendfile to files: through a buffer
+        src.seek(offset)
+        data = src.read(size)
+        out.write(data)
+        return len(data)
 
 
 def wal_path(path: Path) -> Path:
@@ -422,7 +434,7 @@ class DuckDBDriver(BaseWarehouseDriver):
                         offset = 0
                         while offset < before.st_size:
                             step = min(COPY_CHUNK, before.st_size - offset)
-                            sent = os.sendfile(out.fileno(), src.fileno(), offset, step)
+                            sent = _copy_range(src, out, offset, step)
                             if sent == 0:
                                 break
                             offset += sent
