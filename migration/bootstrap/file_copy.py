@@ -194,12 +194,16 @@ class FileCopy:
                 top = snap.watermark
                 self.progress.through = top
                 # 5.
+                rewriting = time.perf_counter()
                 watermark = self._rewrite(whole, side, peer, snap, released)
+                rewrite_s = time.perf_counter() - rewriting
                 self._check_stop()
                 # 6.
                 self.step("bootstrap-file-swap")
+                swapping = time.perf_counter()
                 with self.quiet() if self.quiet is not None else nullcontext():
                     whole.replace_with(side)
+                swap_s = time.perf_counter() - swapping
             # 7. (the snapshot closed with the stack)
         except FileRefused as refused:
             logger.info("bootstrap by file copy not taken target=%s: %s", name, refused)
@@ -211,12 +215,14 @@ class FileCopy:
         self.progress.seconds = time.perf_counter() - started
         logger.info(
             "bootstrap by file copy target=%s peer=%s peer_watermark=%s through=%s "
-            "copy_s=%.3f seconds=%.3f",
+            "copy_s=%.3f rewrite_s=%.3f swap_s=%.3f seconds=%.3f",
             name,
             peer.name,
             watermark,
             top,
             copy_s,
+            rewrite_s,
+            swap_s,
             self.progress.seconds,
         )
         return top
@@ -377,24 +383,30 @@ class FileCopy:
             record_target_version(copy, layout.version, 0)
 
     def _marks(self, copy: BaseTarget, peer: str, watermark: int) -> dict[str, RelationMark]:
-        """5c: each relation's rows at ``P`` (a state table's current rows: its full rows
-        overlaid with the deltas not merged yet; a sink's full and delta rows)."""
+        """5c: each relation's rows at ``P``: a sink's full and delta rows, a state table's full
+        rows overlaid with its deltas not merged yet (counted so only where it has some)."""
         layout = copy.layout
         names = list(layout.tables)
-        counts = " UNION ALL ".join(
-            f"SELECT {i} AS t, (SELECT count(*) FROM ({layout.current_sql(n)}) c) AS n"
+        if not names:
+            return {}
+        sizes = " UNION ALL ".join(
+            f"SELECT {i} AS t, (SELECT count(*) FROM {layout.full_name(n)}) AS full_rows, "
+            f"(SELECT count(*) FROM {layout.delta_name(n)}) AS delta_rows"
             for i, n in enumerate(names)
         )
-        rows = {names[int(t)]: int(n) for t, n in copy.fetch(counts)} if names else {}
+        rows: dict[str, int] = {}
+        for t, full, delta in copy.fetch(sizes):
+            name = names[int(t)]
+            if layout.tables[name].kind == "state" and int(delta) > 0:
+                current = f"SELECT count(*) FROM ({layout.current_sql(name)}) c"
+                rows[name] = int(copy.fetch(current)[0][0])
+            else:
+                rows[name] = int(full) + int(delta)
         marks: dict[str, RelationMark] = {}
         for name in names:
-            first = 1
-            marks[name] = RelationMark(name, watermark, first, rows[name], peer, watermark, 0.0)
+            marks[name] = RelationMark(name, watermark, 1, rows[name], peer, watermark, 0.0)
             self.progress.update(
-                name,
-                rows=rows[name],
-                through=watermark,
-                source=source_text(peer, watermark),
+                name, rows=rows[name], through=watermark, source=source_text(peer, watermark)
             )
         return marks
 

@@ -125,6 +125,10 @@ def test_the_copy_is_rewritten_for_the_new_target(stage: ShopStage, tmp_path: Pa
     assert {n: (m.through, m.source) for n, m in record.relations.items()} == {
         n: (12, "old through batch 12, then staging") for n in RELATIONS
     }
+    # the rows each relation had at P (the peer's full rows overlaid with its unmerged deltas)
+    assert {n: m.rows for n, m in record.relations.items()} == {
+        n: sum(stage.truth[12][n].values()) for n in RELATIONS
+    }
     assert not side_file(new.path).exists()
     for target in (new, rows, old["old"]):
         target.close()
