@@ -2,7 +2,7 @@
 
 A DuckDB target bootstrapped from a DuckDB peer of the same layout need not move its rows through
 Arrow: the peer's file, copied whole, holds every relation at the peer's watermark ``P`` in
-DuckDB's own pages (TPC-DI at SF=3: 91 MB copied and synced in ~0.1 s, where inserting its 3.3 M
+DuckDB's own pages (TPC-DI at SF=3: 96 MB copied and synced in ~0.1 s, where inserting its 3.3 M
 rows takes ~0.9 s). What makes the copy a bootstrap is what is rewritten in it before it becomes
 the target's file — on a side file nothing else reads (``<target file>.bootstrap``) — and the
 swap at the end. :class:`FileCopy` runs it for :class:`~migration.bootstrap.copier.Bootstrap`
@@ -10,16 +10,18 @@ after that one's step 1 (the target's ledger holds no batch, its record says ``c
 returns None, the target unchanged, whenever the file path cannot be taken; the bootstrap then
 copies rows. In order:
 
-1. Check the target: it is one file (:meth:`~migration.targets.base.BaseTarget.whole_file`) that
-   holds nothing but the layout's relations and no other stream's rows: the file is replaced.
+1. Check the target: it is one file (:meth:`~migration.targets.base.BaseTarget.whole_file`);
+   remove what an earlier run left beside it (the side file and its log; whichever path runs
+   now); its file holds nothing but the layout's relations and no other stream's rows (it is
+   replaced).
 2. Choose the peer: another target that is one file with the same layout (stream, schema,
    fingerprint), reachable, not being bootstrapped, holding every batch staging released
    (watermark ``>= R``), with complete sinks (``sinks_from`` 1: with a peer missing sink rows
    the rows path may find a better one); the highest watermark among those.
-3. Copy: remove what an earlier run left (the side file, its log); copy the peer's file to the
-   side file, checkpointed and held still (under the file's writer lock: the peer's loads and
-   merges in this process wait for the copy, its reads go on) and synced. A file that did not
-   hold still (:class:`~warehouse.exceptions.WarehouseFileBusy`) leaves it to the rows path.
+3. Copy the peer's file to the side file, checkpointed and held still (under the file's writer
+   lock: the peer's loads and merges in this process wait for the copy, its reads go on) and
+   synced. A file that did not hold still (:class:`~warehouse.exceptions.WarehouseFileBusy`)
+   leaves it to the rows path.
 4. Open staging's snapshot at its watermark ``S``, after the copy: ``S >= P`` (a peer holds only
    batches staging committed).
 5. Rewrite the copy, through a target of its own, in one transaction:
@@ -52,7 +54,7 @@ copies rows. In order:
 
 A crash (``kill -9``) anywhere before step 6's rename leaves the target as it was (its ledger
 holds no batch, its record says ``copying``): the next run starts over, by either path, and its
-step 3 removes the side file. After the rename the target is bootstrapped (``loaded`` through
+step 1 removes the side file. After the rename the target is bootstrapped (``loaded`` through
 ``S``): the next round reads ``S`` from its ledger and loads ``S + 1`` on, as after the rows
 path's last COMMIT. Between step 6 removing the target's log and the rename, the target is its
 last checkpoint, a state it was in (an empty layout, at worst without its ``copying`` record: the
@@ -174,14 +176,17 @@ class FileCopy:
         try:
             with ExitStack() as stack:
                 # 1.
-                whole = self._check_target()
+                whole = self.target.whole_file()
+                if whole is None:
+                    raise FileRefused("the target is not one file")
                 side = side_file(whole.path)
+                _remove(side)  # (step 3's, early: left by a crash, it goes whichever path runs)
+                self._check_target(whole)
                 # 2.
                 released = self.staged.released_through()
                 peer = self._choose_peer(released)
                 stack.callback(peer.target.close)
                 # 3.
-                _remove(side)
                 stack.callback(_remove, side)  # gone, unless step 6 moved it in
                 self._check_stop()
                 copied = time.perf_counter()
@@ -229,11 +234,8 @@ class FileCopy:
 
     # -- 1. ----------------------------------------------------------------------------------------
 
-    def _check_target(self) -> BaseWarehouseFile:
+    def _check_target(self, whole: BaseWarehouseFile) -> None:
         target = self.target
-        whole = target.whole_file()
-        if whole is None:
-            raise FileRefused("the target is not one file")
         try:
             foreign = whole.foreign_relations()
             others = self._other_streams(target)
@@ -244,7 +246,6 @@ class FileCopy:
                 f"its file holds more than this dataflow's layout ({foreign[:5]}, other streams "
                 f"{others}): it is not replaced"
             )
-        return whole
 
     @staticmethod
     def _other_streams(target: BaseTarget) -> list[str]:
@@ -308,10 +309,10 @@ class FileCopy:
         """Step 5 on the side file; the peer's watermark ``P`` in the copy."""
         copy = whole.target_on(side)
         try:
-            copy.open()
-        except TargetMismatch as exc:  # not this layout after all: nothing of the target changed
-            raise FileRefused(f"the copy is not this layout: {exc}") from exc
-        try:
+            try:
+                copy.open()
+            except TargetMismatch as exc:  # not this layout after all: the target is unchanged
+                raise FileRefused(f"the copy is not this layout: {exc}") from exc
             with copy.guard():
                 copy.begin()
                 try:
