@@ -26,18 +26,23 @@ _EMPTY = np.int64(-1)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _home(key: np.int64, mask: np.int64) -> np.int64:
-    """The first position of ``key`` in a table of ``mask + 1`` entries: the low bits of
-    murmur3's 64-bit finalizer (fmix64) of the key. Every bit of the key moves every bit of the
-    hash, so keys that differ only in their high bits (multiples of 2**40, say) spread as well as
-    random keys; a plain multiply-and-shift would send them all to one position."""
-    x = np.uint64(key)
+def _fmix64(x: np.uint64) -> np.uint64:
+    """murmur3's 64-bit finalizer: every bit of ``x`` moves every bit of the result."""
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xFF51AFD7ED558CCD)
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xC4CEB9FE1A85EC53)
     x ^= x >> np.uint64(33)
-    return np.int64(x & np.uint64(mask))
+    return x
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _home(key: np.int64, mask: np.int64) -> np.int64:
+    """The first position of ``key`` in a table of ``mask + 1`` entries: the low bits of
+    murmur3's 64-bit finalizer (fmix64) of the key. Every bit of the key moves every bit of the
+    hash, so keys that differ only in their high bits (multiples of 2**40, say) spread as well as
+    random keys; a plain multiply-and-shift would send them all to one position."""
+    return np.int64(_fmix64(np.uint64(key)) & np.uint64(mask))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -290,12 +295,7 @@ def _row_home(keys: np.ndarray, row: int, mask: np.int64) -> np.int64:
     every bit of the position."""
     h = np.uint64(0x9E3779B97F4A7C15)
     for c in range(keys.shape[1]):
-        h ^= np.uint64(keys[row, c])
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xC4CEB9FE1A85EC53)
-        h ^= h >> np.uint64(33)
+        h = _fmix64(h ^ np.uint64(keys[row, c]))
     return np.int64(h & np.uint64(mask))
 
 
