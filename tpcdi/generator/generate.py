@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import finwire, market, reference, text
+from tpcdi.generator import finwire, lines, market, reference
 from tpcdi.generator.customer_xml import HEAD, TAIL, actions_xml
 from tpcdi.generator.customers import CustomerBase, history
 from tpcdi.generator.incremental import IncrementalRecords, batch_records
@@ -34,7 +34,7 @@ from tpcdi.generator.people import AddressBook, Employees, employees
 from tpcdi.generator.prospects import ProspectList, first_list, matching_active_customers, next_list
 from tpcdi.generator.scale import BATCH1_DATE, BATCH1_END, FIRST_DAY, Calendar, Scale, at, day
 from tpcdi.generator.trade_files import write_trades
-from tpcdi.generator.trades import Trades, build
+from tpcdi.generator.trades import TradeNames, Trades, build
 from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
 
 DAY = 86_400
@@ -145,7 +145,7 @@ class _Generator:
         broker_index = np.searchsorted(
             self.staff.broker_ids, base.account_broker[self.trades.account]
         )
-        self.exec_names = self.staff.broker_names.take(pa.array(broker_index))
+        self.trade_names = TradeNames(mk.symbols, self.staff.broker_names, broker_index)
         self.watch_book = market.WatchBook(rng["watches"], len(mk.symbol_created))
 
     def _trades(
@@ -291,16 +291,16 @@ class _Generator:
         )
 
     def trade_files(self, batch: int) -> None:
-        write_trades(self.w, self.trades, batch, self.market.symbols, self.exec_names, self._dsn)
+        write_trades(self.w, self.trades, batch, self.trade_names, self._dsn)
 
     def _dsn(self, name: str, n: int) -> np.ndarray:
         start = self.dsn.setdefault(name, 1000)
         self.dsn[name] = start + n + 7
         return np.arange(start, start + n)
 
-    def _with_cdc(self, name: str, columns: list[pa.Array]) -> list[pa.Array]:
-        n = len(columns[0])
-        return [pa.array(["I"] * n, pa.string()), text.ints(self._dsn(name, n)), *columns]
+    def _with_cdc(self, name: str, fields: list[lines.Field]) -> list[lines.Field]:
+        n = len(fields[0].values)
+        return [lines.const("I", n), lines.ints(self._dsn(name, n)), *fields]
 
     def watch_files(self, batch: int) -> None:
         base, mk = self.base, self.market
@@ -314,11 +314,11 @@ class _Generator:
             mk.symbol_active,
         )
 
-        def build(rows: np.ndarray) -> list[pa.Array]:
-            columns = watches.columns(mk.symbols, rows)
-            return columns if batch == 1 else self._with_cdc("watch", columns)
+        def build(rows: np.ndarray) -> list[lines.Field]:
+            fields = watches.fields(mk.symbols, rows)
+            return fields if batch == 1 else self._with_cdc("watch", fields)
 
-        self.w.delimited_rows(batch, "WatchHistory.txt", len(watches.ts), build)
+        self.w.formatted_rows(batch, "WatchHistory.txt", len(watches.ts), build)
         self.w.audit(
             batch,
             "WatchHistory",
@@ -337,16 +337,13 @@ class _Generator:
         walk = market.PriceWalk.start(self.rng["market"], len(mk.symbol_created))
         symbol_day = mk.symbol_created // DAY
         for batch, days in market.market_days(self.calendar).items():
-            parts = []
-            for columns in market.daily_market(
-                self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
-            ):
-                parts.append(
-                    text.join_fields(
-                        self._with_cdc("market", columns) if batch != 1 else columns, "|"
-                    )
+            parts = (
+                self._with_cdc("market", fields) if batch != 1 else fields
+                for fields in market.daily_market(
+                    self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
                 )
-            count = self.w.lines(batch, "DailyMarket.txt", parts)
+            )
+            count = self.w.formatted(batch, "DailyMarket.txt", parts)
             self.w.audit(
                 batch, "DailyMarket", _rows("FactMarketHistory", batch, {"DM_RECORDS": count})
             )
@@ -414,5 +411,6 @@ def generate(
         gen.daily_market_files()
         gen.top_level(seed)
     finally:
+        gen.w.close()
         bar.close()
     return GenerationReport(sf, seed, time.perf_counter() - started, dict(gen.w.records), days)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import text
+from tpcdi.generator import lines
 from tpcdi.generator.scale import (
     BATCH1_DATE,
     BATCH1_END,
@@ -62,7 +62,7 @@ def daily_market(
     symbol_day: np.ndarray,
     active: np.ndarray,
 ) -> Iterator[list[pa.Array]]:
-    """DailyMarket.txt columns (without CDC) for ``days``, in chunks of days; rows by day."""
+    """DailyMarket.txt fields (without CDC) for ``days``, in chunks of days; rows by day."""
     for begin in range(0, len(days), _CHUNK_DAYS):
         chunk = days[begin : begin + _CHUNK_DAYS]
         steps = np.exp(rng.normal(0, 0.02, (len(chunk), len(walk.close))))
@@ -74,12 +74,12 @@ def daily_market(
         high = close + (close * rng.uniform(0, 0.08, len(close))).astype(np.int64)
         low = np.maximum(1, close - (close * rng.uniform(0, 0.08, len(close))).astype(np.int64))
         yield [
-            text.dates(chunk[d]),
-            symbols.take(pa.array(s)),
-            text.money(close),
-            text.money(high),
-            text.money(low),
-            text.ints(rng.integers(1000, 10**9, len(close))),
+            lines.dates(chunk[d]),
+            lines.pick(symbols, s),
+            lines.money(close),
+            lines.money(high),
+            lines.money(low),
+            lines.ints(rng.integers(1000, 10**9, len(close))),
         ]
 
 
@@ -92,13 +92,14 @@ class Watches:
     ts: np.ndarray
     cancel: np.ndarray
 
-    def columns(self, symbols: pa.Array, rows: np.ndarray | None = None) -> list[pa.Array]:
+    def fields(self, symbols: pa.Array, rows: np.ndarray | None = None) -> list[lines.Field]:
+        """WatchHistory.txt fields (without CDC) of the watch events ``rows`` (default all)."""
         sel = np.arange(len(self.ts)) if rows is None else rows
         return [
-            text.ints(self.customer[sel]),
-            symbols.take(pa.array(self.symbol[sel])),
-            text.timestamps(self.ts[sel]),
-            text.pick(["ACTV", "CNCL"], self.cancel[sel].astype(np.int64)),
+            lines.ints(self.customer[sel]),
+            lines.pick(symbols, self.symbol[sel]),
+            lines.timestamps(self.ts[sel]),
+            lines.pick(["ACTV", "CNCL"], self.cancel[sel]),
         ]
 
 

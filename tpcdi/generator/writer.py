@@ -9,7 +9,9 @@ per batch and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
 from __future__ import annotations
 
 import datetime
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpcdi.generator.lines import Field, format_lines
 from tpcdi.generator.text import join_fields, write_lines
 
 AUDIT_HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue"
 #: Rows turned into text at a time by :meth:`StagingWriter.delimited_rows`.
 CHUNK_ROWS = 500_000
+#: Rows formatted at a time by :meth:`StagingWriter.formatted_rows` (~10-20 MB of text): small
+#: enough that both cores have a chunk to format in a file of a few hundred thousand lines.
+FORMAT_ROWS = 131_072
+#: Threads formatting chunks (the formatter releases the GIL): one per core of our machines.
+FORMAT_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,15 @@ class StagingWriter:
         self.root = root
         self.progress = progress
         self.records: dict[tuple[int, str], int] = {}
+        self._formatters: ThreadPoolExecutor | None = None
         for batch in batches:
             (root / f"Batch{batch}").mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        """Stop the formatting threads (the writer can still write; they start again)."""
+        if self._formatters is not None:
+            self._formatters.shutdown()
+            self._formatters = None
 
     def path(self, batch: int, name: str) -> Path:
         return self.root / f"Batch{batch}" / name
@@ -135,6 +150,55 @@ class StagingWriter:
             for lo in range(0, rows, CHUNK_ROWS)
         )
         return self.lines(batch, name, parts)
+
+    def formatted(
+        self, batch: int, name: str, parts: Iterable[Sequence[Field]], delimiter: str = "|"
+    ) -> int:
+        """Write a delimited file whose lines are the fields of ``parts``, one after the other;
+        returns the number of lines.
+
+        ``parts`` is consumed in order on the calling thread (a part may draw random numbers or
+        take sequence numbers); up to :data:`FORMAT_THREADS` parts are formatted at a time by
+        :func:`~tpcdi.generator.lines.format_lines` while earlier ones are written, in order.
+        """
+        if self._formatters is None:
+            self._formatters = ThreadPoolExecutor(FORMAT_THREADS, "tpcdi-format")
+        pending: deque[tuple[Future[np.ndarray], int]] = deque()
+        count = 0
+        with open(self.path(batch, name), "wb") as handle:
+
+            def write_first() -> None:
+                nonlocal count
+                future, n = pending.popleft()
+                handle.write(memoryview(future.result()))
+                count += n
+                self.progress.advance(n, name)
+
+            for fields in parts:
+                n = len(fields[0].values)
+                if n:
+                    pending.append((self._formatters.submit(format_lines, fields, delimiter), n))
+                if len(pending) > FORMAT_THREADS:
+                    write_first()
+            while pending:
+                write_first()
+        self.records[(batch, name)] = self.records.get((batch, name), 0) + count
+        return count
+
+    def formatted_rows(
+        self,
+        batch: int,
+        name: str,
+        rows: int,
+        build: Callable[[np.ndarray], Sequence[Field]],
+        delimiter: str = "|",
+    ) -> int:
+        """Write a delimited file of ``rows`` lines whose fields ``build`` makes for a range of
+        line numbers (called in order, :data:`FORMAT_ROWS` lines at a time)."""
+        parts = (
+            build(np.arange(lo, min(lo + FORMAT_ROWS, rows))) for lo in range(0, rows, FORMAT_ROWS)
+        )
+        return self.formatted(batch, name, parts, delimiter)
 
     def text(self, batch: int, name: str, content: str, records: int) -> None:
         """Write a file from a string (CRLF line ends) that holds ``records`` records."""
