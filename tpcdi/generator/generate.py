@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,9 @@ from tpcdi.generator.trades import TradeNames, Trades, build
 from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
 
 DAY = 86_400
+#: Threads writing families of files beside the model (DailyMarket, reference files and
+#: FINWIRE, WatchHistory); their formatting runs on the writer's own threads.
+FILE_THREADS = 3
 _STREAMS = (
     "hr",
     "finwire",
@@ -106,11 +110,17 @@ class _Generator:
         self.w = StagingWriter(out, progress, calendar.batches)
         self.dsn = {"customer": 1000, "account": 1000}
 
-    # -- model --------------------------------------------------------------------------
-    def model(self) -> None:
+    # -- model: each step draws from its own streams, in this order ----------------------
+    def staff_and_market(self) -> None:
+        """Employees, then FINWIRE's companies and securities (and the FINWIRE lines)."""
+        self.staff: Employees = employees(self.rng["hr"], self.scale.employees)
+        self.market = finwire.build(self.rng["finwire"], self.scale, self.book)
+        self.watch_book = market.WatchBook(self.rng["watches"], len(self.market.symbol_created))
+
+    def customers(self) -> None:
+        """The Batch1 customer history, then each incremental batch's customer and account
+        records and prospect list (each list's file written as soon as it is drawn)."""
         scale, rng = self.scale, self.rng
-        self.staff: Employees = employees(rng["hr"], scale.employees)
-        self.market = finwire.build(rng["finwire"], scale, self.book)
         self.base: CustomerBase = history(rng["customers"], scale, self.book, self.staff.broker_ids)
         self.actions_text = actions_xml(self.base)
         self.prospects: dict[int, ProspectList] = {
@@ -136,6 +146,9 @@ class _Generator:
             # written now: a long feed keeps one list in memory, not one per day
             self.prospect_file(b)
             del self.prospects[b - 1]
+
+    def trade_model(self) -> None:
+        """Every trade and its status events (they need every account and security)."""
         base, mk = self.base, self.market
         usable = np.minimum(base.account_closed, base.inactive[base.account_owner])
         symbol_order = np.argsort(mk.symbol_created, kind="stable")
@@ -146,7 +159,13 @@ class _Generator:
             self.staff.broker_ids, base.account_broker[self.trades.account]
         )
         self.trade_names = TradeNames(mk.symbols, self.staff.broker_names, broker_index)
-        self.watch_book = market.WatchBook(rng["watches"], len(mk.symbol_created))
+
+    def model(self) -> None:
+        """The whole model, one step after the other (what :func:`generate` overlaps with
+        writing files)."""
+        self.staff_and_market()
+        self.customers()
+        self.trade_model()
 
     def _trades(
         self, usable: np.ndarray, symbol_order: np.ndarray, symbol_usable: np.ndarray
@@ -302,6 +321,11 @@ class _Generator:
         n = len(fields[0].values)
         return [lines.const("I", n), lines.ints(self._dsn(name, n)), *fields]
 
+    def all_watch_files(self) -> None:
+        """WatchHistory.txt of every batch, in batch order (the watch book remembers)."""
+        for batch in self.calendar.batches:
+            self.watch_files(batch)
+
     def watch_files(self, batch: int) -> None:
         base, mk = self.base, self.market
         watches = self.watch_book.batch(
@@ -398,17 +422,27 @@ def generate(
     bar = Progress(estimated_records(scale, days), progress)
     gen = _Generator(Path(out), scale, calendar, seed, bar)
     try:
-        gen.model()
-        gen.reference_files()
-        gen.customer_mgmt()
-        gen.finwire_files()
-        for batch in calendar.batches:
-            gen.batch_date(batch)
-            if batch != 1:
-                gen.customer_files(batch)
-            gen.trade_files(batch)
-            gen.watch_files(batch)
-        gen.daily_market_files()
+        # A family of files is written on its own thread as soon as its part of the model
+        # exists, while the model goes on: each family draws only from its own random stream
+        # and its own CDC sequence, so the bytes do not depend on how the threads interleave.
+        with ThreadPoolExecutor(FILE_THREADS, "tpcdi-files") as files:
+            gen.staff_and_market()
+            jobs = [
+                files.submit(gen.daily_market_files),
+                files.submit(gen.reference_files),
+                files.submit(gen.finwire_files),
+            ]
+            gen.customers()
+            jobs.append(files.submit(gen.all_watch_files))
+            gen.customer_mgmt()
+            gen.trade_model()
+            for batch in calendar.batches:
+                gen.batch_date(batch)
+                if batch != 1:
+                    gen.customer_files(batch)
+                gen.trade_files(batch)
+            for job in jobs:
+                job.result()
         gen.top_level(seed)
     finally:
         gen.w.close()

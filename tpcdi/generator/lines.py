@@ -158,17 +158,31 @@ def _put_digits(out: np.ndarray, pos: int, value: int, count: int) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def _put_int(out: np.ndarray, pos: int, value: int) -> int:
+def _put_int(out: np.ndarray, pos: int, value: int, scratch: np.ndarray) -> int:
     if value < 0:
         out[pos] = 45
         pos += 1
         value = -value
+    # digits two at a time into the end of ``scratch``, then copied in order
     rest = np.uint64(value)
-    count = 1
-    while rest >= np.uint64(10):
-        rest //= np.uint64(10)
-        count += 1
-    return _put_digits(out, pos, value, count)
+    i = len(scratch)
+    while rest >= np.uint64(100):
+        pair = rest % np.uint64(100)
+        rest //= np.uint64(100)
+        scratch[i - 1] = _PAIRS[2 * pair + 1]
+        scratch[i - 2] = _PAIRS[2 * pair]
+        i -= 2
+    if rest >= np.uint64(10):
+        scratch[i - 1] = _PAIRS[2 * rest + 1]
+        scratch[i - 2] = _PAIRS[2 * rest]
+        i -= 2
+    else:
+        scratch[i - 1] = np.uint8(48) + np.uint8(rest)
+        i -= 1
+    for k in range(i, len(scratch)):
+        out[pos] = scratch[k]
+        pos += 1
+    return pos
 
 
 @numba.njit(cache=True, inline="always")
@@ -205,6 +219,10 @@ def _format(
 ) -> int:
     pos = 0
     null = np.iinfo(np.int64).min
+    scratch = np.empty(20, dtype=np.uint8)
+    # the text of the last date written: rows near each other in time share their day
+    last_day = null
+    last_date = np.empty(10, dtype=np.uint8)
     for row in range(values.shape[1]):
         for f in range(values.shape[0]):
             if not glue[f]:
@@ -216,27 +234,32 @@ def _format(
                 continue
             kind = kinds[f]
             if kind == 0:  # INT
-                pos = _put_int(out, pos, value)
+                pos = _put_int(out, pos, value, scratch)
             elif kind == 1:  # MONEY
                 if value < 0:
                     out[pos] = 45
                     pos += 1
                     value = -value
-                pos = _put_int(out, pos, value // scales[f])
+                pos = _put_int(out, pos, value // scales[f], scratch)
                 out[pos] = 46
                 pos = _put_digits(out, pos + 1, value % scales[f], digits[f])
-            elif kind == 2:  # TIMESTAMP
-                day = value // 86400
+            elif kind == 2 or kind == 3:  # TIMESTAMP, DATE
+                day = value // 86400 if kind == 2 else value
+                if day != last_day:
+                    _put_date(last_date, 0, day)
+                    last_day = day
+                for b in last_date:
+                    out[pos] = b
+                    pos += 1
+                if kind == 3:
+                    continue
                 second = value - day * 86400
-                pos = _put_date(out, pos, day)
                 out[pos] = 32
                 pos = _put_digits(out, pos + 1, second // 3600, 2)
                 out[pos] = 58
                 pos = _put_digits(out, pos + 1, (second // 60) % 60, 2)
                 out[pos] = 58
                 pos = _put_digits(out, pos + 1, second % 60, 2)
-            elif kind == 3:  # DATE
-                pos = _put_date(out, pos, value)
             else:  # TEXT
                 for i in range(pool_offsets[value], pool_offsets[value + 1]):
                     out[pos] = pool_data[i]

@@ -9,6 +9,7 @@ per batch and ``Generator_audit.csv`` at the top. Every line ends with CRLF.
 from __future__ import annotations
 
 import datetime
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,6 +65,7 @@ class Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.done = 0
+        self._lock = threading.Lock()  # files are written on several threads
         self._bar: Any = None
         if enabled:
             from tqdm import tqdm
@@ -71,11 +73,12 @@ class Progress:
             self._bar = tqdm(total=total, unit="rec", unit_scale=True, desc="tpcdi generate")
 
     def advance(self, records: int, label: str = "") -> None:
-        self.done += records
-        if self._bar is not None:
-            if label:
-                self._bar.set_postfix_str(label, refresh=False)
-            self._bar.update(records)
+        with self._lock:
+            self.done += records
+            if self._bar is not None:
+                if label:
+                    self._bar.set_postfix_str(label, refresh=False)
+                self._bar.update(records)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -85,21 +88,31 @@ class Progress:
 
 
 class StagingWriter:
-    """Writes the files of one data set under ``root`` and remembers how many records each has."""
+    """Writes the files of one data set under ``root`` and remembers how many records each has.
+
+    Files may be written from several threads at once, each file from one thread."""
 
     def __init__(self, root: Path, progress: Progress, batches: Iterable[int] = (1, 2, 3)) -> None:
         self.root = root
         self.progress = progress
         self.records: dict[tuple[int, str], int] = {}
         self._formatters: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
         for batch in batches:
             (root / f"Batch{batch}").mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
-        """Stop the formatting threads (the writer can still write; they start again)."""
-        if self._formatters is not None:
-            self._formatters.shutdown()
-            self._formatters = None
+        """Stop the formatting threads (a later :meth:`formatted` starts them again)."""
+        with self._lock:
+            if self._formatters is not None:
+                self._formatters.shutdown()
+                self._formatters = None
+
+    def _formatting(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._formatters is None:
+                self._formatters = ThreadPoolExecutor(FORMAT_THREADS, "tpcdi-format")
+            return self._formatters
 
     def path(self, batch: int, name: str) -> Path:
         return self.root / f"Batch{batch}" / name
@@ -161,8 +174,7 @@ class StagingWriter:
         take sequence numbers); up to :data:`FORMAT_THREADS` parts are formatted at a time by
         :func:`~tpcdi.generator.lines.format_lines` while earlier ones are written, in order.
         """
-        if self._formatters is None:
-            self._formatters = ThreadPoolExecutor(FORMAT_THREADS, "tpcdi-format")
+        formatters = self._formatting()
         pending: deque[tuple[Future[np.ndarray], int]] = deque()
         count = 0
         with open(self.path(batch, name), "wb") as handle:
@@ -177,7 +189,7 @@ class StagingWriter:
             for fields in parts:
                 n = len(fields[0].values)
                 if n:
-                    pending.append((self._formatters.submit(format_lines, fields, delimiter), n))
+                    pending.append((formatters.submit(format_lines, fields, delimiter), n))
                 if len(pending) > FORMAT_THREADS:
                     write_first()
             while pending:
