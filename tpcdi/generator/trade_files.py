@@ -42,9 +42,7 @@ def _trade_keys(
     })  # fmt: skip
 
 
-def write_trades(
-    w: StagingWriter, trades: Trades, batch: int, names: TradeNames, dsn: Dsn
-) -> None:
+def write_trades(w: StagingWriter, trades: Trades, batch: int, names: TradeNames, dsn: Dsn) -> None:
     """Write the four trade-side files of ``batch`` and their ``*_audit.csv``."""
     t = trades
     events = np.flatnonzero(t.event_batch == batch)  # in time order

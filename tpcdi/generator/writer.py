@@ -182,7 +182,7 @@ class StagingWriter:
             def write_first() -> None:
                 nonlocal count
                 future, n = pending.popleft()
-                handle.write(memoryview(future.result()))
+                handle.write(future.result().data)
                 count += n
                 self.progress.advance(n, name)
 
