@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import datetime
 import logging
+import multiprocessing
 import shutil
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,21 +88,31 @@ def _now() -> datetime.datetime:
     return phases.now()
 
 
+def generate_apart(root: Path, sf: float, *, seed: int, days: int, progress: bool) -> None:
+    """Generate a data set in a fresh process: the generator's model (GBs at SF 100) and the
+    pages its allocators keep after freeing it stay out of the run's own process, whose memory
+    the run reports. Raises what the generator raises."""
+    from tpcdi.generator import generate
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(generate, root, sf, seed=seed, days=days, progress=progress).result()
+
+
 def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -> Path:
     """The staging area to load: generated (``--sf``), given (``--data``) or the configured
     DIGen data set. Raises :class:`SourceNotFound` naming every missing file."""
     from tpcdi.datasets import locate_digen, staging_root, unpack
 
     if options.sf is not None:
-        from tpcdi.generator import generate
-
         days = options.days if options.days is not None else 2
         feed = "" if days == 2 else f"-days{days}"
         root = settings.tpcdi.cache_dir / f"generated-sf{options.sf:g}-seed{options.seed}{feed}"
         if not (root / ".complete").exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
-            generate(root, options.sf, seed=options.seed, days=days, progress=options.progress)
+            generate_apart(
+                root, options.sf, seed=options.seed, days=days, progress=options.progress
+            )
             (root / ".complete").touch()
     elif options.data is not None:
         given = Path(options.data)
