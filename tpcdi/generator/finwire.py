@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpcdi.generator import text
+from tpcdi.generator import sorting, text
 from tpcdi.generator.people import AddressBook, addresses
 from tpcdi.generator.reference import industries
 from tpcdi.generator.scale import BATCH1_END, FW_BEGIN_YEAR, Scale, at
@@ -236,7 +236,7 @@ def build(rng: np.random.Generator, scale: Scale, book: AddressBook) -> Market:
             np.full(len(fin_ts), 2, np.int8),
         ]
     )
-    order = np.argsort(stamps, kind="stable")
+    order = sorting.argsort(stamps)
     return Market(
         company_created=created,
         company_names=company_names,

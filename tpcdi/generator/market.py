@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import lines
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.scale import (
     BATCH1_DATE,
     BATCH1_END,
@@ -146,9 +146,7 @@ class WatchBook:
                 & (customer_until[np.minimum(c, len(customer_until) - 1)] > ts)
             )
             key = c * self.symbols + s
-            first = np.zeros(m, dtype=bool)
-            first[np.unique(key, return_index=True)[1]] = True
-            ok &= first & ~self._watched(key)
+            ok &= sorting.first_occurrences(key) & ~self._watched(key)
             c, s, ts, key = c[ok][:need], s[ok][:need], ts[ok][:need], key[ok][:need]
             added = np.sort(key)
             self.pairs = np.insert(self.pairs, np.searchsorted(self.pairs, added), added)
@@ -219,5 +217,5 @@ class WatchBook:
         symbol = np.concatenate([s, cs])
         stamp = np.concatenate([ts, ct])
         cancel = np.concatenate([np.zeros(len(c), bool), np.ones(len(cc), bool)])
-        order = np.argsort(stamp, kind="stable")
+        order = sorting.argsort(stamp)
         return Watches(customer[order], symbol[order], stamp[order], cancel[order])

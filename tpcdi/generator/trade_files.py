@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tpcdi.generator import lines
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.trades import (
     CMPT,
     CNCL,
@@ -58,7 +58,7 @@ def write_trades(w: StagingWriter, trades: Trades, batch: int, names: TradeNames
         status, ts = t.event_status[last[ids]], t.event_ts[last[ids]]
         w.formatted_rows(1, "Trade.txt", len(ids), lambda i: columns(ids[i], status[i], ts[i]))
         w.audit(1, "Trade", _trade_keys(t, 1, len(ids), len(ids), ids, status))
-        history = events[np.lexsort((t.event_ts[events], t.event_trade[events]))]
+        history = events[sorting.lexsort((t.event_ts[events], t.event_trade[events]))]
         w.formatted_rows(
             1, "TradeHistory.txt", len(history), lambda i: history_fields(t, history[i])
         )
@@ -83,7 +83,7 @@ def write_trades(w: StagingWriter, trades: Trades, batch: int, names: TradeNames
         w.audit(batch, "Trade", _trade_keys(t, batch, len(events), new, ids, status))
 
     done = events[t.event_status[events] == CMPT]
-    holdings = done[np.argsort(t.event_trade[done], kind="stable")] if batch == 1 else done
+    holdings = done[sorting.argsort(t.event_trade[done])] if batch == 1 else done
 
     def cdc(name: str, n: int) -> list[lines.Field]:
         return [] if batch == 1 else [lines.const("I", n), lines.ints(dsn(name, n))]

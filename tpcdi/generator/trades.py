@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import lines
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.scale import TRADE_BEGIN, Calendar, Scale, at
 
 DAY = 86_400
@@ -142,7 +142,7 @@ def build(
     sell_events, _ = _timeline(rng, sell_at, sell_limit)
 
     created = np.concatenate([buy_at, sell_at])
-    order = np.argsort(created, kind="stable")  # T_ID = rank by creation
+    order = sorting.argsort(created)  # T_ID = rank by creation
     tid = np.empty(len(created), dtype=np.int64)
     tid[order] = np.arange(len(created))
     m = len(created)
@@ -176,10 +176,9 @@ def build(
     )
     written = ev_ts_a < horizon
     ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[written], ev_status_a[written], ev_ts_a[written]
-    by_time = np.lexsort((ev_status_a, ev_trade_a, ev_ts_a))
+    by_time = sorting.lexsort((ev_status_a, ev_trade_a, ev_ts_a))
     ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[by_time], ev_status_a[by_time], ev_ts_a[by_time]
-    first = np.zeros(len(ev_ts_a), dtype=bool)
-    first[np.unique(ev_trade_a, return_index=True)[1]] = True
+    first = sorting.first_occurrences(ev_trade_a)
 
     def ordered(values: np.ndarray) -> np.ndarray:
         out = np.empty_like(values)
