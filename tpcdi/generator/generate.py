@@ -14,6 +14,12 @@ changes another, and the same seed always writes the same bytes):
 2. trades (which need every account), watches and daily prices;
 3. the files of each batch, with its ``*_audit.csv`` counted from exactly the records written,
    then the top-level audit files.
+
+The files are written as soon as their part of the model exists, a family of files per thread
+(DailyMarket and FINWIRE once the securities exist, WatchHistory once the customers do, the
+trade files on the calling thread after the trades), and the big files are formatted by a
+compiled pass (:mod:`tpcdi.generator.lines`) that runs on two cores. A family draws only from its
+own stream and numbers its own CDC records, so the bytes never depend on the threads' timing.
 """
 
 from __future__ import annotations
