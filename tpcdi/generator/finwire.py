@@ -11,7 +11,8 @@ Batch1. A tenth of the symbols are inactive securities that nothing trades or wa
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -40,18 +41,35 @@ def quarter_name(q: int) -> str:
     return f"FINWIRE{FW_BEGIN_YEAR + q // 4}Q{q % 4 + 1}"
 
 
+@dataclass(frozen=True)
+class Records:
+    """Every FINWIRE record, sorted by PTS."""
+
+    lines: pa.Array
+    kinds: np.ndarray  # 0 CMP, 1 SEC, 2 FIN per line
+    quarter_bounds: np.ndarray  # index into lines where each quarter file starts (+ end)
+
+
 @dataclass
 class Market:
-    """Companies and securities as the rest of the data set needs them."""
+    """Companies and securities as the rest of the data set needs them, and the FINWIRE records:
+    :meth:`records` draws the FIN records' values (the last draws from the FINWIRE stream, so
+    they can run on another thread while the rest of the model is drawn) and sorts every
+    record."""
 
     company_created: np.ndarray  # second of the first CMP record, per CIK
     company_names: pa.Array
     symbols: pa.Array  # per security
     symbol_created: np.ndarray  # second of the first SEC record
     symbol_active: np.ndarray  # whether the security trades
-    lines: pa.Array  # every FINWIRE record, sorted by PTS
-    kinds: np.ndarray  # 0 CMP, 1 SEC, 2 FIN per line
-    quarter_bounds: np.ndarray  # index into lines where each quarter file starts (+ end)
+    finish: Callable[[], Records]
+    _records: Records | None = field(default=None, init=False, repr=False)
+
+    def records(self) -> Records:
+        """Every FINWIRE record (drawn on the first call; call from one thread)."""
+        if self._records is None:
+            self._records = self.finish()
+        return self._records
 
 
 def _rpad(values: pa.Array, width: int) -> pa.Array:
@@ -225,27 +243,32 @@ def build(rng: np.random.Generator, scale: Scale, book: AddressBook) -> Market:
     ok = low < high
     grid_c, grid_q, low, high = grid_c[ok], grid_q[ok], low[ok], high[ok]
     fin_ts = low + (rng.random(len(low)) * (high - low)).astype(np.int64)
-    fin_lines = _fin_lines(rng, grid_c, grid_q, fin_ts, bounds, company_names)
 
-    lines = pa.concat_arrays([cmp_lines, sec_lines, fin_lines])
-    stamps = np.concatenate([cmp_ts, sec_ts, fin_ts])
-    kinds = np.concatenate(
-        [
-            np.zeros(len(cmp_ts), np.int8),
-            np.ones(len(sec_ts), np.int8),
-            np.full(len(fin_ts), 2, np.int8),
-        ]
-    )
-    order = sorting.argsort(stamps)
+    def finish() -> Records:
+        fin_lines = _fin_lines(rng, grid_c, grid_q, fin_ts, bounds, company_names)
+        lines = pa.concat_arrays([cmp_lines, sec_lines, fin_lines])
+        stamps = np.concatenate([cmp_ts, sec_ts, fin_ts])
+        kinds = np.concatenate(
+            [
+                np.zeros(len(cmp_ts), np.int8),
+                np.ones(len(sec_ts), np.int8),
+                np.full(len(fin_ts), 2, np.int8),
+            ]
+        )
+        order = sorting.argsort(stamps)
+        return Records(
+            lines=lines.take(pa.array(order)),
+            kinds=kinds[order],
+            quarter_bounds=np.searchsorted(stamps[order], bounds),
+        )
+
     return Market(
         company_created=created,
         company_names=company_names,
         symbols=symbols,
         symbol_created=sym_created,
         symbol_active=active,
-        lines=lines.take(pa.array(order)),
-        kinds=kinds[order],
-        quarter_bounds=np.searchsorted(stamps[order], bounds),
+        finish=finish,
     )
 
 

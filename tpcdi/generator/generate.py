@@ -243,12 +243,12 @@ class _Generator:
         self.w.audit(1, "CustomerMgmt", rows)
 
     def finwire_files(self) -> None:
-        mk = self.market
+        records = self.market.records()
         for q in range(finwire.QUARTERS):
-            lo, hi = int(mk.quarter_bounds[q]), int(mk.quarter_bounds[q + 1])
+            lo, hi = int(records.quarter_bounds[q]), int(records.quarter_bounds[q + 1])
             name = finwire.quarter_name(q)
-            self.w.lines(1, name, mk.lines.slice(lo, hi - lo))
-            kinds = np.bincount(mk.kinds[lo:hi], minlength=3)
+            self.w.lines(1, name, records.lines.slice(lo, hi - lo))
+            kinds = np.bincount(records.kinds[lo:hi], minlength=3)
             self.w.audit(
                 1,
                 name,
