@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import datetime
 import logging
-import multiprocessing
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from tqdm import tqdm
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
-from tpcdi.exceptions import SourceNotFound
+from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
 from tpcdi.incremental.changes import missing_files
 from tpcdi.incremental.reference import Reference
@@ -89,13 +88,27 @@ def _now() -> datetime.datetime:
 
 
 def generate_apart(root: Path, sf: float, *, seed: int, days: int, progress: bool) -> None:
-    """Generate a data set in a fresh process: the generator's model (GBs at SF 100) and the
-    pages its allocators keep after freeing it stay out of the run's own process, whose memory
-    the run reports. Raises what the generator raises."""
-    from tpcdi.generator import generate
+    """Generate a data set in a child Python process: the generator's model (GBs at SF 100) and
+    the pages its allocators keep after freeing it stay out of the run's own process, whose
+    memory the run reports. The child shares this process's stderr (the progress bar, an
+    error's traceback). Raises :class:`GeneratorError` when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", _GENERATE, str(root), repr(sf), str(seed), str(days), str(progress)],
+        check=False,
+    )
+    if done.returncode != 0:
+        raise GeneratorError(
+            f"generating SF {sf:g} into {root} failed (exit code {done.returncode}; the error is "
+            "above)"
+        )
 
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(generate, root, sf, seed=seed, days=days, progress=progress).result()
+
+_GENERATE = """import sys
+from pathlib import Path
+from tpcdi.generator import generate
+root, sf, seed, days, progress = sys.argv[1:]
+generate(Path(root), float(sf), seed=int(seed), days=int(days), progress=progress == "True")
+"""
 
 
 def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -> Path:
