@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -83,6 +84,93 @@ def daily_market(
         ]
 
 
+@dataclass(frozen=True)
+class _Directory:
+    """Sorted creation times with a coarse index over ``begin``..``end``: how many were created
+    at or before a time is a search of one bucket's few entries, not of them all."""
+
+    created: np.ndarray
+    bucket_start: np.ndarray  # entries created before each bucket's first second (and the end)
+    begin: int
+    width: int
+
+    def __init__(self, created: np.ndarray, begin: int, end: int, buckets: int = 1 << 16) -> None:
+        width = max(1, -(-(end - begin) // buckets))
+        edges = begin + width * np.arange(buckets + 1, dtype=np.int64)
+        object.__setattr__(self, "created", np.ascontiguousarray(created, dtype=np.int64))
+        object.__setattr__(self, "bucket_start", np.searchsorted(created, edges, side="left"))
+        object.__setattr__(self, "begin", begin)
+        object.__setattr__(self, "width", width)
+
+
+@numba.njit(cache=True, inline="always")
+def _upto(created: np.ndarray, starts: np.ndarray, begin: int, width: int, t: int) -> int:
+    """``np.searchsorted(created, t, side="right")`` for ``t`` in the directory's range."""
+    k = (t - begin) // width
+    lo, hi = int(starts[k]), int(starts[k + 1])
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if created[mid] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(nogil=True, cache=True)
+def _pick(
+    ts_draw: np.ndarray,
+    c_draw: np.ndarray,
+    s_draw: np.ndarray,
+    begin: int,
+    span: int,
+    c_created: np.ndarray,
+    c_starts: np.ndarray,
+    s_created: np.ndarray,
+    s_starts: np.ndarray,
+    width_c: int,
+    width_s: int,
+    customer_until: np.ndarray,
+    usable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    m = len(ts_draw)
+    ts = np.empty(m, dtype=np.int64)
+    c = np.empty(m, dtype=np.int64)
+    s = np.empty(m, dtype=np.int64)
+    ok = np.empty(m, dtype=np.bool_)
+    last_customer, last_usable = len(customer_until) - 1, len(usable) - 1
+    for i in range(m):
+        # the same arithmetic as NumPy's (float64 products truncated), so the same draws
+        t = begin + int(ts_draw[i] * float(span))
+        c_upto = _upto(c_created, c_starts, begin, width_c, t)
+        s_upto = _upto(s_created, s_starts, begin, width_s, t)
+        ci = int(c_draw[i] * float(c_upto))
+        si = usable[min(int(s_draw[i] * float(s_upto)), last_usable)]
+        ts[i], c[i], s[i] = t, ci, si
+        ok[i] = c_upto > 0 and s_upto > 0 and customer_until[min(ci, last_customer)] > t
+    return ts, c, s, ok
+
+
+def _candidates(
+    ts_draw: np.ndarray,
+    c_draw: np.ndarray,
+    s_draw: np.ndarray,
+    begin: int,
+    span: int,
+    customers: _Directory,
+    securities: _Directory,
+    customer_until: np.ndarray,
+    usable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate watches from three uniform draws each: the time, a customer created by then
+    and a usable security created by then; whether the customer is still active then."""
+    return _pick(
+        ts_draw, c_draw, s_draw, begin, span,
+        customers.created, customers.bucket_start, securities.created, securities.bucket_start,
+        customers.width, securities.width, customer_until, usable,
+    )  # fmt: skip
+
+
 @dataclass
 class Watches:
     """Watch events: customer, symbol, second, cancel flag; sorted by time."""
@@ -131,19 +219,16 @@ class WatchBook:
         usable = np.flatnonzero(symbol_ok)
         usable = usable[np.argsort(symbol_created[usable], kind="stable")]
         usable_created = symbol_created[usable]
+        customers = _Directory(customer_created, begin, end)
+        securities = _Directory(usable_created, begin, end)
         for _ in range(100):
             if need <= 0:
                 break
             m = need + need // 4 + 16
-            ts = begin + (self.rng.random(m) * (end - begin)).astype(np.int64)
-            c_upto = np.searchsorted(customer_created, ts, side="right")
-            c = (self.rng.random(m) * c_upto).astype(np.int64)
-            s_upto = np.searchsorted(usable_created, ts, side="right")
-            s = usable[np.minimum((self.rng.random(m) * s_upto).astype(np.int64), len(usable) - 1)]
-            ok = (
-                (c_upto > 0)
-                & (s_upto > 0)
-                & (customer_until[np.minimum(c, len(customer_until) - 1)] > ts)
+            # a time, then a customer and a security that exist then (each uniform among those)
+            draws = self.rng.random(m), self.rng.random(m), self.rng.random(m)
+            ts, c, s, ok = _candidates(
+                *draws, begin, end - begin, customers, securities, customer_until, usable
             )
             key = c * self.symbols + s
             ok &= sorting.first_occurrences(key) & ~self._watched(key)
