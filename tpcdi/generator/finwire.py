@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpcdi.generator import sorting, text
+from tpcdi.generator import lines, sorting, text
 from tpcdi.generator.people import AddressBook, addresses
 from tpcdi.generator.reference import industries
 from tpcdi.generator.scale import BATCH1_END, FW_BEGIN_YEAR, Scale, at
@@ -286,22 +286,31 @@ def _fin_lines(
     shares = rng.integers(10**6, 10**9, n)
     diluted = (shares * rng.uniform(1.0, 1.1, n)).astype(np.int64)
     year = FW_BEGIN_YEAR + quarter // 4
-    return text.concat(
-        _pts(ts),
-        "FIN",
-        text.ints(year),
-        text.ints(quarter % 4 + 1),
-        text.compact_dates(bounds[quarter] // DAY),
-        text.compact_dates(ts // DAY),
-        _money(revenue, 17),
-        _money(earnings, 17),
-        _money(earnings / shares, 12),
-        _money(earnings / diluted, 12),
-        _money(earnings / revenue, 12),
-        _money(rng.uniform(0, 1e9, n), 17),
-        _money(rng.uniform(1e6, 1e11, n), 17),
-        _money(rng.uniform(1e5, 1e10, n), 17),
-        _lpad(text.ints(shares), 13),
-        _lpad(text.ints(diluted), 13),
-        _company_ref(rng, company, names),
-    )
+
+    def money(values: np.ndarray, width: int) -> lines.Field:
+        return lines.padded(lines.money(np.round(values * 100).astype(np.int64)), width, right=True)
+
+    fields = [
+        lines.stamps(ts),
+        lines.const("FIN", n),
+        lines.ints(year),
+        lines.ints(quarter % 4 + 1),
+        lines.compact_dates(bounds[quarter] // DAY),
+        lines.compact_dates(ts // DAY),
+        money(revenue, 17),
+        money(earnings, 17),
+        money(earnings / shares, 12),
+        money(earnings / diluted, 12),
+        money(earnings / revenue, 12),
+        money(rng.uniform(0, 1e9, n), 17),  # drawn in this order, as the fields are written
+        money(rng.uniform(1e6, 1e11, n), 17),
+        money(rng.uniform(1e5, 1e10, n), 17),
+        lines.padded(lines.ints(shares), 13, right=True),
+        lines.padded(lines.ints(diluted), 13, right=True),
+    ]
+    # CoNameOrCIK: the zero-padded CIK or the name padded to 60, half each
+    nc = len(names)
+    refs = pa.concat_arrays([text.padded(np.arange(nc), 10), _rpad(names, 60)])
+    by_cik = rng.random(n) < 0.5
+    fields.append(lines.pick(refs, np.where(by_cik, company, nc + company)))
+    return lines.format_strings(fields)

@@ -9,7 +9,11 @@ on two cores.
 
 The text is exactly what :mod:`tpcdi.generator.text` (Arrow's casts) writes for the same values:
 integers in decimal, money as ``[-]whole.ff``, dates ``YYYY-MM-DD``, timestamps
-``YYYY-MM-DD HH:MM:SS`` (years 0001..9999), and :data:`NULL` as an empty field.
+``YYYY-MM-DD HH:MM:SS`` (years 0001..9999), and :data:`NULL` as an empty field; FINWIRE's compact
+dates ``YYYYMMDD`` and stamps ``YYYYMMDD-HHMMSS``; a field padded to a width as Arrow's
+``utf8_lpad`` (right-aligned) or ``utf8_rpad`` and a slice to the width (left-aligned), counted in
+characters. :func:`format_strings` gives the lines as an Arrow array instead (FINWIRE's
+fixed-width records).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import pyarrow as pa
 #: The value of a field that is written empty (a null).
 NULL = np.iinfo(np.int64).min
 
-INT, MONEY, TIMESTAMP, DATE, TEXT = 0, 1, 2, 3, 4
+INT, MONEY, TIMESTAMP, DATE, TEXT, COMPACT_DATE, STAMP = 0, 1, 2, 3, 4, 5, 6
 #: The most bytes a value of each numeric kind takes (a sign and 19 digits; money adds a point).
-_WIDTH = {INT: 20, MONEY: 22, TIMESTAMP: 19, DATE: 10}
+_WIDTH = {INT: 20, MONEY: 22, TIMESTAMP: 19, DATE: 10, COMPACT_DATE: 8, STAMP: 15}
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,11 @@ class Field:
     pool: pa.Array | None = None
     glued: bool = False
     scale: int = 2
+    #: pad to this many characters (0: as long as the value), with ``fill``: on the left when
+    #: ``right`` (never cut), else on the right, cutting longer values to the width
+    width: int = 0
+    right: bool = False
+    fill: str = " "
 
 
 def ints(values: np.ndarray) -> Field:
@@ -60,6 +69,25 @@ def timestamps(seconds: np.ndarray) -> Field:
 def dates(days: np.ndarray) -> Field:
     """``YYYY-MM-DD`` of days since 1970-01-01."""
     return Field(DATE, np.asarray(days, dtype=np.int64))
+
+
+def compact_dates(days: np.ndarray) -> Field:
+    """``YYYYMMDD`` of days since 1970-01-01."""
+    return Field(COMPACT_DATE, np.asarray(days, dtype=np.int64))
+
+
+def stamps(seconds: np.ndarray) -> Field:
+    """``YYYYMMDD-HHMMSS`` of seconds since 1970-01-01 (FINWIRE's PTS)."""
+    return Field(STAMP, np.asarray(seconds, dtype=np.int64))
+
+
+def padded(field: Field, width: int, *, right: bool = False, fill: str = " ") -> Field:
+    """``field`` padded with ``fill`` to ``width`` characters: on the left when ``right``
+    (Arrow's ``utf8_lpad``), else on the right and cut to ``width`` (``utf8_rpad``, then a
+    slice); an empty (null) value is all fill."""
+    if len(fill.encode()) != 1:
+        raise ValueError("the fill must be one single-byte character")
+    return replace(field, width=width, right=right, fill=fill)
 
 
 def pick(pool: Sequence[str] | pa.Array, index: np.ndarray) -> Field:
@@ -100,6 +128,21 @@ def _pool_parts(pool: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 def format_lines(fields: Sequence[Field], delimiter: str, eol: str = "\r\n") -> np.ndarray:
     """The bytes of the lines (each followed by ``eol``) whose fields are ``fields``, all of
     the same length. Raises ValueError for fields of different lengths."""
+    data, _ = _formatted(fields, delimiter, eol, ends=False)
+    return data
+
+
+def format_strings(fields: Sequence[Field], delimiter: str = "") -> pa.Array:
+    """The lines whose fields are ``fields`` as an Arrow string array (no line ends)."""
+    data, ends = _formatted(fields, delimiter, "", ends=True)
+    n = len(ends) - 1
+    array = pa.LargeStringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(data))
+    return array.cast(pa.string())
+
+
+def _formatted(
+    fields: Sequence[Field], delimiter: str, eol: str, *, ends: bool
+) -> tuple[np.ndarray, np.ndarray]:
     if not fields:
         raise ValueError("a line needs at least one field")
     n = len(fields[0].values)
@@ -122,19 +165,31 @@ def format_lines(fields: Sequence[Field], delimiter: str, eol: str = "\r\n") -> 
             data_parts.append(data)
             strings += len(offsets) - 1
             bytes_so_far += len(data)
-            width += longest
+            width += longest + field.width  # padding adds at most the width
         else:
-            width += _WIDTH[field.kind]
+            width += _WIDTH[field.kind] + field.width
         width += 0 if field.glued else len(sep)
-    kinds = np.array([f.kind for f in fields], dtype=np.int64)
-    scales = np.array([10**f.scale for f in fields], dtype=np.int64)
-    digits = np.array([f.scale for f in fields], dtype=np.int64)
-    glue = np.array([f.glued or k == 0 for k, f in enumerate(fields)], dtype=np.bool_)
+    layout = np.array(
+        [
+            [
+                f.kind,
+                10**f.scale,
+                f.scale,
+                f.glued or k == 0,
+                f.width,
+                f.right,
+                f.fill.encode()[0],
+            ]
+            for k, f in enumerate(fields)
+        ],
+        dtype=np.int64,
+    )
     pool_offsets = np.concatenate(offsets_parts)
     pool_data = np.concatenate(data_parts) if data_parts else np.zeros(0, dtype=np.uint8)
     out = np.empty(n * width, dtype=np.uint8)
-    length = _format(kinds, scales, digits, glue, values, pool_offsets, pool_data, sep, end, out)
-    return out[:length]
+    line_ends = np.zeros(n + 1 if ends else 1, dtype=np.int64)
+    length = _format(layout, values, pool_offsets, pool_data, sep, end, out, line_ends, ends)
+    return out[:length], line_ends
 
 
 #: "00" .. "99": two digits per division.
@@ -187,7 +242,7 @@ def _put_int(out: np.ndarray, pos: int, value: int, scratch: np.ndarray) -> int:
 
 @numba.njit(cache=True, inline="always")
 def _put_date(out: np.ndarray, pos: int, days: int) -> int:
-    # days since 1970-01-01 -> civil date (the proleptic Gregorian calendar)
+    """``YYYY-MM-DD`` of days since 1970-01-01 (the proleptic Gregorian calendar)."""
     z = days + 719468
     era = (z if z >= 0 else z - 146096) // 146097
     doe = z - era * 146097
@@ -204,19 +259,43 @@ def _put_date(out: np.ndarray, pos: int, days: int) -> int:
     return _put_digits(out, pos + 1, d, 2)
 
 
+@numba.njit(cache=True, inline="always")
+def _pad(out: np.ndarray, start: int, pos: int, width: int, right: bool, fill: int) -> int:
+    """Pad (or cut) the text written at ``start``..``pos`` to ``width`` characters."""
+    chars = 0
+    cut = pos
+    for i in range(start, pos):
+        if (out[i] & 0xC0) != 0x80:  # the first byte of a character
+            if chars == width:
+                cut = i
+            chars += 1
+    if chars > width:
+        return pos if right else cut
+    missing = width - chars
+    if right:
+        for i in range(pos - 1, start - 1, -1):
+            out[i + missing] = out[i]
+        for i in range(start, start + missing):
+            out[i] = fill
+    else:
+        for i in range(pos, pos + missing):
+            out[i] = fill
+    return pos + missing
+
+
 @numba.njit(nogil=True, cache=True)
 def _format(
-    kinds: np.ndarray,
-    scales: np.ndarray,
-    digits: np.ndarray,
-    glue: np.ndarray,
+    layout: np.ndarray,
     values: np.ndarray,
     pool_offsets: np.ndarray,
     pool_data: np.ndarray,
     sep: np.ndarray,
     eol: np.ndarray,
     out: np.ndarray,
+    line_ends: np.ndarray,
+    record_ends: bool,
 ) -> int:
+    # layout per field: kind, 10**scale, scale, no delimiter before, width, right, fill
     pos = 0
     null = np.iinfo(np.int64).min
     scratch = np.empty(20, dtype=np.uint8)
@@ -225,46 +304,56 @@ def _format(
     last_date = np.empty(10, dtype=np.uint8)
     for row in range(values.shape[1]):
         for f in range(values.shape[0]):
-            if not glue[f]:
+            if not layout[f, 3]:
                 for b in sep:
                     out[pos] = b
                     pos += 1
+            start = pos
             value = values[f, row]
+            kind = layout[f, 0]
             if value == null:
-                continue
-            kind = kinds[f]
-            if kind == 0:  # INT
+                pass
+            elif kind == 0:  # INT
                 pos = _put_int(out, pos, value, scratch)
             elif kind == 1:  # MONEY
                 if value < 0:
                     out[pos] = 45
                     pos += 1
                     value = -value
-                pos = _put_int(out, pos, value // scales[f], scratch)
+                pos = _put_int(out, pos, value // layout[f, 1], scratch)
                 out[pos] = 46
-                pos = _put_digits(out, pos + 1, value % scales[f], digits[f])
-            elif kind == 2 or kind == 3:  # TIMESTAMP, DATE
-                day = value // 86400 if kind == 2 else value
-                if day != last_day:
-                    _put_date(last_date, 0, day)
-                    last_day = day
-                for b in last_date:
-                    out[pos] = b
-                    pos += 1
-                if kind == 3:
-                    continue
-                second = value - day * 86400
-                out[pos] = 32
-                pos = _put_digits(out, pos + 1, second // 3600, 2)
-                out[pos] = 58
-                pos = _put_digits(out, pos + 1, (second // 60) % 60, 2)
-                out[pos] = 58
-                pos = _put_digits(out, pos + 1, second % 60, 2)
-            else:  # TEXT
+                pos = _put_digits(out, pos + 1, value % layout[f, 1], layout[f, 2])
+            elif kind == 4:  # TEXT
                 for i in range(pool_offsets[value], pool_offsets[value + 1]):
                     out[pos] = pool_data[i]
                     pos += 1
+            else:  # TIMESTAMP, DATE, COMPACT_DATE, STAMP
+                day = value // 86400 if kind == 2 or kind == 6 else value
+                if day != last_day:
+                    _put_date(last_date, 0, day)
+                    last_day = day
+                compact = kind == 5 or kind == 6
+                for i in range(10):
+                    if not (compact and (i == 4 or i == 7)):
+                        out[pos] = last_date[i]
+                        pos += 1
+                if kind == 2 or kind == 6:
+                    second = value - day * 86400
+                    out[pos] = 45 if compact else 32
+                    pos = _put_digits(out, pos + 1, second // 3600, 2)
+                    if not compact:
+                        out[pos] = 58
+                        pos += 1
+                    pos = _put_digits(out, pos, (second // 60) % 60, 2)
+                    if not compact:
+                        out[pos] = 58
+                        pos += 1
+                    pos = _put_digits(out, pos, second % 60, 2)
+            if layout[f, 4] > 0:
+                pos = _pad(out, start, pos, layout[f, 4], layout[f, 5] != 0, layout[f, 6])
         for b in eol:
             out[pos] = b
             pos += 1
+        if record_ends:
+            line_ends[row + 1] = pos
     return pos

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,3 +106,53 @@ def test_the_writer_keeps_line_order_across_its_threads(
     content = (tmp_path / "Batch1" / "Numbers.txt").read_bytes()
     assert count == 10_500 == writer.records[(1, "Numbers.txt")]
     assert content == b"".join(b"%d|%d\r\n" % (i, 2 * i) for i in range(10_500))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-(10**12), 10**12),
+            st.integers(FIRST_SECOND, LAST_SECOND),
+            st.integers(0, 2),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 14),
+)
+def test_fixed_width_records_are_what_the_arrow_padding_writes(
+    rows: list[tuple[int, int, int, bool]], width: int
+) -> None:
+    a, seconds, index, null = (np.array(c) for c in zip(*rows, strict=True))
+    pool = pa.array(["Zoë Ünïcödé name", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"])
+    stamp = text.timestamps(seconds)
+    pts = pc.binary_join_element_wise(
+        *(pc.utf8_slice_codeunits(stamp, lo, hi) for lo, hi in ((0, 4), (5, 7), (8, 10))),
+        "-",
+        *(pc.utf8_slice_codeunits(stamp, lo, hi) for lo, hi in ((11, 13), (14, 16), (17, 19))),
+        "",
+    )
+    names = text.with_nulls(text.pick(pool, index), null)
+    expected = text.concat(
+        pts,
+        text.compact_dates(seconds // 86_400),
+        pc.utf8_lpad(text.money(a), width=width, padding=" "),
+        pc.utf8_lpad(text.ints(a), width=width, padding="0"),
+        pc.utf8_slice_codeunits(
+            pc.utf8_rpad(pc.fill_null(names, ""), width=width, padding="."), 0, width
+        ),
+    )
+    got = lines.format_strings(
+        [
+            lines.stamps(seconds),
+            lines.compact_dates(seconds // 86_400),
+            lines.padded(lines.money(a), width, right=True),
+            lines.padded(lines.ints(a), width, right=True, fill="0"),
+            lines.padded(lines.with_nulls(lines.pick(pool, index), null), width, fill="."),
+        ]
+    )
+    assert got.to_pylist() == expected.to_pylist()
+    with pytest.raises(ValueError, match="single-byte"):
+        lines.padded(lines.ints(a), 3, fill="ü")
