@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -63,13 +63,11 @@ class Market:
     symbol_created: np.ndarray  # second of the first SEC record
     symbol_active: np.ndarray  # whether the security trades
     finish: Callable[[], Records]
-    _records: Records | None = field(default=None, init=False, repr=False)
 
     def records(self) -> Records:
-        """Every FINWIRE record (drawn on the first call; call from one thread)."""
-        if self._records is None:
-            self._records = self.finish()
-        return self._records
+        """Every FINWIRE record. Draws them: call once (they are not kept, hundreds of MB at
+        SF 100)."""
+        return self.finish()
 
 
 def _rpad(values: pa.Array, width: int) -> pa.Array:

@@ -209,6 +209,7 @@ class _Generator:
 
     def customer_mgmt(self) -> None:
         self.w.lines(1, "CustomerMgmt.xml", self.actions_text, eol="", head=HEAD, tail=TAIL)
+        del self.actions_text  # written once; hundreds of MB at SF 100
         counts = {a.kind: len(a) for a in self.base.actions}
         new = next(a for a in self.base.actions if a.kind == "NEW")
         assert new.people is not None and new.tier is not None
