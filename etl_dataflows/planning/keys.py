@@ -363,6 +363,8 @@ class TupleKeyIndex:
 
     def _rows(self, parts: list[Any], n: int) -> np.ndarray:
         """The key rows of ``parts`` (one array per key column, numpy or Arrow)."""
+        if len(parts) != len(self.kinds):
+            raise ValueError(f"a key of {len(parts)} columns for an index of {len(self.kinds)}")
         rows = np.zeros((n, len(self.kinds) + 1), dtype=np.int64)
         nulls = np.zeros(n, dtype=np.int64)
         for c, (part, codes) in enumerate(zip(parts, self._codes, strict=True)):
@@ -385,6 +387,11 @@ class TupleKeyIndex:
             nulls |= null.astype(np.int64) << np.int64(c)
         rows[:, -1] = nulls
         return rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the table's arrays (the string columns' dictionaries not counted)."""
+        return int(self._keys.nbytes + self._slots.nbytes)
 
     def _reserve(self, extra: int) -> None:
         needed = (self.size + extra) * 2
