@@ -231,14 +231,11 @@ class ArrayTable:
 
     def _in_key_order(self, slots: np.ndarray) -> np.ndarray:
         """``slots`` (distinct) sorted by key."""
-        if len(slots) and len(self.key_parts) == 1 and self.key_type == "int64":
+        if len(slots) and self._ranks_kept():
             ranks = self._ranks(len(slots))
-            if ranks is not None and len(ranks) <= _COUNTING_SPAN * len(slots):
-                ordered: np.ndarray = _slots_by_rank(
-                    np.ascontiguousarray(slots, dtype=np.int64), ranks
-                )
-                if len(ordered) == len(slots):
-                    return ordered
+            if ranks is not None:
+                ordered: np.ndarray = slots[order_by_rank(ranks[slots], len(ranks))]
+                return ordered
         sorted_slots: np.ndarray = slots[self._key_order(slots)]
         return sorted_slots
 
@@ -390,23 +387,6 @@ def order_by_rank(ranks: np.ndarray, upper: int) -> np.ndarray:
         if len(order) == len(ranks):
             return order
     return np.argsort(ranks, kind="stable")
-
-
-@numba.njit(cache=True, nogil=True)
-def _slots_by_rank(slots: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """Distinct ``slots`` in the order of their ``ranks`` (a permutation of ``[0, len(ranks))``)
-    by one pass over the ranks; fewer entries if a slot repeats (the caller then sorts)."""
-    upper = ranks.shape[0]
-    at = np.full(upper, -1, dtype=np.int64)
-    for i in range(slots.shape[0]):
-        at[ranks[slots[i]]] = slots[i]
-    out = np.empty(slots.shape[0], dtype=np.int64)
-    count = 0
-    for r in range(upper):
-        if at[r] >= 0:
-            out[count] = at[r]
-            count += 1
-    return out[:count]
 
 
 @numba.njit(cache=True, nogil=True)
