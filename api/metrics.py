@@ -10,6 +10,7 @@ table and a test keep to it).
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from api.hosted import CommittedBatchFacts
+
+#: How many of the latest batches ``streamdi_engine_events_per_second`` (and ``/status``'s
+#: ``engine.events_per_second``) is measured over.
+ENGINE_RATE_BATCHES = 256
 
 _SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -112,7 +117,7 @@ class _StateCollector(Collector):
         )
         yield GaugeMetricFamily(
             "streamdi_engine_events_per_second",
-            "Engine throughput while busy: events executed per second of engine time.",
+            "Engine throughput while busy: events per second of engine time, last 256 batches.",
             state["engine_rate"],
         )
         yield GaugeMetricFamily(
@@ -152,7 +157,8 @@ class ServiceMetrics:
     def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._engine_lock = threading.Lock()
-        self._engine_totals = [0.0, 0.0]  # events, seconds
+        #: (events, engine seconds) of the last :data:`ENGINE_RATE_BATCHES` batches.
+        self._recent_batches: deque[tuple[int, float]] = deque(maxlen=ENGINE_RATE_BATCHES)
         self.requests = Counter(
             "streamdi_http_requests",
             "HTTP requests by route and status.",
@@ -212,13 +218,16 @@ class ServiceMetrics:
         self.engine_events.inc(batch.events)
         self.engine_seconds.observe(batch.executed_s)
         with self._engine_lock:
-            self._engine_totals[0] += batch.events
-            self._engine_totals[1] += batch.executed_s
+            self._recent_batches.append((batch.events, batch.executed_s))
 
     def engine_rate(self) -> float:
-        """Events per second of engine time, over the service's life (0 before any batch)."""
+        """Events per second of engine time over the last :data:`ENGINE_RATE_BATCHES` batches
+        (0 before any batch): a recent figure, so a slowdown shows within minutes however long
+        the service has run."""
         with self._engine_lock:
-            events, seconds = self._engine_totals
+            recent = list(self._recent_batches)
+        events = sum(e for e, _ in recent)
+        seconds = sum(s for _, s in recent)
         return events / seconds if seconds > 0 else 0.0
 
     def render(self) -> bytes:

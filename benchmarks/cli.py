@@ -10,6 +10,8 @@ from cli.commands import Commands
 #: Modules that add ``streamdi bench`` subcommands.
 BENCH_MODULES: tuple[str, ...] = (
     "benchmarks.engine",
+    "benchmarks.engine_report",
+    "benchmarks.engine_steps",
     "benchmarks.ingest",
     "benchmarks.broker",
     "benchmarks.migration",

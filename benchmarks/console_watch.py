@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-#: The flags every headless Chromium here starts with (no sandbox: we run as root; the
-#: background networking flags keep it from reaching for hosts our network refuses).
-CHROMIUM_FLAGS = (
-    "--headless",
+#: The flags every Chromium here starts with, headless or driven by Playwright (no sandbox: we
+#: run as root; the background networking flags keep it from reaching for hosts our network
+#: refuses). The console's browser tests launch with these too.
+CLOSED_NETWORK_FLAGS = (
     "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
@@ -30,8 +30,10 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-quic",
-    "--remote-debugging-port=0",  # keeps the browser up with its page until it is stopped
 )
+
+#: How :class:`OpenConsole` starts it: headless, kept up with its page until it is stopped.
+CHROMIUM_FLAGS = ("--headless", *CLOSED_NETWORK_FLAGS, "--remote-debugging-port=0")
 
 #: The console's JSON routes, which only the open page calls (the benchmark's own clients call
 #: ``/query`` and ``/streams``; the page's assets are loaded once and not counted).
@@ -58,6 +60,28 @@ def console_requests(metrics_text: str) -> int:
     return int(total)
 
 
+def tree_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) the process ``pid`` and its live descendants have used; 0.0
+    when there is no such process. Children that already exited are not counted."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class OpenConsole:
     """Headless Chromium showing ``url`` from :meth:`open` to :meth:`close` (a context manager)."""
 
@@ -75,6 +99,11 @@ class OpenConsole:
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its renderer and GPU children go with it
         )
+
+    @property
+    def pid(self) -> int | None:
+        """The browser's process id while it is open (its renderers are its descendants)."""
+        return self._process.pid if self._process is not None else None
 
     def close(self) -> None:
         process, self._process = self._process, None

@@ -13,10 +13,20 @@ over int64 (``random``), or as multiples of 2**32 or 2**40 (``stride32``, ``stri
 zero low bits), one case per layout: a key index that hashes well runs them all at the speed of
 ``random``.
 
+``--repeat N`` (default 5) runs every case N times, the executors interleaved (run 1 of each,
+then run 2 of each, ...), each run in a fresh process; a case reports the median of its runs with
+their range and quartiles, and the load average before and after each run
+(:mod:`benchmarks.engine_report`). The machines are shared: read a figure beside its load.
+
 Writes a table to stdout, and with ``--json PATH`` a JSON document (``results``: one record per
-(app, key layout, executor) with ``app``, ``key_layout``, ``executor``, ``txn_per_s``,
-``ops_per_s``, ``p50_batch_ms``, ``p99_batch_ms``, ``peak_mem_mb``, ``strategy``, ``verified``)
-plus a Markdown report beside it.
+(app, key layout, executor) with ``app``, ``key_layout``, ``executor``, ``runs``, ``txn_per_s``,
+``ops_per_s``, ``cpu_txn_per_s`` (transactions per CPU-second of the process over the same
+intervals: what the engine did with the cores it got), ``p50_batch_ms``, ``p99_batch_ms``
+(medians; each also with ``_min``, ``_max``, ``_q1``, ``_q3`` and ``_runs``), ``peak_mem_mb``,
+``strategy``, ``verified``, ``load_1m_min``, ``load_1m_max``; ``runs``: every run's own record;
+``command``, ``knobs``, ``repeat``, ``machine``, ``load_before``, ``load_after``) plus a Markdown
+report beside it.
+``streamdi bench engine-table PATH`` renders the documentation's figures table from it.
 """
 
 from __future__ import annotations
@@ -25,15 +35,20 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import os
 import platform
+import shlex
+import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.engine_report import markdown, render, summarize
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
 from streamdi.settings import StreamdiSettings
 
@@ -94,7 +109,7 @@ def run_one(
     latencies: list[float] = []
     strategies: Counter[str] = Counter()
     txns = ops = 0
-    measured_seconds = 0.0
+    measured_seconds = cpu_seconds = 0.0
     first_ms = 0.0
     results = runner.run_stream(batches) if pipelined else map(runner.run_batch, batches)
 
@@ -115,18 +130,22 @@ def run_one(
         # dropped batch by batch, as a pipeline hands them on; keeping them all would measure the
         # allocator). With prepare-ahead, the next batch is prepared during the hashing, as it
         # would be during a staging commit.
-        started = time.perf_counter()
+        # The CPU time of the process (every thread) over the same intervals says what the
+        # engine did with the cores it got, whatever else ran on the machine.
+        started, cpu_started = time.perf_counter(), time.process_time()
         for index, (batch, result) in enumerate(zip(batches, results, strict=True)):
             elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
             if index == 0:
                 first_ms = elapsed * 1000
             else:
                 latencies.append(elapsed * 1000)
                 measured_seconds += elapsed
+                cpu_seconds += cpu
                 txns += batch.num_events
                 ops += chosen.operations(batch)
             digest(result)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
         final = runner.state_image()
     finally:
         runner.close()
@@ -134,7 +153,7 @@ def run_one(
         table_digest(hasher, final.tables[name])
     if not latencies:  # a single batch: report it
         latencies = [first_ms]
-        measured_seconds = first_ms / 1000
+        measured_seconds = cpu_seconds = first_ms / 1000
         txns = batches[0].num_events
         ops = chosen.operations(batches[0])
     return {
@@ -144,6 +163,7 @@ def run_one(
         "operations": ops,
         "txn_per_s": txns / measured_seconds if measured_seconds else 0.0,
         "ops_per_s": ops / measured_seconds if measured_seconds else 0.0,
+        "cpu_txn_per_s": txns / cpu_seconds if cpu_seconds else 0.0,
         "p50_batch_ms": float(np.percentile(latencies, 50)),
         "p99_batch_ms": float(np.percentile(latencies, 99)),
         "first_batch_ms": first_ms,
@@ -169,6 +189,7 @@ def run_isolated(
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_child, args=(queue, app_name, executor, knobs))
+    load_before = list(os.getloadavg())
     process.start()
     try:
         result: dict[str, Any] = queue.get(timeout=timeout_s)
@@ -180,73 +201,40 @@ def run_isolated(
             "error": f"no result within {timeout_s:.0f} s",
         }
     process.join(10)
+    result["load_before"], result["load_after"] = load_before, list(os.getloadavg())
     return result
 
 
-def render(results: list[dict[str, Any]]) -> str:
-    header = (
-        f"{'app':<4} {'keys':<10} {'executor':<16} {'txn/s':>13} {'ops/s':>13} {'p50 ms':>9} "
-        f"{'p99 ms':>9} {'peak MB':>8}  {'ok':<3} strategy"
-    )
-    lines = [header, "-" * len(header)]
-    for r in results:
-        case = f"{r['app']:<4} {r.get('key_layout', 'sequential'):<10} {r['executor']:<16}"
-        if "error" in r:
-            lines.append(f"{case} FAILED: {r['error']}")
-            continue
-        ok = {True: "yes", False: "NO", None: "-"}[r.get("verified")]
-        lines.append(
-            f"{case} {r['txn_per_s']:>13,.0f} {r['ops_per_s']:>13,.0f} "
-            f"{r['p50_batch_ms']:>9.2f} {r['p99_batch_ms']:>9.2f} {r['peak_mem_mb']:>8.0f}  "
-            f"{ok:<3} {r['strategy']}"
-        )
-    return "\n".join(lines)
-
-
-def markdown(results: list[dict[str, Any]], knobs: dict[str, Any]) -> str:
-    rows = [
-        "| app | keys | executor | txn/s | ops/s | p50 batch ms | p99 batch ms | peak MB "
-        "| verified | strategy |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for r in results:
-        case = f"| {r['app']} | {r.get('key_layout', 'sequential')} | {r['executor']} |"
-        if "error" in r:
-            rows.append(f"{case} failed: {r['error']} | | | | | | |")
-            continue
-        rows.append(
-            f"{case} {r['txn_per_s']:,.0f} | {r['ops_per_s']:,.0f} | "
-            f"{r['p50_batch_ms']:.2f} | {r['p99_batch_ms']:.2f} | {r['peak_mem_mb']:.0f} | "
-            f"{r.get('verified')} | {r['strategy']} |"
-        )
-    return (
-        "# streamdi engine benchmark\n\n"
-        f"Machine: {platform.machine()}, {multiprocessing.cpu_count()} cores, "
-        f"Python {platform.python_version()}.\n"
-        f"Knobs: `{json.dumps(knobs, sort_keys=True)}`.\n\n"
-        "Throughput counts every batch after the first (which compiles); peak memory is the peak\n"
-        "resident set of the process that ran the pair.\n\n" + "\n".join(rows) + "\n"
-    )
-
-
-def _run_case(
-    app_name: str, executors: list[str], app_knobs: dict[str, Any], timeout_s: float
-) -> list[dict[str, Any]]:
-    """Every executor on one app and its knobs, each checked against ``serial``'s digest when
-    ``serial`` is among them."""
-    oracle: str | None = None
-    rows = []
+def run_case(
+    app_name: str,
+    executors: list[str],
+    app_knobs: dict[str, Any],
+    timeout_s: float,
+    repeat: int = 1,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every executor on one app and its knobs, ``repeat`` times, interleaved (run 1 of every
+    executor, then run 2, ...); each checked against ``serial``'s digest when ``serial`` is among
+    them. Returns one summary per executor and every run's record."""
+    runs: list[dict[str, Any]] = []
+    for index in range(repeat):
+        for executor in executors:
+            row = run_isolated(app_name, executor, dict(app_knobs), timeout_s)
+            row["run"] = index + 1
+            row.setdefault("key_layout", app_knobs["key_layout"])
+            runs.append(row)
+    oracles = {r["digest"] for r in runs if r["executor"] == "serial" and "digest" in r}
+    oracle = next(iter(oracles)) if len(oracles) == 1 else None
+    cases = []
     for executor in executors:
-        row = run_isolated(app_name, executor, app_knobs, timeout_s)
-        rows.append(row)
-        if executor == "serial" and "digest" in row:
-            oracle = row["digest"]
-    for row in rows:
+        mine = [r for r in runs if r["executor"] == executor]
+        case = summarize(mine, oracle)
+        if len(oracles) > 1:  # the oracle itself is not deterministic: nothing is verified
+            case["verified"] = False
+        case.update({k: v for k, v in app_knobs.items() if k != "extra"}, **app_knobs["extra"])
+        cases.append(case)
+    for row in runs:
         row["verified"] = None if oracle is None or "digest" not in row else row["digest"] == oracle
-        row.setdefault("key_layout", app_knobs["key_layout"])
-        if "error" not in row:
-            row.update({k: v for k, v in app_knobs.items() if k != "extra"}, **app_knobs["extra"])
-    return rows
+    return cases, runs
 
 
 def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
@@ -267,24 +255,43 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         knobs["multi_partition_ratio"] = args.multi_partition_ratio
     if args.transfer_ratio is not None:
         knobs["extra"]["transfer_ratio"] = args.transfer_ratio
+    repeat = max(1, args.repeat)
     if args.quick:
         knobs["batches"] = min(knobs["batches"], 4)
+        repeat = min(repeat, 3)
     knobs["pipelined"] = not args.no_pipeline
-    results = []
+    document: dict[str, Any] = {
+        "command": "streamdi " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "streamdi bench",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "arch": platform.machine(),
+            "cores": multiprocessing.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "knobs": knobs,
+        "repeat": repeat,
+        "load_before": list(os.getloadavg()),
+    }
+    results: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     for app_name in apps:
         for layout in layouts:
             app_knobs = {**knobs, "key_layout": layout, "extra": dict(knobs["extra"])}
             if app_name == "tp" and args.keys == 10_000 and args.theta == 0.6:
                 app_knobs.update(keys=100, theta=0.2)  # the papers' road segments
-            rows = _run_case(app_name, executors, app_knobs, args.timeout)
-            results.extend(rows)
-            print(render(rows), flush=True)
+            cases, case_runs = run_case(app_name, executors, app_knobs, args.timeout, repeat)
+            results.extend(cases)
+            runs.extend(case_runs)
+            print(render(cases), flush=True)
+    document.update(results=results, runs=runs, load_after=list(os.getloadavg()))
+    before, after = (
+        " ".join(f"{v:.2f}" for v in document[k]) for k in ("load_before", "load_after")
+    )
+    print(f"load average (1, 5, 15 min): before {before}, after {after}; {repeat} run(s) per case")
     if args.json:
-        write_json({"results": results, "knobs": knobs}, args.json)
+        write_json(document, args.json)
         if args.json != "-":
-            Path(args.json).with_suffix(".md").write_text(
-                markdown(results, knobs), encoding="utf-8"
-            )
+            Path(args.json).with_suffix(".md").write_text(markdown(document), encoding="utf-8")
     failed = any("error" in r or r.get("verified") is False for r in results)
     return EXIT_FAILED if failed else EXIT_OK
 
@@ -309,7 +316,13 @@ def register(benches: Commands) -> None:
     bench.add_argument("--abort-ratio", type=float, default=0.01, help="share of aborting txns")
     bench.add_argument("--batch-size", type=int, default=10_240, help="transactions per batch")
     bench.add_argument(
-        "--batches", type=int, default=10, help="batches per run (the first warms up)"
+        "--batches", type=int, default=21, help="batches per run (the first warms up)"
+    )
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="runs per case, the executors interleaved (median and range reported)",
     )
     bench.add_argument("--udf-cost-ns", type=int, default=0, help="busy work per operation (ns)")
     bench.add_argument("--transfer-ratio", type=float, help="SL: share of transfers (default 0.5)")
@@ -322,7 +335,9 @@ def register(benches: Commands) -> None:
         "(sequential, random, stride32, stride40; comma-separated: one case each)",
     )
     bench.add_argument("--timeout", type=float, default=1800, help="seconds per (app, executor)")
-    bench.add_argument("--quick", action="store_true", help="a short run (4 batches)")
+    bench.add_argument(
+        "--quick", action="store_true", help="a short run (4 batches, at most 3 runs per case)"
+    )
     bench.add_argument(
         "--no-pipeline", action="store_true", help="run batch after batch (no prepare-ahead)"
     )

@@ -46,7 +46,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.console_watch import OpenConsole, chromium_path, console_requests
+from benchmarks.console_watch import (
+    OpenConsole,
+    chromium_path,
+    console_requests,
+    tree_cpu_seconds,
+)
 from cli.commands import EXIT_OK, Commands, write_json
 from etl_dataflows import Dataflow, col, old
 from ingest.broker import free_port
@@ -353,8 +358,12 @@ def _watch(
             try:
                 time.sleep(watching.settle_s)
                 mark0, sample0 = len(marks.snapshot()), len(staged)
+                browser0 = tree_cpu_seconds(console.pid if console else None)
+                service0 = tree_cpu_seconds(service.process.pid)
                 time.sleep(watching.window_s)
                 mark1, samples = len(marks.snapshot()), staged[sample0:]
+                browser_cpu = tree_cpu_seconds(console.pid if console else None) - browser0
+                service_cpu = tree_cpu_seconds(service.process.pid) - service0
             finally:
                 if console is not None:
                     console.close()
@@ -368,6 +377,10 @@ def _watch(
                     "staged_p99_ms": float(np.percentile(values, 99)),
                     "samples": len(samples),
                     "console_requests": requests - requests_before,
+                    # CPU seconds used in the window: the service (its broker included) and
+                    # the browser, which on a user's desk would not share the service's cores
+                    "service_cpu_s": service_cpu,
+                    "browser_cpu_s": browser_cpu,
                 }
             )
     finally:
@@ -385,7 +398,13 @@ def _watch(
                 "min": float(min(w[key] for w in mine)),
                 "max": float(max(w[key] for w in mine)),
             }
-            for key in ("events_per_s", "staged_p50_ms", "staged_p99_ms")
+            for key in (
+                "events_per_s",
+                "staged_p50_ms",
+                "staged_p99_ms",
+                "service_cpu_s",
+                "browser_cpu_s",
+            )
         }
     closed, opened = summary["closed"], summary["open"]
     summary["events_ratio"] = opened["events_per_s"]["median"] / max(
@@ -568,7 +587,9 @@ def _print(data: dict[str, Any]) -> None:
             k = w[kind]
             print(
                 f"  {kind:<7}{_spread(k['events_per_s'], ',.0f')} events/s, staged p99 "
-                f"{_spread(k['staged_p99_ms'], '.0f')} ms"
+                f"{_spread(k['staged_p99_ms'], '.0f')} ms; CPU s per window: service "
+                f"{_spread(k['service_cpu_s'], '.1f')}, "
+                f"browser {_spread(k['browser_cpu_s'], '.1f')}"
             )
         requests = sum(x["console_requests"] for x in w["windows"] if x["console"] == "open")
         verdict = "within 3%" if w["within_3_percent"] else "NOT within 3%"

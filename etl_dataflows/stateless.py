@@ -74,6 +74,8 @@ class DeadLetters:
         return sum(1 for r in self._rows if r[0] == step)
 
     def table(self) -> pa.Table:
+        if not self._rows:
+            return _NO_DEAD_LETTERS
         rows = sorted(self._rows, key=lambda r: self._rank.get(r[0], len(self._rank)))
         columns = list(zip(*rows, strict=True)) if rows else [()] * 6
         return pa.Table.from_arrays(
@@ -118,6 +120,10 @@ def _with_meta(
     return data
 
 
+#: The dead letters of a batch that has none (Arrow tables never change: one serves every batch).
+_NO_DEAD_LETTERS = DEAD_LETTER_SCHEMA.empty_table()
+
+
 def empty_events(schema: OutputSchema) -> pa.Table:
     """An empty batch table with ``schema`` and the meta columns."""
     fields = [(n, arrow_type(t) if t else pa.null()) for n, t in schema.items()]
@@ -147,6 +153,9 @@ def prepare_source(
         assert kind is not None
         column = events.column(name)
         target = arrow_type(kind)
+        if column.type == target:  # (a cast to the same type is still a call into Arrow)
+            arrays.append(column)
+            continue
         try:
             arrays.append(column.cast(target))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -161,6 +170,8 @@ def prepare_source(
             arrays.append(pa.array(cast_values, type=target))
     table = pa.Table.from_arrays(arrays, names=[*schema, TS, POS, SRC])
     for name in (TS, POS):
+        if not table.column(name).null_count:
+            continue
         nulls = np.flatnonzero(
             ~np.asarray(table.column(name).is_valid().to_numpy(zero_copy_only=False))
         )

@@ -56,8 +56,11 @@ _FILL: dict[str, Any] = {
 def column_from_arrow(array: pa.Array | pa.ChunkedArray, column_type: ColumnType) -> Column:
     """An Arrow column as ``(values, valid)``; timestamps and dates become int64."""
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+    if array.null_count:
+        valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    else:  # (no bitmap to unpack)
+        valid = np.ones(len(array), dtype=bool)
     if column_type == "timestamp":
         array = array.cast(pa.timestamp("us")).cast(pa.int64())
     elif column_type == "date":

@@ -326,7 +326,7 @@ class Pipeline:
             report.batches += 1
             report.execute_s += commit.executed_ms / 1000
             for decision in commit.result.decisions:
-                ms = decision.figures.get("execute_ms")
+                ms = decision.figures.get("step_ms", decision.figures.get("execute_ms"))
                 if isinstance(ms, int | float):
                     report.step_s[decision.step] = report.step_s.get(decision.step, 0.0) + ms / 1000
             committer.submit(commit)

@@ -29,7 +29,8 @@ relation fixes its schema and keeps the glob from ever matching nothing.
 * Merging keeps the file count low: once a relation has :data:`FANOUT` segments of one level, the
   oldest of them are merged into one of the next level (never beyond :data:`MAX_MERGED_ROWS`
   rows) by a background thread, off the commit path, then swapped in one transaction.
-* A file that left the registry is deleted only when no reader holds a pin
+* A file that left the registry, or never entered it (a failed commit's, a lost merge's), is
+  deleted only when no reader holds a pin
   (:meth:`SegmentFolder.pin`): a view lists its relation's files when a query binds, so a file
   unlinked between that list and its read would fail the query. Readers pin before their query
   or transaction begins.
@@ -183,10 +184,11 @@ class SegmentFolder:
         fsync_path(self.folder)
 
     def discard(self, segments: Iterable[Segment]) -> None:
-        """Delete files no transaction registered (a failed commit's, a lost merge's)."""
-        for segment in segments:
-            with contextlib.suppress(FileNotFoundError):
-                self.path(segment).unlink()
+        """Delete files no transaction registered (a failed commit's, a lost merge's) as soon
+        as no reader holds a pin, like a retired file: the file was in the folder under its
+        final name, so a reader's glob may have listed it (and would fail to open it, even
+        though the registry hides its rows)."""
+        self.retire(segments)
 
     def remove_orphans(self, registered: Iterable[Segment]) -> int:
         """Delete every file of the folder that is neither registered nor an anchor: a commit

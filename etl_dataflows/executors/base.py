@@ -178,12 +178,16 @@ class BaseExecutor(ABC):
         return self.run_prepared(self.prepare_batch(batch))
 
     def run_stream(self, batches: Iterable[EngineBatch]) -> Iterator[BatchResult]:
-        """Run batches in order, preparing batch k+1 on a second thread while batch k runs.
+        """Run batches in order, preparing batch k+1 on a second thread while the caller handles
+        the result of batch k (commits it, say).
 
         Preparing touches no state (checking and casting the events, the stateless steps that do
         not depend on a transactional step, and the executor's own per-batch work such as the local
         executor's column-at-a-time expressions), so the results equal :meth:`run_batch`'s, batch
-        by batch.
+        by batch. Batch k+1 is prepared after batch k has run, not while it runs: both are mostly
+        short Python and Arrow calls that hold the GIL, and side by side each waits for the other
+        (slower than no second thread at all: docs/benchmarks.md); a caller's commit mostly waits
+        on I/O or C code and leaves the GIL free.
         """
         iterator = iter(batches)
         first = next(iterator, None)
@@ -192,9 +196,9 @@ class BaseExecutor(ABC):
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamdi-prepare") as pool:
             future = pool.submit(self.prepare_batch, first)
             for following in iterator:
-                prepared = future.result()
+                result = self.run_prepared(future.result())
                 future = pool.submit(self.prepare_batch, following)
-                yield self.run_prepared(prepared)
+                yield result
             yield self.run_prepared(future.result())
 
     def _pure_steps(self) -> set[str]:

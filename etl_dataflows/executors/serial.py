@@ -23,6 +23,7 @@ the batch fails as a whole.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -133,6 +134,8 @@ class SerialExecutor(BaseExecutor):
         self._undo: list[tuple[dict[Any, Any], Any, bool, Any]] = []
         self._touched: dict[str, dict[Key, list[Row]]] = {}
         self._compiled: dict[str, list[_CompiledOp]] = {}
+        #: The delta of a table no transaction touched, by table (Arrow tables never change).
+        self._no_change: dict[str, TableDelta] = {}
 
     def state_image(self) -> StateImage:
         tables = {}
@@ -199,6 +202,9 @@ class SerialExecutor(BaseExecutor):
     def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
         deltas = {}
         for name, table in self.flow.tables.items():
+            if not self._touched.get(name):
+                deltas[name] = self._unchanged(name, table)
+                continue
             ids = table.row_id()
             before: dict[Key, Row] = {}
             after: dict[Key, Row] = {}
@@ -215,6 +221,13 @@ class SerialExecutor(BaseExecutor):
         self._undo = []
         self._touched = {}
         return deltas, dict(self._sequences)
+
+    def _unchanged(self, name: str, table: StateTable) -> TableDelta:
+        delta = self._no_change.get(name)
+        if delta is None:
+            delta = TableDelta(rows_to_table(table, []), rows_to_table(table, [], ids_only=True))
+            self._no_change[name] = delta
+        return delta
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -572,8 +585,12 @@ def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
 
 
 def _key_getter(table: StateTable) -> Callable[[Row], Key]:
-    names = table.key_names
-    return lambda r: tuple(r[n] for n in names)
+    names = tuple(table.key_names)
+    if len(names) == 1:
+        (name,) = names
+        return lambda r: (r[name],)
+    getter = operator.itemgetter(*names)  # a tuple already, made in C
+    return getter
 
 
 def _coerce(value: Any, kind: ColumnType | None, where: str) -> Any:

@@ -5,10 +5,12 @@ Executors that keep state in arrays give every key a *slot* (a row of the state 
 move, so a slot found once stays valid for the life of the executor.
 
 ``int64`` keys use an open-addressing hash table in numpy arrays probed by a compiled loop (tens of
-nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); ``string``
+nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); while the keys
+are dense (sequential IDs, or IDs within a range at most twice their number) an array indexed by
+``key - lowest key`` finds their slots too, a nanosecond or two per key with no hashing; ``string``
 keys go through Arrow dictionary encoding, so Python touches each distinct key of a batch once;
-keys of several columns (:class:`TupleKeyIndex`) are looked up as tuples, one dictionary lookup
-per row.
+keys of several columns (:class:`TupleKeyIndex`) become rows of int64 parts (string parts
+dictionary-coded) in a table probed by a compiled loop too.
 """
 
 from __future__ import annotations
@@ -24,33 +26,39 @@ _EMPTY = np.int64(-1)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _home(key: np.int64, mask: np.int64) -> np.int64:
-    """The first position of ``key`` in a table of ``mask + 1`` entries: the low bits of
-    murmur3's 64-bit finalizer (fmix64) of the key. Every bit of the key moves every bit of the
-    hash, so keys that differ only in their high bits (multiples of 2**40, say) spread as well as
-    random keys; a plain multiply-and-shift would send them all to one position."""
-    x = np.uint64(key)
+def _fmix64(x: np.uint64) -> np.uint64:
+    """murmur3's 64-bit finalizer: every bit of ``x`` moves every bit of the result."""
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xFF51AFD7ED558CCD)
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xC4CEB9FE1A85EC53)
     x ^= x >> np.uint64(33)
-    return np.int64(x & np.uint64(mask))
+    return x
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _home(key: np.int64, mask: np.int64) -> np.int64:
+    """The first position of ``key`` in a table of ``mask + 1`` entries: the low bits of
+    murmur3's 64-bit finalizer (fmix64) of the key. Every bit of the key moves every bit of the
+    hash, so keys that differ only in their high bits (multiples of 2**40, say) spread as well as
+    random keys; a plain multiply-and-shift would send them all to one position."""
+    return np.int64(_fmix64(np.uint64(key)) & np.uint64(mask))
 
 
 @numba.njit(cache=True, nogil=True)
 def _probe(
-    table_keys: np.ndarray,
-    table_slots: np.ndarray,
+    entries: np.ndarray,
     queries: np.ndarray,
     valid: np.ndarray,
     next_slot: int,
     out: np.ndarray,
 ) -> tuple[int, int]:
-    """Slots of ``queries`` (inserting new keys); nulls get -1. Returns the next free slot and
-    the number of collisions (positions looked at beyond each key's first)."""
+    """Slots of ``queries`` (inserting new keys); nulls get -1. ``entries`` is the table: row
+    ``pos`` holds a key and its slot (-1: empty), side by side so that a probe reads one cache
+    line. Returns the next free slot and the number of collisions (positions looked at beyond
+    each key's first)."""
 
-    mask = np.int64(table_keys.shape[0] - 1)
+    mask = np.int64(entries.shape[0] - 1)
     collisions = 0
     for i in range(queries.shape[0]):
         if not valid[i]:
@@ -59,14 +67,14 @@ def _probe(
         key = queries[i]
         pos = _home(key, mask)
         while True:
-            slot = table_slots[pos]
+            slot = entries[pos, 1]
             if slot == -1:
-                table_keys[pos] = key
-                table_slots[pos] = next_slot
+                entries[pos, 0] = key
+                entries[pos, 1] = next_slot
                 out[i] = next_slot
                 next_slot += 1
                 break
-            if table_keys[pos] == key:
+            if entries[pos, 0] == key:
                 out[i] = slot
                 break
             pos = (pos + 1) & mask
@@ -75,26 +83,63 @@ def _probe(
 
 
 @numba.njit(cache=True, nogil=True)
-def _find(
-    table_keys: np.ndarray, table_slots: np.ndarray, queries: np.ndarray, out: np.ndarray
-) -> int:
+def _find(entries: np.ndarray, queries: np.ndarray, out: np.ndarray) -> int:
     """Slots of ``queries`` without inserting; -1 where absent. Returns the collisions."""
-    mask = np.int64(table_keys.shape[0] - 1)
+    mask = np.int64(entries.shape[0] - 1)
     collisions = 0
     for i in range(queries.shape[0]):
         key = queries[i]
         pos = _home(key, mask)
         while True:
-            slot = table_slots[pos]
+            slot = entries[pos, 1]
             if slot == -1:
                 out[i] = -1
                 break
-            if table_keys[pos] == key:
+            if entries[pos, 0] == key:
                 out[i] = slot
                 break
             pos = (pos + 1) & mask
             collisions += 1
     return collisions
+
+
+@numba.njit(cache=True, nogil=True)
+def _direct_slots(
+    direct: np.ndarray, low: int, queries: np.ndarray, valid: np.ndarray, out: np.ndarray
+) -> int:
+    """Slots of ``queries`` by direct addressing (``direct[key - low]``); nulls get -1. Returns
+    how many valid keys were not found (outside the range, or no slot: new keys)."""
+    high = low + np.int64(direct.shape[0] - 1)
+    missing = 0
+    for i in range(queries.shape[0]):
+        if not valid[i]:
+            out[i] = -1
+            continue
+        key = queries[i]
+        if key < low or key > high:
+            out[i] = -1
+            missing += 1
+            continue
+        slot = direct[key - low]
+        out[i] = slot
+        if slot < 0:
+            missing += 1
+    return missing
+
+
+#: Direct addressing (see the module docstring) is kept while every key lies within a range of at
+#: most ``_DIRECT_SPAN`` times the keys plus ``_DIRECT_MIN``.
+_DIRECT_SPAN = 2
+_DIRECT_MIN = 1024
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
+
+
+def _empty_entries(size: int) -> np.ndarray:
+    """A hash table of ``size`` positions, all empty (see :func:`_probe`)."""
+    entries = np.zeros((size, 2), dtype=np.int64)
+    entries[:, 1] = _EMPTY
+    return entries
 
 
 class IntKeyIndex:
@@ -105,49 +150,97 @@ class IntKeyIndex:
     :attr:`collisions` counts the positions looked at beyond each key's first, over every lookup
     and insertion so far (rehashing included): the measure of how well the keys spread (about
     half a collision per key for random keys at this load; a hash that maps structured keys to
-    a few positions makes it grow with the number of keys)."""
+    a few positions makes it grow with the number of keys).
+
+    Dense keys are also kept in a direct-addressed array (the module docstring): a lookup whose
+    keys all have slots there is answered from it and counts no collisions; a batch with new keys
+    goes through the hash table, which stays the authority, and the array follows it."""
 
     def __init__(self, capacity: int = 1024) -> None:
         size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
-        self._keys = np.zeros(size, dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        self._entries = _empty_entries(size)
         self.size = 0  # slots handed out
         self.collisions = 0
+        self._low = 0  # the least and greatest key seen (when size > 0)
+        self._high = 0
+        #: ``_direct[k - _direct_low]`` is key k's slot or -1; None while the keys are sparse.
+        self._direct: np.ndarray | None = None
+        self._direct_low = 0
+
+    @property
+    def direct(self) -> bool:
+        """Whether lookups of known keys go by direct addressing (the keys are dense)."""
+        return self._direct is not None
+
+    def _follow(self, keys: np.ndarray, slots: np.ndarray, first: bool) -> None:
+        """Keep the direct array in step with new ``keys`` (just given ``slots``; ``first``: the
+        index had no keys before them)."""
+        if not len(keys):
+            return
+        low, high = int(keys.min()), int(keys.max())
+        if not first:
+            low, high = min(low, self._low), max(high, self._high)
+        self._low, self._high = low, high
+        limit = _DIRECT_SPAN * self.size + _DIRECT_MIN
+        if high - low + 1 > limit:
+            self._direct = None
+            return
+        direct = self._direct
+        if direct is not None and self._direct_low <= low and high < self._direct_low + len(direct):
+            direct[keys - self._direct_low] = slots
+            return
+        # (Re)build from the hash table, with room to grow both ways (amortized doubling: keys
+        # that keep arriving below the range, or above it, rebuild it O(log) times).
+        span = high - low + 1
+        length = max(min(max(2 * span, 2 * len(direct) if direct is not None else 0), limit), span)
+        start = max(low - (length - span) // 2, _INT64_MIN)
+        length = min(length, _INT64_MAX - start + 1)
+        direct = np.full(length, _EMPTY, dtype=np.int64)
+        used = self._entries[:, 1] != _EMPTY
+        direct[self._entries[used, 0] - start] = self._entries[used, 1]
+        self._direct, self._direct_low = direct, start
 
     def _reserve(self, extra: int) -> None:
         needed = (self.size + extra) * 2
-        if needed <= self._keys.shape[0]:
+        if needed <= self._entries.shape[0]:
             return
-        size = self._keys.shape[0]
+        size = self._entries.shape[0]
         while size < needed:
             size *= 2
-        used = self._slots != _EMPTY
-        keys, slots = self._keys[used], self._slots[used]
-        self._keys = np.zeros(size, dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
-        order = np.argsort(slots, kind="stable")
-        out = np.empty(len(keys), dtype=np.int64)
-        _, collisions = _probe(
-            self._keys, self._slots, keys[order], np.ones(len(keys), dtype=bool), 0, out
-        )
+        used = self._entries[self._entries[:, 1] != _EMPTY]
+        self._entries = _empty_entries(size)
+        order = np.argsort(used[:, 1], kind="stable")
+        out = np.empty(len(used), dtype=np.int64)
+        keys = np.ascontiguousarray(used[order, 0])
+        _, collisions = _probe(self._entries, keys, np.ones(len(keys), dtype=bool), 0, out)
         self.collisions += int(collisions)
 
     def slots(self, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """The slot of every key, assigning new slots to new keys; -1 where ``valid`` is False."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
-        self._reserve(len(keys))
+        valid = np.ascontiguousarray(valid, dtype=np.bool_)
         out = np.empty(len(keys), dtype=np.int64)
-        size, collisions = _probe(
-            self._keys, self._slots, keys, np.ascontiguousarray(valid), self.size, out
-        )
+        direct = self._direct
+        if direct is not None and not _direct_slots(direct, self._direct_low, keys, valid, out):
+            return out
+        self._reserve(len(keys))
+        before = self.size
+        size, collisions = _probe(self._entries, keys, valid, self.size, out)
         self.size = int(size)
         self.collisions += int(collisions)
+        if self.size > before:
+            fresh = out >= before
+            self._follow(keys[fresh], out[fresh], before == 0)
         return out
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The slot of every key, -1 for keys never seen."""
         out = np.empty(len(keys), dtype=np.int64)
-        collisions = _find(self._keys, self._slots, np.ascontiguousarray(keys, dtype=np.int64), out)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        if self._direct is not None:  # it holds every key: a miss is an absent key
+            _direct_slots(self._direct, self._direct_low, keys, np.ones(len(keys), np.bool_), out)
+            return out
+        collisions = _find(self._entries, keys, out)
         self.collisions += int(collisions)
         return out
 
@@ -195,37 +288,146 @@ class StrKeyIndex:
         return np.where(valid & present, codes, -1).astype(np.int64)
 
 
-class TupleKeyIndex:
-    """Maps keys of several columns (int64 or string each) to slots."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_home(keys: np.ndarray, row: int, mask: np.int64) -> np.int64:
+    """The first position of the key in row ``row`` of ``keys`` (one int64 per part): each part
+    folded into the hash through murmur3's 64-bit finalizer, so every bit of every part moves
+    every bit of the position."""
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(keys.shape[1]):
+        h = _fmix64(h ^ np.uint64(keys[row, c]))
+    return np.int64(h & np.uint64(mask))
 
-    def __init__(self) -> None:
-        self._slot_of: dict[tuple[Any, ...], int] = {}
-        self.size = 0
+
+@numba.njit(cache=True, nogil=True)
+def _probe_rows(
+    table_keys: np.ndarray,
+    table_slots: np.ndarray,
+    queries: np.ndarray,
+    valid: np.ndarray,
+    next_slot: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`_probe` for keys of several int64 parts (a row of ``queries`` per key)."""
+    mask = np.int64(table_keys.shape[0] - 1)
+    width = queries.shape[1]
+    collisions = 0
+    for i in range(queries.shape[0]):
+        if not valid[i]:
+            out[i] = -1
+            continue
+        pos = _row_home(queries, i, mask)
+        while True:
+            slot = table_slots[pos]
+            if slot == -1:
+                for c in range(width):
+                    table_keys[pos, c] = queries[i, c]
+                table_slots[pos] = next_slot
+                out[i] = next_slot
+                next_slot += 1
+                break
+            same = True
+            for c in range(width):
+                if table_keys[pos, c] != queries[i, c]:
+                    same = False
+                    break
+            if same:
+                out[i] = slot
+                break
+            pos = (pos + 1) & mask
+            collisions += 1
+    return next_slot, collisions
+
+
+class TupleKeyIndex:
+    """Maps keys of several columns (``int64``, or any other type through a dictionary of its
+    values) to slots: each key becomes a row of int64 parts (an int64 column's value, another
+    column's code, and a mask of the parts that are null) placed in an open-addressing table by
+    a compiled loop, like :class:`IntKeyIndex` (a dictionary of Python tuples cost ~2.4 us per
+    key: TPC-DI's 1.8 M watches took 4.3 s to load at SF 10). New keys take the next slots in
+    the order they first appear."""
+
+    def __init__(self, kinds: list[str], capacity: int = 1024) -> None:
+        if len(kinds) > 62:
+            raise ValueError("a key of more than 62 columns")
+        self.kinds = list(kinds)
+        self._codes: list[StrKeyIndex | None] = [
+            None if kind == "int64" else StrKeyIndex() for kind in kinds
+        ]
+        width = len(kinds) + 1  # the parts and the null mask
+        size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
+        self._keys = np.zeros((size, width), dtype=np.int64)
+        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        self.size = 0  # slots handed out
+        self.collisions = 0
+
+    def _rows(self, parts: list[Any], n: int) -> np.ndarray:
+        """The key rows of ``parts`` (one array per key column, numpy or Arrow)."""
+        if len(parts) != len(self.kinds):
+            raise ValueError(f"a key of {len(parts)} columns for an index of {len(self.kinds)}")
+        rows = np.zeros((n, len(self.kinds) + 1), dtype=np.int64)
+        nulls = np.zeros(n, dtype=np.int64)
+        for c, (part, codes) in enumerate(zip(parts, self._codes, strict=True)):
+            if codes is None:
+                if isinstance(part, pa.Array | pa.ChunkedArray):
+                    null = np.asarray(part.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+                    values = np.asarray(
+                        pc.fill_null(part, 0).to_numpy(zero_copy_only=False), dtype=np.int64
+                    )
+                else:
+                    values = np.asarray(part, dtype=np.int64)
+                    null = np.zeros(n, dtype=bool)
+            else:
+                array = part if isinstance(part, pa.Array | pa.ChunkedArray) else pa.array(part)
+                if isinstance(array, pa.ChunkedArray):
+                    array = array.combine_chunks()
+                values, present = codes.codes(array)
+                null = ~present
+            rows[:, c] = np.where(null, 0, values)
+            nulls |= null.astype(np.int64) << np.int64(c)
+        rows[:, -1] = nulls
+        return rows
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the table's arrays (the string columns' dictionaries not counted)."""
+        return int(self._keys.nbytes + self._slots.nbytes)
+
+    def _reserve(self, extra: int) -> None:
+        needed = (self.size + extra) * 2
+        if needed <= self._slots.shape[0]:
+            return
+        size = self._slots.shape[0]
+        while size < needed:
+            size *= 2
+        used = self._slots != _EMPTY
+        keys, slots = self._keys[used], self._slots[used]
+        self._keys = np.zeros((size, keys.shape[1]), dtype=np.int64)
+        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        order = np.argsort(slots, kind="stable")
+        out = np.empty(len(slots), dtype=np.int64)
+        _, collisions = _probe_rows(
+            self._keys,
+            self._slots,
+            np.ascontiguousarray(keys[order]),
+            np.ones(len(slots), dtype=bool),
+            0,
+            out,
+        )
+        self.collisions += int(collisions)
 
     def slots(self, parts: list[Any], valid: np.ndarray) -> np.ndarray:
-        """The slot of every row's key tuple, assigning new slots to new keys; -1 where ``valid``
-        is False."""
+        """The slot of every row's key, assigning new slots to new keys; -1 where ``valid`` is
+        False."""
         n = len(valid)
-        out = np.full(n, -1, dtype=np.int64)
-        rows = np.flatnonzero(valid)
-        if not len(rows):
-            return out
-        columns = []
-        for part in parts:
-            if isinstance(part, pa.Array | pa.ChunkedArray):
-                columns.append(part.take(pa.array(rows, type=pa.int64())).to_pylist())
-            else:
-                columns.append(np.asarray(part)[rows].tolist())
-        slot_of = self._slot_of
-        found = np.empty(len(rows), dtype=np.int64)
-        for r, key in enumerate(zip(*columns, strict=True)):
-            slot = slot_of.get(key)
-            if slot is None:
-                slot = self.size
-                slot_of[key] = slot
-                self.size += 1
-            found[r] = slot
-        out[rows] = found
+        rows = self._rows(parts, n)
+        self._reserve(n)
+        out = np.empty(n, dtype=np.int64)
+        size, collisions = _probe_rows(
+            self._keys, self._slots, rows, np.ascontiguousarray(valid, dtype=bool), self.size, out
+        )
+        self.size = int(size)
+        self.collisions += int(collisions)
         return out
 
 

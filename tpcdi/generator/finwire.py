@@ -11,13 +11,14 @@ Batch1. A tenth of the symbols are inactive securities that nothing trades or wa
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tpcdi.generator import text
+from tpcdi.generator import lines, sorting, text
 from tpcdi.generator.people import AddressBook, addresses
 from tpcdi.generator.reference import industries
 from tpcdi.generator.scale import BATCH1_END, FW_BEGIN_YEAR, Scale, at
@@ -40,18 +41,33 @@ def quarter_name(q: int) -> str:
     return f"FINWIRE{FW_BEGIN_YEAR + q // 4}Q{q % 4 + 1}"
 
 
+@dataclass(frozen=True)
+class Records:
+    """Every FINWIRE record, sorted by PTS."""
+
+    lines: pa.Array
+    kinds: np.ndarray  # 0 CMP, 1 SEC, 2 FIN per line
+    quarter_bounds: np.ndarray  # index into lines where each quarter file starts (+ end)
+
+
 @dataclass
 class Market:
-    """Companies and securities as the rest of the data set needs them."""
+    """Companies and securities as the rest of the data set needs them, and the FINWIRE records:
+    :meth:`records` draws the FIN records' values (the last draws from the FINWIRE stream, so
+    they can run on another thread while the rest of the model is drawn) and sorts every
+    record."""
 
     company_created: np.ndarray  # second of the first CMP record, per CIK
     company_names: pa.Array
     symbols: pa.Array  # per security
     symbol_created: np.ndarray  # second of the first SEC record
     symbol_active: np.ndarray  # whether the security trades
-    lines: pa.Array  # every FINWIRE record, sorted by PTS
-    kinds: np.ndarray  # 0 CMP, 1 SEC, 2 FIN per line
-    quarter_bounds: np.ndarray  # index into lines where each quarter file starts (+ end)
+    finish: Callable[[], Records]
+
+    def records(self) -> Records:
+        """Every FINWIRE record. Draws them: call once (they are not kept, hundreds of MB at
+        SF 100)."""
+        return self.finish()
 
 
 def _rpad(values: pa.Array, width: int) -> pa.Array:
@@ -225,27 +241,32 @@ def build(rng: np.random.Generator, scale: Scale, book: AddressBook) -> Market:
     ok = low < high
     grid_c, grid_q, low, high = grid_c[ok], grid_q[ok], low[ok], high[ok]
     fin_ts = low + (rng.random(len(low)) * (high - low)).astype(np.int64)
-    fin_lines = _fin_lines(rng, grid_c, grid_q, fin_ts, bounds, company_names)
 
-    lines = pa.concat_arrays([cmp_lines, sec_lines, fin_lines])
-    stamps = np.concatenate([cmp_ts, sec_ts, fin_ts])
-    kinds = np.concatenate(
-        [
-            np.zeros(len(cmp_ts), np.int8),
-            np.ones(len(sec_ts), np.int8),
-            np.full(len(fin_ts), 2, np.int8),
-        ]
-    )
-    order = np.argsort(stamps, kind="stable")
+    def finish() -> Records:
+        fin_lines = _fin_lines(rng, grid_c, grid_q, fin_ts, bounds, company_names)
+        lines = pa.concat_arrays([cmp_lines, sec_lines, fin_lines])
+        stamps = np.concatenate([cmp_ts, sec_ts, fin_ts])
+        kinds = np.concatenate(
+            [
+                np.zeros(len(cmp_ts), np.int8),
+                np.ones(len(sec_ts), np.int8),
+                np.full(len(fin_ts), 2, np.int8),
+            ]
+        )
+        order = sorting.argsort(stamps)
+        return Records(
+            lines=lines.take(pa.array(order)),
+            kinds=kinds[order],
+            quarter_bounds=np.searchsorted(stamps[order], bounds),
+        )
+
     return Market(
         company_created=created,
         company_names=company_names,
         symbols=symbols,
         symbol_created=sym_created,
         symbol_active=active,
-        lines=lines.take(pa.array(order)),
-        kinds=kinds[order],
-        quarter_bounds=np.searchsorted(stamps[order], bounds),
+        finish=finish,
     )
 
 
@@ -263,22 +284,31 @@ def _fin_lines(
     shares = rng.integers(10**6, 10**9, n)
     diluted = (shares * rng.uniform(1.0, 1.1, n)).astype(np.int64)
     year = FW_BEGIN_YEAR + quarter // 4
-    return text.concat(
-        _pts(ts),
-        "FIN",
-        text.ints(year),
-        text.ints(quarter % 4 + 1),
-        text.compact_dates(bounds[quarter] // DAY),
-        text.compact_dates(ts // DAY),
-        _money(revenue, 17),
-        _money(earnings, 17),
-        _money(earnings / shares, 12),
-        _money(earnings / diluted, 12),
-        _money(earnings / revenue, 12),
-        _money(rng.uniform(0, 1e9, n), 17),
-        _money(rng.uniform(1e6, 1e11, n), 17),
-        _money(rng.uniform(1e5, 1e10, n), 17),
-        _lpad(text.ints(shares), 13),
-        _lpad(text.ints(diluted), 13),
-        _company_ref(rng, company, names),
-    )
+
+    def money(values: np.ndarray, width: int) -> lines.Field:
+        return lines.padded(lines.money(np.round(values * 100).astype(np.int64)), width, right=True)
+
+    fields = [
+        lines.stamps(ts),
+        lines.const("FIN", n),
+        lines.ints(year),
+        lines.ints(quarter % 4 + 1),
+        lines.compact_dates(bounds[quarter] // DAY),
+        lines.compact_dates(ts // DAY),
+        money(revenue, 17),
+        money(earnings, 17),
+        money(earnings / shares, 12),
+        money(earnings / diluted, 12),
+        money(earnings / revenue, 12),
+        money(rng.uniform(0, 1e9, n), 17),  # drawn in this order, as the fields are written
+        money(rng.uniform(1e6, 1e11, n), 17),
+        money(rng.uniform(1e5, 1e10, n), 17),
+        lines.padded(lines.ints(shares), 13, right=True),
+        lines.padded(lines.ints(diluted), 13, right=True),
+    ]
+    # CoNameOrCIK: the zero-padded CIK or the name padded to 60, half each
+    nc = len(names)
+    refs = pa.concat_arrays([text.padded(np.arange(nc), 10), _rpad(names, 60)])
+    by_cik = rng.random(n) < 0.5
+    fields.append(lines.pick(refs, np.where(by_cik, company, nc + company)))
+    return lines.format_strings(fields)

@@ -14,19 +14,26 @@ changes another, and the same seed always writes the same bytes):
 2. trades (which need every account), watches and daily prices;
 3. the files of each batch, with its ``*_audit.csv`` counted from exactly the records written,
    then the top-level audit files.
+
+The files are written as soon as their part of the model exists, a family of files per thread
+(DailyMarket and FINWIRE once the securities exist, WatchHistory once the customers do, the
+trade files on the calling thread after the trades), and the big files are formatted by a
+compiled pass (:mod:`tpcdi.generator.lines`) that runs on two cores. A family draws only from its
+own stream and numbers its own CDC records, so the bytes never depend on the threads' timing.
 """
 
 from __future__ import annotations
 
 import datetime
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import finwire, market, reference, text
+from tpcdi.generator import finwire, lines, market, reference
 from tpcdi.generator.customer_xml import HEAD, TAIL, actions_xml
 from tpcdi.generator.customers import CustomerBase, history
 from tpcdi.generator.incremental import IncrementalRecords, batch_records
@@ -34,10 +41,13 @@ from tpcdi.generator.people import AddressBook, Employees, employees
 from tpcdi.generator.prospects import ProspectList, first_list, matching_active_customers, next_list
 from tpcdi.generator.scale import BATCH1_DATE, BATCH1_END, FIRST_DAY, Calendar, Scale, at, day
 from tpcdi.generator.trade_files import write_trades
-from tpcdi.generator.trades import Trades, build
+from tpcdi.generator.trades import TradeNames, Trades, build
 from tpcdi.generator.writer import AuditRow, Progress, StagingWriter
 
 DAY = 86_400
+#: Threads writing families of files beside the model (DailyMarket, reference files and
+#: FINWIRE, WatchHistory); their formatting runs on the writer's own threads.
+FILE_THREADS = 3
 _STREAMS = (
     "hr",
     "finwire",
@@ -106,11 +116,17 @@ class _Generator:
         self.w = StagingWriter(out, progress, calendar.batches)
         self.dsn = {"customer": 1000, "account": 1000}
 
-    # -- model --------------------------------------------------------------------------
-    def model(self) -> None:
+    # -- model: each step draws from its own streams, in this order ----------------------
+    def staff_and_market(self) -> None:
+        """Employees, then FINWIRE's companies and securities (and the FINWIRE lines)."""
+        self.staff: Employees = employees(self.rng["hr"], self.scale.employees)
+        self.market = finwire.build(self.rng["finwire"], self.scale, self.book)
+        self.watch_book = market.WatchBook(self.rng["watches"], len(self.market.symbol_created))
+
+    def customers(self) -> None:
+        """The Batch1 customer history, then each incremental batch's customer and account
+        records and prospect list (each list's file written as soon as it is drawn)."""
         scale, rng = self.scale, self.rng
-        self.staff: Employees = employees(rng["hr"], scale.employees)
-        self.market = finwire.build(rng["finwire"], scale, self.book)
         self.base: CustomerBase = history(rng["customers"], scale, self.book, self.staff.broker_ids)
         self.actions_text = actions_xml(self.base)
         self.prospects: dict[int, ProspectList] = {
@@ -136,6 +152,9 @@ class _Generator:
             # written now: a long feed keeps one list in memory, not one per day
             self.prospect_file(b)
             del self.prospects[b - 1]
+
+    def trade_model(self) -> None:
+        """Every trade and its status events (they need every account and security)."""
         base, mk = self.base, self.market
         usable = np.minimum(base.account_closed, base.inactive[base.account_owner])
         symbol_order = np.argsort(mk.symbol_created, kind="stable")
@@ -145,8 +164,14 @@ class _Generator:
         broker_index = np.searchsorted(
             self.staff.broker_ids, base.account_broker[self.trades.account]
         )
-        self.exec_names = self.staff.broker_names.take(pa.array(broker_index))
-        self.watch_book = market.WatchBook(rng["watches"], len(mk.symbol_created))
+        self.trade_names = TradeNames(mk.symbols, self.staff.broker_names, broker_index)
+
+    def model(self) -> None:
+        """The whole model, one step after the other (what :func:`generate` overlaps with
+        writing files)."""
+        self.staff_and_market()
+        self.customers()
+        self.trade_model()
 
     def _trades(
         self, usable: np.ndarray, symbol_order: np.ndarray, symbol_usable: np.ndarray
@@ -184,6 +209,7 @@ class _Generator:
 
     def customer_mgmt(self) -> None:
         self.w.lines(1, "CustomerMgmt.xml", self.actions_text, eol="", head=HEAD, tail=TAIL)
+        del self.actions_text  # written once; hundreds of MB at SF 100
         counts = {a.kind: len(a) for a in self.base.actions}
         new = next(a for a in self.base.actions if a.kind == "NEW")
         assert new.people is not None and new.tier is not None
@@ -218,12 +244,12 @@ class _Generator:
         self.w.audit(1, "CustomerMgmt", rows)
 
     def finwire_files(self) -> None:
-        mk = self.market
+        records = self.market.records()
         for q in range(finwire.QUARTERS):
-            lo, hi = int(mk.quarter_bounds[q]), int(mk.quarter_bounds[q + 1])
+            lo, hi = int(records.quarter_bounds[q]), int(records.quarter_bounds[q + 1])
             name = finwire.quarter_name(q)
-            self.w.lines(1, name, mk.lines.slice(lo, hi - lo))
-            kinds = np.bincount(mk.kinds[lo:hi], minlength=3)
+            self.w.lines(1, name, records.lines.slice(lo, hi - lo))
+            kinds = np.bincount(records.kinds[lo:hi], minlength=3)
             self.w.audit(
                 1,
                 name,
@@ -291,16 +317,21 @@ class _Generator:
         )
 
     def trade_files(self, batch: int) -> None:
-        write_trades(self.w, self.trades, batch, self.market.symbols, self.exec_names, self._dsn)
+        write_trades(self.w, self.trades, batch, self.trade_names, self._dsn)
 
     def _dsn(self, name: str, n: int) -> np.ndarray:
         start = self.dsn.setdefault(name, 1000)
         self.dsn[name] = start + n + 7
         return np.arange(start, start + n)
 
-    def _with_cdc(self, name: str, columns: list[pa.Array]) -> list[pa.Array]:
-        n = len(columns[0])
-        return [pa.array(["I"] * n, pa.string()), text.ints(self._dsn(name, n)), *columns]
+    def _with_cdc(self, name: str, fields: list[lines.Field]) -> list[lines.Field]:
+        n = len(fields[0].values)
+        return [lines.const("I", n), lines.ints(self._dsn(name, n)), *fields]
+
+    def all_watch_files(self) -> None:
+        """WatchHistory.txt of every batch, in batch order (the watch book remembers)."""
+        for batch in self.calendar.batches:
+            self.watch_files(batch)
 
     def watch_files(self, batch: int) -> None:
         base, mk = self.base, self.market
@@ -314,11 +345,11 @@ class _Generator:
             mk.symbol_active,
         )
 
-        def build(rows: np.ndarray) -> list[pa.Array]:
-            columns = watches.columns(mk.symbols, rows)
-            return columns if batch == 1 else self._with_cdc("watch", columns)
+        def build(rows: np.ndarray) -> list[lines.Field]:
+            fields = watches.fields(mk.symbols, rows)
+            return fields if batch == 1 else self._with_cdc("watch", fields)
 
-        self.w.delimited_rows(batch, "WatchHistory.txt", len(watches.ts), build)
+        self.w.formatted_rows(batch, "WatchHistory.txt", len(watches.ts), build)
         self.w.audit(
             batch,
             "WatchHistory",
@@ -337,16 +368,13 @@ class _Generator:
         walk = market.PriceWalk.start(self.rng["market"], len(mk.symbol_created))
         symbol_day = mk.symbol_created // DAY
         for batch, days in market.market_days(self.calendar).items():
-            parts = []
-            for columns in market.daily_market(
-                self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
-            ):
-                parts.append(
-                    text.join_fields(
-                        self._with_cdc("market", columns) if batch != 1 else columns, "|"
-                    )
+            parts = (
+                self._with_cdc("market", fields) if batch != 1 else fields
+                for fields in market.daily_market(
+                    self.rng["market"], walk, days, mk.symbols, symbol_day, mk.symbol_active
                 )
-            count = self.w.lines(batch, "DailyMarket.txt", parts)
+            )
+            count = self.w.formatted(batch, "DailyMarket.txt", parts)
             self.w.audit(
                 batch, "DailyMarket", _rows("FactMarketHistory", batch, {"DM_RECORDS": count})
             )
@@ -401,18 +429,29 @@ def generate(
     bar = Progress(estimated_records(scale, days), progress)
     gen = _Generator(Path(out), scale, calendar, seed, bar)
     try:
-        gen.model()
-        gen.reference_files()
-        gen.customer_mgmt()
-        gen.finwire_files()
-        for batch in calendar.batches:
-            gen.batch_date(batch)
-            if batch != 1:
-                gen.customer_files(batch)
-            gen.trade_files(batch)
-            gen.watch_files(batch)
-        gen.daily_market_files()
+        # A family of files is written on its own thread as soon as its part of the model
+        # exists, while the model goes on: each family draws only from its own random stream
+        # and its own CDC sequence, so the bytes do not depend on how the threads interleave.
+        with ThreadPoolExecutor(FILE_THREADS, "tpcdi-files") as files:
+            gen.staff_and_market()
+            jobs = [
+                files.submit(gen.daily_market_files),
+                files.submit(gen.reference_files),
+                files.submit(gen.finwire_files),
+            ]
+            gen.customers()
+            jobs.append(files.submit(gen.all_watch_files))
+            gen.customer_mgmt()
+            gen.trade_model()
+            for batch in calendar.batches:
+                gen.batch_date(batch)
+                if batch != 1:
+                    gen.customer_files(batch)
+                gen.trade_files(batch)
+            for job in jobs:
+                job.result()
         gen.top_level(seed)
     finally:
+        gen.w.close()
         bar.close()
     return GenerationReport(sf, seed, time.perf_counter() - started, dict(gen.w.records), days)

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import text
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.scale import (
     BATCH1_DATE,
     BATCH1_END,
@@ -62,7 +63,7 @@ def daily_market(
     symbol_day: np.ndarray,
     active: np.ndarray,
 ) -> Iterator[list[pa.Array]]:
-    """DailyMarket.txt columns (without CDC) for ``days``, in chunks of days; rows by day."""
+    """DailyMarket.txt fields (without CDC) for ``days``, in chunks of days; rows by day."""
     for begin in range(0, len(days), _CHUNK_DAYS):
         chunk = days[begin : begin + _CHUNK_DAYS]
         steps = np.exp(rng.normal(0, 0.02, (len(chunk), len(walk.close))))
@@ -74,13 +75,100 @@ def daily_market(
         high = close + (close * rng.uniform(0, 0.08, len(close))).astype(np.int64)
         low = np.maximum(1, close - (close * rng.uniform(0, 0.08, len(close))).astype(np.int64))
         yield [
-            text.dates(chunk[d]),
-            symbols.take(pa.array(s)),
-            text.money(close),
-            text.money(high),
-            text.money(low),
-            text.ints(rng.integers(1000, 10**9, len(close))),
+            lines.dates(chunk[d]),
+            lines.pick(symbols, s),
+            lines.money(close),
+            lines.money(high),
+            lines.money(low),
+            lines.ints(rng.integers(1000, 10**9, len(close))),
         ]
+
+
+@dataclass(frozen=True)
+class _Directory:
+    """Sorted creation times with a coarse index over ``begin``..``end``: how many were created
+    at or before a time is a search of one bucket's few entries, not of them all."""
+
+    created: np.ndarray
+    bucket_start: np.ndarray  # entries created before each bucket's first second (and the end)
+    begin: int
+    width: int
+
+    def __init__(self, created: np.ndarray, begin: int, end: int, buckets: int = 1 << 16) -> None:
+        width = max(1, -(-(end - begin) // buckets))
+        edges = begin + width * np.arange(buckets + 1, dtype=np.int64)
+        object.__setattr__(self, "created", np.ascontiguousarray(created, dtype=np.int64))
+        object.__setattr__(self, "bucket_start", np.searchsorted(created, edges, side="left"))
+        object.__setattr__(self, "begin", begin)
+        object.__setattr__(self, "width", width)
+
+
+@numba.njit(cache=True, inline="always")
+def _upto(created: np.ndarray, starts: np.ndarray, begin: int, width: int, t: int) -> int:
+    """``np.searchsorted(created, t, side="right")`` for ``t`` in the directory's range."""
+    k = (t - begin) // width
+    lo, hi = int(starts[k]), int(starts[k + 1])
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if created[mid] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(nogil=True, cache=True)
+def _pick(
+    ts_draw: np.ndarray,
+    c_draw: np.ndarray,
+    s_draw: np.ndarray,
+    begin: int,
+    span: int,
+    c_created: np.ndarray,
+    c_starts: np.ndarray,
+    s_created: np.ndarray,
+    s_starts: np.ndarray,
+    width_c: int,
+    width_s: int,
+    customer_until: np.ndarray,
+    usable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    m = len(ts_draw)
+    ts = np.empty(m, dtype=np.int64)
+    c = np.empty(m, dtype=np.int64)
+    s = np.empty(m, dtype=np.int64)
+    ok = np.empty(m, dtype=np.bool_)
+    last_customer, last_usable = len(customer_until) - 1, len(usable) - 1
+    for i in range(m):
+        # the same arithmetic as NumPy's (float64 products truncated), so the same draws
+        t = begin + int(ts_draw[i] * float(span))
+        c_upto = _upto(c_created, c_starts, begin, width_c, t)
+        s_upto = _upto(s_created, s_starts, begin, width_s, t)
+        ci = int(c_draw[i] * float(c_upto))
+        si = usable[min(int(s_draw[i] * float(s_upto)), last_usable)]
+        ts[i], c[i], s[i] = t, ci, si
+        ok[i] = c_upto > 0 and s_upto > 0 and customer_until[min(ci, last_customer)] > t
+    return ts, c, s, ok
+
+
+def _candidates(
+    ts_draw: np.ndarray,
+    c_draw: np.ndarray,
+    s_draw: np.ndarray,
+    begin: int,
+    span: int,
+    customers: _Directory,
+    securities: _Directory,
+    customer_until: np.ndarray,
+    usable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate watches from three uniform draws each: the time, a customer created by then
+    and a usable security created by then; whether the customer is still active then."""
+    return _pick(
+        ts_draw, c_draw, s_draw, begin, span,
+        customers.created, customers.bucket_start, securities.created, securities.bucket_start,
+        customers.width, securities.width, customer_until, usable,
+    )  # fmt: skip
 
 
 @dataclass
@@ -92,13 +180,14 @@ class Watches:
     ts: np.ndarray
     cancel: np.ndarray
 
-    def columns(self, symbols: pa.Array, rows: np.ndarray | None = None) -> list[pa.Array]:
+    def fields(self, symbols: pa.Array, rows: np.ndarray | None = None) -> list[lines.Field]:
+        """WatchHistory.txt fields (without CDC) of the watch events ``rows`` (default all)."""
         sel = np.arange(len(self.ts)) if rows is None else rows
         return [
-            text.ints(self.customer[sel]),
-            symbols.take(pa.array(self.symbol[sel])),
-            text.timestamps(self.ts[sel]),
-            text.pick(["ACTV", "CNCL"], self.cancel[sel].astype(np.int64)),
+            lines.ints(self.customer[sel]),
+            lines.pick(symbols, self.symbol[sel]),
+            lines.timestamps(self.ts[sel]),
+            lines.pick(["ACTV", "CNCL"], self.cancel[sel]),
         ]
 
 
@@ -130,24 +219,19 @@ class WatchBook:
         usable = np.flatnonzero(symbol_ok)
         usable = usable[np.argsort(symbol_created[usable], kind="stable")]
         usable_created = symbol_created[usable]
+        customers = _Directory(customer_created, begin, end)
+        securities = _Directory(usable_created, begin, end)
         for _ in range(100):
             if need <= 0:
                 break
             m = need + need // 4 + 16
-            ts = begin + (self.rng.random(m) * (end - begin)).astype(np.int64)
-            c_upto = np.searchsorted(customer_created, ts, side="right")
-            c = (self.rng.random(m) * c_upto).astype(np.int64)
-            s_upto = np.searchsorted(usable_created, ts, side="right")
-            s = usable[np.minimum((self.rng.random(m) * s_upto).astype(np.int64), len(usable) - 1)]
-            ok = (
-                (c_upto > 0)
-                & (s_upto > 0)
-                & (customer_until[np.minimum(c, len(customer_until) - 1)] > ts)
+            # a time, then a customer and a security that exist then (each uniform among those)
+            draws = self.rng.random(m), self.rng.random(m), self.rng.random(m)
+            ts, c, s, ok = _candidates(
+                *draws, begin, end - begin, customers, securities, customer_until, usable
             )
             key = c * self.symbols + s
-            first = np.zeros(m, dtype=bool)
-            first[np.unique(key, return_index=True)[1]] = True
-            ok &= first & ~self._watched(key)
+            ok &= sorting.first_occurrences(key) & ~self._watched(key)
             c, s, ts, key = c[ok][:need], s[ok][:need], ts[ok][:need], key[ok][:need]
             added = np.sort(key)
             self.pairs = np.insert(self.pairs, np.searchsorted(self.pairs, added), added)
@@ -218,5 +302,5 @@ class WatchBook:
         symbol = np.concatenate([s, cs])
         stamp = np.concatenate([ts, ct])
         cancel = np.concatenate([np.zeros(len(c), bool), np.ones(len(cc), bool)])
-        order = np.argsort(stamp, kind="stable")
+        order = sorting.argsort(stamp)
         return Watches(customer[order], symbol[order], stamp[order], cancel[order])

@@ -6,22 +6,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import pyarrow as pa
 
-from tpcdi.generator import text
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.trades import (
     CMPT,
     CNCL,
-    STATUS,
     TLB,
     TLS,
     TMB,
     TMS,
+    TradeNames,
     Trades,
-    cash_columns,
-    holding_columns,
+    cash_fields,
+    history_fields,
+    holding_fields,
     is_invalid,
-    trade_columns,
+    trade_fields,
 )  # fmt: skip
 from tpcdi.generator.writer import AuditRow, StagingWriter
 
@@ -42,15 +42,13 @@ def _trade_keys(
     })  # fmt: skip
 
 
-def write_trades(
-    w: StagingWriter, trades: Trades, batch: int, symbols: pa.Array, exec_names: pa.Array, dsn: Dsn
-) -> None:
+def write_trades(w: StagingWriter, trades: Trades, batch: int, names: TradeNames, dsn: Dsn) -> None:
     """Write the four trade-side files of ``batch`` and their ``*_audit.csv``."""
     t = trades
     events = np.flatnonzero(t.event_batch == batch)  # in time order
 
-    def columns(ids: np.ndarray, status: np.ndarray, ts: np.ndarray) -> list[pa.Array]:
-        return trade_columns(t, ids, status, ts, symbols, exec_names.take(pa.array(ids)))
+    def columns(ids: np.ndarray, status: np.ndarray, ts: np.ndarray) -> list[lines.Field]:
+        return trade_fields(t, ids, status, ts, names)
 
     if batch == 1:
         # each trade as it stands at the end of Batch1 (its last event there), by T_ID
@@ -58,13 +56,12 @@ def write_trades(
         last[t.event_trade[events]] = events
         ids = np.flatnonzero(last >= 0)
         status, ts = t.event_status[last[ids]], t.event_ts[last[ids]]
-        w.delimited_rows(1, "Trade.txt", len(ids), lambda i: columns(ids[i], status[i], ts[i]))
+        w.formatted_rows(1, "Trade.txt", len(ids), lambda i: columns(ids[i], status[i], ts[i]))
         w.audit(1, "Trade", _trade_keys(t, 1, len(ids), len(ids), ids, status))
-        history = events[np.lexsort((t.event_ts[events], t.event_trade[events]))]
-        w.delimited_rows(1, "TradeHistory.txt", len(history), lambda i: [
-            text.ints(t.event_trade[history[i]]), text.timestamps(t.event_ts[history[i]]),
-            text.pick(STATUS, t.event_status[history[i]]),
-        ])  # fmt: skip
+        history = events[sorting.lexsort((t.event_ts[events], t.event_trade[events]))]
+        w.formatted_rows(
+            1, "TradeHistory.txt", len(history), lambda i: history_fields(t, history[i])
+        )
         kind = t.kind[t.event_trade[history]]
         w.audit(1, "TradeHistory", _keys("DimTradeHistory", 1, {
             "TH_Records": len(history), "TH_TLBTrades": int((kind == TLB).sum()),
@@ -77,32 +74,32 @@ def write_trades(
         ids, status = t.event_trade[events], t.event_status[events]
         flags = (~t.event_first[events]).astype(np.int64)
 
-        def incremental(i: np.ndarray) -> list[pa.Array]:
-            cdc = [text.pick(["I", "U"], flags[i]), text.ints(dsn("trade", len(i)))]
+        def incremental(i: np.ndarray) -> list[lines.Field]:
+            cdc = [lines.pick(["I", "U"], flags[i]), lines.ints(dsn("trade", len(i)))]
             return cdc + columns(ids[i], status[i], t.event_ts[events[i]])
 
-        w.delimited_rows(batch, "Trade.txt", len(events), incremental)
+        w.formatted_rows(batch, "Trade.txt", len(events), incremental)
         new = int((flags == 0).sum())
         w.audit(batch, "Trade", _trade_keys(t, batch, len(events), new, ids, status))
 
     done = events[t.event_status[events] == CMPT]
-    holdings = done[np.argsort(t.event_trade[done], kind="stable")] if batch == 1 else done
+    holdings = done[sorting.argsort(t.event_trade[done])] if batch == 1 else done
 
-    def cdc(name: str, n: int) -> list[pa.Array]:
-        return [] if batch == 1 else [pa.array(["I"] * n, pa.string()), text.ints(dsn(name, n))]
+    def cdc(name: str, n: int) -> list[lines.Field]:
+        return [] if batch == 1 else [lines.const("I", n), lines.ints(dsn(name, n))]
 
-    w.delimited_rows(
+    w.formatted_rows(
         batch,
         "HoldingHistory.txt",
         len(holdings),
-        lambda i: cdc("holding", len(i)) + holding_columns(t, holdings[i]),
+        lambda i: cdc("holding", len(i)) + holding_fields(t, holdings[i]),
     )
     w.audit(batch, "HoldingHistory", _keys("FactHoldings", batch, {"HH_RECORDS": len(done)}))
-    w.delimited_rows(
+    w.formatted_rows(
         batch,
         "CashTransaction.txt",
         len(done),
-        lambda i: cdc("cash", len(i)) + cash_columns(t, done[i]),
+        lambda i: cdc("cash", len(i)) + cash_fields(t, done[i]),
     )
     count = len(done)
     w.audit(batch, "CashTransaction", _keys("DimTradeHistory", batch, {

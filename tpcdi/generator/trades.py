@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tpcdi.generator import text
+from tpcdi.generator import lines, sorting
 from tpcdi.generator.scale import TRADE_BEGIN, Calendar, Scale, at
 
 DAY = 86_400
@@ -28,6 +28,16 @@ STATUS = ("PNDG", "SBMT", "CMPT", "CNCL")
 TMB, TMS, TLB, TLS = 0, 1, 2, 3
 TYPE = ("TMB", "TMS", "TLB", "TLS")
 INVALID_FEE_SHARE = 1e-4
+
+
+@dataclass(frozen=True)
+class TradeNames:
+    """The strings a trade's line shows: ``symbols`` (by symbol index) and ``brokers`` (names,
+    by the index ``broker_of_trade`` holds for each trade)."""
+
+    symbols: pa.Array
+    brokers: pa.Array
+    broker_of_trade: np.ndarray
 
 
 @dataclass
@@ -132,7 +142,7 @@ def build(
     sell_events, _ = _timeline(rng, sell_at, sell_limit)
 
     created = np.concatenate([buy_at, sell_at])
-    order = np.argsort(created, kind="stable")  # T_ID = rank by creation
+    order = sorting.argsort(created)  # T_ID = rank by creation
     tid = np.empty(len(created), dtype=np.int64)
     tid[order] = np.arange(len(created))
     m = len(created)
@@ -166,10 +176,9 @@ def build(
     )
     written = ev_ts_a < horizon
     ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[written], ev_status_a[written], ev_ts_a[written]
-    by_time = np.lexsort((ev_status_a, ev_trade_a, ev_ts_a))
+    by_time = sorting.lexsort((ev_status_a, ev_trade_a, ev_ts_a))
     ev_trade_a, ev_status_a, ev_ts_a = ev_trade_a[by_time], ev_status_a[by_time], ev_ts_a[by_time]
-    first = np.zeros(len(ev_ts_a), dtype=bool)
-    first[np.unique(ev_trade_a, return_index=True)[1]] = True
+    first = sorting.first_occurrences(ev_trade_a)
 
     def ordered(values: np.ndarray) -> np.ndarray:
         out = np.empty_like(values)
@@ -203,32 +212,30 @@ def is_invalid(trades: Trades, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return trades.commission[rows] > value, trades.charge[rows] > value
 
 
-def trade_columns(
+def trade_fields(
     trades: Trades,
     rows: np.ndarray,
     status: np.ndarray,
     ts: np.ndarray,
-    symbols: pa.Array,
-    exec_names: pa.Array,
-) -> list[pa.Array]:
-    """Trade.txt columns (without CDC) of trades ``rows`` in ``status`` at ``ts``;
-    ``exec_names`` holds the executing broker of each row."""
+    names: TradeNames,
+) -> list[lines.Field]:
+    """Trade.txt fields (without CDC) of trades ``rows`` in ``status`` at ``ts``."""
     done = status == CMPT
 
-    def fee(cents: np.ndarray) -> pa.Array:
-        return text.with_nulls(text.money(cents[rows]), ~done)
+    def fee(cents: np.ndarray) -> lines.Field:
+        return lines.with_nulls(lines.money(cents[rows]), ~done)
 
     return [
-        text.ints(rows),
-        text.timestamps(ts),
-        text.pick(STATUS, status),
-        text.pick(TYPE, trades.kind[rows]),
-        text.ints(trades.cash[rows].astype(np.int64)),
-        symbols.take(pa.array(trades.symbol[rows])),
-        text.ints(trades.qty[rows]),
-        text.money(trades.bid[rows]),
-        text.ints(trades.account[rows]),
-        exec_names,
+        lines.ints(rows),
+        lines.timestamps(ts),
+        lines.pick(STATUS, status),
+        lines.pick(TYPE, trades.kind[rows]),
+        lines.ints(trades.cash[rows]),
+        lines.pick(names.symbols, trades.symbol[rows]),
+        lines.ints(trades.qty[rows]),
+        lines.money(trades.bid[rows]),
+        lines.ints(trades.account[rows]),
+        lines.pick(names.brokers, names.broker_of_trade[rows]),
         fee(trades.price),
         fee(trades.charge),
         fee(trades.commission),
@@ -236,22 +243,31 @@ def trade_columns(
     ]
 
 
-def holding_columns(trades: Trades, events: np.ndarray) -> list[pa.Array]:
-    """HoldingHistory.txt columns (without CDC) of completion ``events``: a buy opens a holding
+def history_fields(trades: Trades, events: np.ndarray) -> list[lines.Field]:
+    """TradeHistory.txt fields of status ``events``."""
+    return [
+        lines.ints(trades.event_trade[events]),
+        lines.timestamps(trades.event_ts[events]),
+        lines.pick(STATUS, trades.event_status[events]),
+    ]
+
+
+def holding_fields(trades: Trades, events: np.ndarray) -> list[lines.Field]:
+    """HoldingHistory.txt fields (without CDC) of completion ``events``: a buy opens a holding
     (before 0, after its quantity), a sell closes its buy's holding."""
     rows = trades.event_trade[events]
     sell = np.isin(trades.kind[rows], (TMS, TLS))
     qty = trades.qty[rows]
     return [
-        text.ints(trades.holding[rows]),
-        text.ints(rows),
-        text.ints(np.where(sell, qty, 0)),
-        text.ints(np.where(sell, 0, qty)),
+        lines.ints(trades.holding[rows]),
+        lines.ints(rows),
+        lines.ints(np.where(sell, qty, 0)),
+        lines.ints(np.where(sell, 0, qty)),
     ]
 
 
-def cash_columns(trades: Trades, events: np.ndarray) -> list[pa.Array]:
-    """CashTransaction.txt columns (without CDC) of completion ``events``: the money the trade
+def cash_fields(trades: Trades, events: np.ndarray) -> list[lines.Field]:
+    """CashTransaction.txt fields (without CDC) of completion ``events``: the money the trade
     moves in or out of its account at completion."""
     rows = trades.event_trade[events]
     sell = np.isin(trades.kind[rows], (TMS, TLS))
@@ -259,13 +275,11 @@ def cash_columns(trades: Trades, events: np.ndarray) -> list[pa.Array]:
     value = qty * trades.price[rows]
     fees = trades.charge[rows] + trades.commission[rows]
     return [
-        text.ints(trades.account[rows]),
-        text.timestamps(trades.event_ts[events]),
-        text.money(np.where(sell, value - fees, -(value + fees))),
-        text.concat(
-            text.pick(["Purchase of ", "Sale of "], sell.astype(np.int64)),
-            text.ints(qty),
-            " shares, trade ",
-            text.ints(rows),
-        ),
+        lines.ints(trades.account[rows]),
+        lines.timestamps(trades.event_ts[events]),
+        lines.money(np.where(sell, value - fees, -(value + fees))),
+        lines.pick(["Purchase of ", "Sale of "], sell),
+        lines.glued(lines.ints(qty)),
+        lines.glued(lines.const(" shares, trade ", len(rows))),
+        lines.glued(lines.ints(rows)),
     ]

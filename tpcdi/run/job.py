@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime
 import logging
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -43,7 +44,7 @@ from tqdm import tqdm
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
-from tpcdi.exceptions import SourceNotFound
+from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
 from tpcdi.incremental.changes import missing_files
 from tpcdi.incremental.reference import Reference
@@ -95,21 +96,45 @@ def _now() -> datetime.datetime:
     return phases.now()
 
 
+def generate_apart(root: Path, sf: float, *, seed: int, days: int, progress: bool) -> None:
+    """Generate a data set in a child Python process: the generator's model (GBs at SF 100) and
+    the pages its allocators keep after freeing it stay out of the run's own process, whose
+    memory the run reports. The child shares this process's stderr (the progress bar, an
+    error's traceback). Raises :class:`GeneratorError` when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", _GENERATE, str(root), repr(sf), str(seed), str(days), str(progress)],
+        check=False,
+    )
+    if done.returncode != 0:
+        raise GeneratorError(
+            f"generating SF {sf:g} into {root} failed (exit code {done.returncode}; the error is "
+            "above)"
+        )
+
+
+_GENERATE = """import sys
+from pathlib import Path
+from tpcdi.generator import generate
+root, sf, seed, days, progress = sys.argv[1:]
+generate(Path(root), float(sf), seed=int(seed), days=int(days), progress=progress == "True")
+"""
+
+
 def prepare_data(options: RunOptions, settings: StreamdiSettings, out: TextIO) -> Path:
     """The staging area to load: generated (``--sf``), given (``--data``) or the configured
     DIGen data set. Raises :class:`SourceNotFound` naming every missing file."""
     from tpcdi.datasets import locate_digen, staging_root, unpack
 
     if options.sf is not None:
-        from tpcdi.generator import generate
-
         days = options.days if options.days is not None else 2
         feed = "" if days == 2 else f"-days{days}"
         root = settings.tpcdi.cache_dir / f"generated-sf{options.sf:g}-seed{options.seed}{feed}"
         if not (root / ".complete").exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
-            generate(root, options.sf, seed=options.seed, days=days, progress=options.progress)
+            generate_apart(
+                root, options.sf, seed=options.seed, days=days, progress=options.progress
+            )
             (root / ".complete").touch()
     elif options.data is not None:
         given = Path(options.data)

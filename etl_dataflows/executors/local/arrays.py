@@ -11,6 +11,13 @@ Change tracking for a batch: before a step runs, :meth:`ArrayTable.remember` cop
 values of the slots the step may touch (once per slot per batch). :meth:`delta` compares them with
 the values after the batch (net changes, in the table's image form) and :meth:`restore` writes them
 back when a batch fails.
+
+Key order: images and deltas list rows sorted by key. A table with one int64 key column keeps the
+*rank* of every slot's key among all keys (its position in key order), so the rows a batch changed
+are put in key order by a counting pass over their ranks instead of a comparison sort. Ranks come
+free while new keys arrive in ascending order after every key seen (an image loaded, sequential
+IDs); otherwise they are rebuilt when the table is small next to the rows being ordered, and the
+rows are sorted by key as before when it is not.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ def kernel_dtype(column_type: ColumnType) -> Any:
 
 
 def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) -> pa.Array:
-    mask = ~valid
+    mask = None if valid.all() else ~valid  # (no mask: no validity bitmap to build)
     if column_type in ("timestamp", "date"):
         base = pa.array(values, type=pa.int64(), mask=mask)
         if column_type == "date":
@@ -76,7 +83,7 @@ class ArrayTable:
         self.key_name, self.key_type = table.key[0]
         self.index: IntKeyIndex | StrKeyIndex | TupleKeyIndex
         if len(table.key) > 1:
-            self.index = TupleKeyIndex()
+            self.index = TupleKeyIndex([kind for _, kind in table.key], capacity)
         else:
             self.index = IntKeyIndex(capacity) if self.key_type == "int64" else StrKeyIndex()
         self.capacity = 0
@@ -93,9 +100,19 @@ class ArrayTable:
         }
         self.sequence = table.surrogate_start
         self._sequence_before = self.sequence
+        self._image_schema = image_schema(table)
+        self._id_schema = row_id_schema(table)
+        self._no_ids = self._id_schema.empty_table()
         self._before: dict[str, np.ndarray] = {}
         self._remembered = np.zeros(0, dtype=np.bool_)
         self._remembered_slots: list[np.ndarray] = []
+        self._before_parts: list[dict[str, np.ndarray]] = []
+        #: Key order of the slots (int64 single-column keys, see the module docstring):
+        #: ``_rank[s]`` is slot ``s``'s position in key order among slots ``[0, _ranked)``; the
+        #: ranks are current when ``_ranked`` equals the index's size.
+        self._rank = np.zeros(0, dtype=np.int64)
+        self._ranked = 0
+        self._last_ranked = 0  # the slot of the greatest ranked key
         self._grow(capacity)
 
     # -- storage --------------------------------------------------------------------------------
@@ -120,6 +137,7 @@ class ArrayTable:
         self.values = {c: grown(v) for c, v in self.values.items()}
         self.valid = {c: grown(v, False) for c, v in self.valid.items()}
         self._remembered = grown(self._remembered, False)
+        self._rank = grown(self._rank)
         self.capacity = capacity
 
     @property
@@ -146,7 +164,38 @@ class ArrayTable:
                 if isinstance(part, pa.Array | pa.ChunkedArray):
                     part = np.asarray(part.to_numpy(zero_copy_only=False))
                 self.key_parts[c][slots[fresh]] = part[fresh]
+            self._extend_ranks(before, after)
         return slots
+
+    def _ranks_kept(self) -> bool:
+        return len(self.key_parts) == 1 and self.key_type == "int64"
+
+    def _extend_ranks(self, before: int, after: int) -> None:
+        """Rank new slots ``[before, after)`` if their keys come after every key ranked so far,
+        in slot order (new slots are numbered in the order their keys were first seen)."""
+        if not self._ranks_kept() or self._ranked != before:
+            return
+        new = self.key_parts[0][before:after]
+        last = self.key_parts[0][self._last_ranked] if before else None
+        if (last is None or new[0] > last) and bool(np.all(new[1:] > new[:-1])):
+            self._rank[before:after] = np.arange(before, after, dtype=np.int64)
+            self._ranked = after
+            self._last_ranked = after - 1
+
+    def _ranks(self, rows: int) -> np.ndarray | None:
+        """Current ranks of every slot, rebuilt if stale and the table has at most
+        ``_RANK_REBUILD`` times ``rows`` keys; None when not kept or not worth rebuilding."""
+        size = self.index.size
+        if not self._ranks_kept():
+            return None
+        if self._ranked != size:
+            if size > _RANK_REBUILD * max(rows, 1):
+                return None
+            order = np.argsort(self.key_parts[0][:size], kind="stable")
+            self._rank[order] = np.arange(size, dtype=np.int64)
+            self._ranked = size
+            self._last_ranked = int(order[-1]) if size else 0
+        return self._rank[:size]
 
     def _column_from_arrow(
         self, array: pa.Array | pa.ChunkedArray, kind: ColumnType
@@ -180,13 +229,25 @@ class ArrayTable:
             self.values[column][slots] = values
             self.valid[column][slots] = valid
 
+    def _in_key_order(self, slots: np.ndarray) -> np.ndarray:
+        """``slots`` (distinct) sorted by key."""
+        if len(slots) and self._ranks_kept():
+            ranks = self._ranks(len(slots))
+            if ranks is not None:
+                ordered: np.ndarray = slots[order_by_rank(ranks[slots], len(ranks))]
+                return ordered
+        sorted_slots: np.ndarray = slots[self._key_order(slots)]
+        return sorted_slots
+
     def _key_order(self, slots: np.ndarray) -> np.ndarray:
-        """The order of ``slots`` by key (every key column, in declaration order)."""
+        """The order of ``slots`` (distinct) by key (every key column, in declaration order)."""
         if len(self.key_parts) == 1:
-            keys = self.key_parts[0][slots]
             if self.key_type == "int64":
-                return np.argsort(keys, kind="stable")
-            return _string_order(keys)
+                ranks = self._ranks(len(slots))
+                if ranks is not None:
+                    return order_by_rank(ranks[slots], len(ranks))
+                return np.argsort(self.key_parts[0][slots], kind="stable")
+            return _string_order(self.key_parts[0][slots])
         parts = {
             f"k{c}": pa.array(part[slots], type=arrow_type(kind))
             for c, (part, (_, kind)) in enumerate(zip(self.key_parts, self.table.key, strict=True))
@@ -205,14 +266,14 @@ class ArrayTable:
 
     def image_rows(self, slots: np.ndarray) -> pa.Table:
         """Image rows of ``slots`` sorted by key."""
-        slots = slots[self._key_order(slots)]
+        slots = self._in_key_order(slots)
         arrays: list[pa.Array] = self._key_arrays(slots)
         if self.table.surrogate:
             arrays.append(pa.array(self.sk[slots], type=pa.int64()))
         for column, kind in self.table.columns:
             values, valid = self.values[column][slots], self.valid[column][slots]
             arrays.append(column_to_arrow(values, valid, kind, self.pool))
-        return pa.Table.from_arrays(arrays, schema=image_schema(self.table))
+        return pa.Table.from_arrays(arrays, schema=self._image_schema)
 
     def image(self) -> pa.Table:
         """The whole table in image form."""
@@ -222,12 +283,13 @@ class ArrayTable:
 
     def begin_batch(self) -> None:
         self._remembered_slots = []
-        self._before = {"exists": np.zeros(0, dtype=np.bool_)}
+        self._before_parts = []
+        self._before = {}
         self._sequence_before = self.sequence
 
     def remember(self, slots: np.ndarray) -> None:
         """Copy the current values of ``slots`` not yet remembered in this batch."""
-        slots = _first_time(slots, self._remembered)
+        slots = _first_time(np.ascontiguousarray(slots, dtype=np.int64), self._remembered)
         if not len(slots):
             return
         self._remembered_slots.append(slots)
@@ -235,23 +297,33 @@ class ArrayTable:
         for c in self.values:
             parts["v:" + c] = self.values[c][slots]
             parts["m:" + c] = self.valid[c][slots]
-        for name, part in parts.items():
-            previous = self._before.get(name)
-            self._before[name] = (
-                part if previous is None or not len(previous) else np.concatenate([previous, part])
-            )
+        self._before_parts.append(parts)
 
     def _all_remembered(self) -> np.ndarray:
+        """Every slot remembered in this batch; their remembered values in :attr:`_before`."""
         if not self._remembered_slots:
             return np.zeros(0, dtype=np.int64)
+        if len(self._before_parts) == 1:
+            self._before = self._before_parts[0]
+            return self._remembered_slots[0]
+        self._before = {
+            name: np.concatenate([parts[name] for parts in self._before_parts])
+            for name in self._before_parts[0]
+        }
         return np.concatenate(self._remembered_slots)
+
+    def _forget(self, slots: np.ndarray) -> None:
+        self._remembered[slots] = False
+        self._remembered_slots = []
+        self._before_parts = []
+        self._before = {}
 
     def end_batch(self) -> TableDelta:
         """The batch's net changes; forget the remembered values."""
         slots = self._all_remembered()
-        self._remembered[slots] = False
         if not len(slots):
-            return TableDelta(self.image_rows(slots), _empty_ids(self.table))
+            self._forget(slots)
+            return TableDelta(self.image_rows(slots), self._no_ids)
         before_exists = self._before["exists"]
         after_exists = self.exists[slots]
         changed = before_exists != after_exists
@@ -263,7 +335,7 @@ class ArrayTable:
             changed |= after_exists & ((bm != am) | (am & (bv != av)))
         upserts = slots[changed & after_exists]
         deletes = slots[before_exists & ~after_exists]
-        self._before = {}
+        self._forget(slots)
         return TableDelta(self.image_rows(upserts), self._id_rows(deletes))
 
     def restore(self) -> None:
@@ -275,16 +347,14 @@ class ArrayTable:
             for c in self.values:
                 self.values[c][slots] = self._before["v:" + c]
                 self.valid[c][slots] = self._before["m:" + c]
-            self._remembered[slots] = False
         self.sequence = self._sequence_before
-        self._remembered_slots = []
-        self._before = {}
+        self._forget(slots)
 
     def _id_rows(self, slots: np.ndarray) -> pa.Table:
         if not len(slots):
-            return _empty_ids(self.table)
-        slots = slots[self._key_order(slots)]
-        return pa.Table.from_arrays(self._key_arrays(slots), schema=row_id_schema(self.table))
+            return self._no_ids
+        slots = self._in_key_order(slots)
+        return pa.Table.from_arrays(self._key_arrays(slots), schema=self._id_schema)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -292,16 +362,50 @@ def _first_time(slots: np.ndarray, seen: np.ndarray) -> np.ndarray:
     """The valid slots not yet in ``seen``, each once, marking them in ``seen``."""
     out = np.empty(slots.shape[0], dtype=np.int64)
     count = 0
-    for s in slots:
-        if s >= 0 and not seen[s]:
-            seen[s] = True
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if s >= 0:  # (no branch on seen: keys repeat at random, a branch mispredicts)
             out[count] = s
-            count += 1
+            count += 1 - int(seen[s])
+            seen[s] = True
     return out[:count]
 
 
-def _empty_ids(table: Table) -> pa.Table:
-    return row_id_schema(table).empty_table()
+#: Rebuild stale ranks when the table has at most this many keys per row to order (the rebuild is
+#: a sort of every key; beyond this, sorting the rows' own keys costs less).
+_RANK_REBUILD = 4
+
+#: Order distinct ranks by counting (O(rows + upper)) when ``upper`` is at most this many times
+#: the rows; a comparison sort when the ranks are few among many.
+_COUNTING_SPAN = 16
+
+
+def order_by_rank(ranks: np.ndarray, upper: int) -> np.ndarray:
+    """The permutation that sorts ``ranks`` (distinct integers in ``[0, upper)``) ascending."""
+    if len(ranks) and upper <= _COUNTING_SPAN * len(ranks):
+        order = _counting_order(np.ascontiguousarray(ranks, dtype=np.int64), upper)
+        if len(order) == len(ranks):
+            return order
+    return np.argsort(ranks, kind="stable")
+
+
+@numba.njit(cache=True, nogil=True)
+def _counting_order(ranks: np.ndarray, upper: int) -> np.ndarray:
+    """The order of distinct ``ranks`` in ``[0, upper)`` by one pass over ``upper`` (fewer
+    entries than ``ranks`` if some repeat or fall outside: the caller then sorts)."""
+    at = np.full(upper, -1, dtype=np.int64)
+    for i in range(ranks.shape[0]):
+        r = ranks[i]
+        if r < 0 or r >= upper:
+            return np.empty(0, dtype=np.int64)
+        at[r] = i
+    out = np.empty(ranks.shape[0], dtype=np.int64)
+    count = 0
+    for r in range(upper):
+        if at[r] >= 0:
+            out[count] = at[r]
+            count += 1
+    return out[:count]
 
 
 def _string_order(keys: np.ndarray) -> np.ndarray:

@@ -174,6 +174,7 @@ class CompiledStep:
         self._coded = [
             h.index for h in self.kernel.hoisted if h.type == "string" and h.in_kernel and pool
         ]
+        self._source_names = pa.array(list(flow.sources), type=pa.string())
 
     # -- 1. prepare -----------------------------------------------------------------------------
 
@@ -319,8 +320,13 @@ class CompiledStep:
             slots.append(by_key[group])
             if op.kind != "read":
                 writers.add(group)
+        written: dict[str, list[np.ndarray]] = {}
         for table_name, parts in sorted(writers):
-            self.arrays[table_name].remember(by_key[(table_name, parts)])
+            written.setdefault(table_name, []).append(by_key[(table_name, parts)])
+        for table_name, slot_arrays in written.items():  # one call a table: its keys at once
+            self.arrays[table_name].remember(
+                slot_arrays[0] if len(slot_arrays) == 1 else np.concatenate(slot_arrays)
+            )
         codes: dict[int, np.ndarray] = {}
         if self.pool is not None:
             for k in self._coded:
@@ -582,8 +588,7 @@ class CompiledStep:
         value are formatted row by row."""
         events = prepared.events
         if not len(failed):
-            return ABORT_SCHEMA.empty_table()
-        take = pa.array(failed, type=pa.int64())
+            return _NO_ABORTS
         status = outputs["st_out"][failed]
         codes = outputs["rs_out"][failed]
         reasons = np.empty(len(failed), dtype=object)
@@ -596,15 +601,13 @@ class CompiledStep:
             for r in rows.tolist():
                 i = int(failed[r])
                 reasons[r] = self._reason(prepared, i, code, float(outputs["ev_out"][i]))
-        sources = np.array(self.flow.sources, dtype=object)
-        src = events.column(SRC).take(take).to_numpy()
         table = pa.Table.from_arrays(
             [
-                pa.array(np.full(len(failed), self.step.id, dtype=object), type=pa.string()),
-                pa.array(sources[src], type=pa.string()),
-                events.column(POS).take(take).combine_chunks(),
-                events.column(TS).take(take).combine_chunks(),
-                pa.array(np.where(status == 1, "condition", "error"), type=pa.string()),
+                pa.repeat(pa.scalar(self.step.id, pa.string()), len(failed)),
+                self._source_names.take(take_rows(events.column(SRC), failed)),
+                take_rows(events.column(POS), failed),
+                take_rows(events.column(TS), failed),
+                _ABORT_KINDS.take(pa.array((status != 1).astype(np.int8))),
                 pa.array(reasons, type=pa.string()),
             ],
             schema=ABORT_SCHEMA,
@@ -622,12 +625,11 @@ class CompiledStep:
         self, prepared: Prepared, outputs: dict[str, np.ndarray], rows: np.ndarray
     ) -> pa.Table:
         events = prepared.events
-        take = pa.array(rows, type=pa.int64())
         everything = len(rows) == events.num_rows and bool(np.all(rows == np.arange(len(rows))))
 
         def pick(name: str) -> pa.Array:
             column = events.column(name)
-            return (column if everything else column.take(take)).combine_chunks()
+            return column.combine_chunks() if everything else take_rows(column, rows)
 
         kernel_kinds = dict(self.kernel.kernel_outputs)
         arrays = []
@@ -662,6 +664,25 @@ class CompiledStep:
             arrays.append(pick(name))
         names = [*self.out_schema, *META_COLUMNS]
         return pa.Table.from_arrays(arrays, names=names) if names else pa.table({})
+
+
+#: The abort table of a batch with no aborts (shared: Arrow tables never change).
+_NO_ABORTS = ABORT_SCHEMA.empty_table()
+
+#: An abort's kind by status (1: a condition failed, 2: an error), as status != 1.
+_ABORT_KINDS = pa.array(["condition", "error"], type=pa.string())
+
+#: Arrow types whose values :func:`take_rows` takes through numpy (a zero-copy view, one gather).
+_NUMPY_TAKEN = (pa.int64(), pa.int32(), pa.float64())
+
+
+def take_rows(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """``column``'s values at ``rows`` (int64 positions) as one array. A single chunk of plain
+    numbers without nulls is gathered in numpy (an Arrow ``take`` costs more in calling it than
+    in taking, for the few columns of a batch); anything else by Arrow."""
+    if column.num_chunks == 1 and not column.null_count and column.type in _NUMPY_TAKEN:
+        return pa.array(column.chunk(0).to_numpy()[rows], type=column.type)
+    return column.take(pa.array(rows, type=pa.int64())).combine_chunks()
 
 
 def _has_surrogate(table: object) -> bool:

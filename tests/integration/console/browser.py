@@ -11,16 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.console_watch import CLOSED_NETWORK_FLAGS
+
 CHROMIUM = Path(os.environ.get("STREAMDI_CHROMIUM", "/usr/bin/chromium"))
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
+LAUNCH_ARGS = list(CLOSED_NETWORK_FLAGS)
 
 
 def browser_missing() -> str | None:

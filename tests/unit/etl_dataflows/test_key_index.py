@@ -12,9 +12,10 @@ keys.
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from etl_dataflows.planning.keys import IntKeyIndex
+from etl_dataflows.planning.keys import IntKeyIndex, TupleKeyIndex
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -82,3 +83,121 @@ def test_extreme_keys_nulls_and_absent_keys() -> None:
     assert index.find(keys).tolist() == [0, 1, 2, 3, 4, 5, -1]  # 7 was null: never inserted
     absent = np.array([2, INT64_MAX - 1, 1 << 40], dtype=np.int64)
     assert index.find(absent).tolist() == [-1, -1, -1]
+
+
+def _tuple_reference_slots(
+    columns: list[list[object]], valid: list[bool], seen: dict[tuple[object, ...], int]
+) -> list[int]:
+    """The slots a dictionary of key tuples gives (the order keys first appear)."""
+    out = []
+    for key, ok in zip(zip(*columns, strict=True), valid, strict=True):
+        if not ok:
+            out.append(-1)
+            continue
+        out.append(seen.setdefault(key, len(seen)))
+    return out
+
+
+def test_keys_of_several_columns_get_the_slots_a_dictionary_of_tuples_gives() -> None:
+    """Int64 and string parts, nulls in either (a null is its own value, apart from 0 and ""),
+    rows left out by ``valid``, numpy or Arrow parts, and many rehashes on the way: every slot
+    is the one a dictionary of Python tuples assigns, batch after batch."""
+    rng = np.random.default_rng(11)
+    index = TupleKeyIndex(["int64", "string", "int64"], capacity=4)
+    seen: dict[tuple[object, ...], int] = {}
+    for batch in range(12):
+        n = int(rng.integers(1, 3_000))
+        ints = rng.integers(-3, 40, n) << np.int64(40)  # structured: zero low bits
+        words: list[object] = [
+            None if r < 0.05 else ("" if r < 0.1 else f"w{int(r * 50)}") for r in rng.random(n)
+        ]
+        small = rng.integers(0, 3, n)
+        null_int = rng.random(n) < 0.05
+        first: list[object] = [None if z else int(v) for v, z in zip(ints, null_int, strict=True)]
+        valid = rng.random(n) < 0.9
+        parts: list[object] = [
+            pa.array(first, type=pa.int64()),
+            pa.array(words, type=pa.string()) if batch % 2 else np.asarray(words, dtype=object),
+            small if batch % 3 else pa.array(small),
+        ]
+        got = index.slots(parts, valid)
+        want = _tuple_reference_slots([first, words, small.tolist()], valid.tolist(), seen)
+        assert got.tolist() == want, batch
+        assert index.size == len(seen)
+    assert 0 in seen.values() and index.collisions / max(index.size, 1) < 2
+
+
+def test_a_null_part_is_not_zero_nor_the_empty_string() -> None:
+    index = TupleKeyIndex(["int64", "string"])
+    parts = [pa.array([0, None, 0, None, 0], pa.int64()), pa.array(["", "", None, None, ""])]
+    assert index.slots(parts, np.ones(5, dtype=bool)).tolist() == [0, 1, 2, 3, 0]
+
+
+def _reference_slots(reference: dict[int, int], keys: np.ndarray, valid: np.ndarray) -> list[int]:
+    out = []
+    for key, ok in zip(keys.tolist(), valid.tolist(), strict=True):
+        if not ok:
+            out.append(-1)
+            continue
+        out.append(reference.setdefault(key, len(reference)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "low",
+    [0, -5_000, 10**12, INT64_MAX - 3_000, INT64_MIN],
+    ids=["zero", "negative", "large", "int64-max", "int64-min"],
+)
+def test_dense_keys_go_by_direct_addressing_and_agree_with_the_hash(low: int) -> None:
+    """Batches of dense keys (with nulls, repeats, new keys mixed in, keys at the int64 limits):
+    every slot is the one a plain dictionary of first appearances gives, and lookups of known
+    keys go by direct addressing without counting collisions."""
+    rng = np.random.default_rng(3)
+    span = 3_000
+    index = IntKeyIndex(capacity=16)
+    reference: dict[int, int] = {}
+    for batch in range(12):
+        offsets = rng.integers(0, min(span, 400 * (batch + 1)), 2_000)
+        keys = (np.int64(low) + offsets.astype(np.int64)).astype(np.int64)
+        valid = rng.random(2_000) > 0.05
+        assert index.slots(keys, valid).tolist() == _reference_slots(reference, keys, valid)
+    assert index.direct
+    known = np.array(list(reference), dtype=np.int64)
+    before = index.collisions
+    assert index.slots(known, np.ones(len(known), dtype=bool)).tolist() == list(reference.values())
+    assert index.collisions == before  # answered by direct addressing
+    candidates = [low - 1, low + span + 5, 0 if low else 1 << 40]
+    absent = np.array([k for k in candidates if INT64_MIN <= k <= INT64_MAX], dtype=np.int64)
+    expected = [reference.get(k, -1) for k in absent.tolist()]
+    assert index.find(absent).tolist() == expected
+    assert index.find(known).tolist() == list(reference.values())
+
+
+def test_sparse_keys_use_the_hash_until_they_become_dense() -> None:
+    index = IntKeyIndex()
+    sparse = np.array([0, 1 << 40, 5], dtype=np.int64)
+    assert index.slots(sparse, np.ones(3, dtype=bool)).tolist() == [0, 1, 2]
+    assert not index.direct
+    assert index.find(np.array([1 << 40, 6], dtype=np.int64)).tolist() == [1, -1]
+    dense = np.arange(10, 100_000, dtype=np.int64)  # the span is now within twice the keys
+    slots = index.slots(dense, np.ones(len(dense), dtype=bool))
+    assert slots.tolist() == list(range(3, 3 + len(dense)))
+    assert not index.direct  # 1 << 40 is still among the keys: far too sparse
+    small = IntKeyIndex()
+    small.slots(np.array([0, 5_000], dtype=np.int64), np.ones(2, dtype=bool))
+    assert not small.direct
+    small.slots(np.arange(1, 4_000, dtype=np.int64), np.ones(3_999, dtype=bool))
+    assert small.direct
+    assert small.find(np.array([5_000, 4_000, 0], dtype=np.int64)).tolist() == [1, -1, 0]
+
+
+def test_dense_keys_arriving_downwards_keep_direct_addressing() -> None:
+    index = IntKeyIndex()
+    reference: dict[int, int] = {}
+    for batch in range(30):
+        keys = np.arange(-1_000 * (batch + 1), -1_000 * batch, dtype=np.int64)[::-1]
+        valid = np.ones(len(keys), dtype=bool)
+        assert index.slots(keys, valid).tolist() == _reference_slots(reference, keys, valid)
+        assert index.direct
+    known = np.array(list(reference), dtype=np.int64)
+    assert index.find(known).tolist() == list(reference.values())

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.console_watch import OpenConsole, chromium_path, console_requests
+from benchmarks.console_watch import (
+    OpenConsole,
+    chromium_path,
+    console_requests,
+    tree_cpu_seconds,
+)
 from benchmarks.freshness import _watching
 from streamdi.errors import ConfigurationError
 
@@ -84,6 +93,8 @@ def test_an_open_console_runs_its_page_until_closed(page: _Pinged) -> None:
         while page.pings < 10 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert page.pings >= 10, "the page's script did not poll"
+        assert tree_cpu_seconds(console.pid) > 0  # the browser and its renderers worked
+    assert console.pid is None
     closed_at = page.pings
     time.sleep(1.0)
     assert page.pings <= closed_at + 1, "the browser kept polling after close()"
@@ -97,3 +108,20 @@ def test_the_console_part_without_a_browser_says_what_to_install(
     with pytest.raises(ConfigurationError, match=r"--console.*chromium"):
         _watching(args)
     assert _watching(argparse.Namespace(console=False, quick=True, console_rounds=4)) is None
+
+
+def test_tree_cpu_seconds_counts_the_children_too() -> None:
+    """A parent that only waits on a child that burns CPU: the tree's figure is the child's."""
+    burn = "while True: pass"
+    wait = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
+    parent = subprocess.Popen([sys.executable, "-c", wait], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while tree_cpu_seconds(parent.pid) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tree_cpu_seconds(parent.pid) >= 0.5  # the parent alone uses ~0.05 s
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    assert tree_cpu_seconds(parent.pid) == 0.0  # gone: nothing to count
+    assert tree_cpu_seconds(None) == 0.0

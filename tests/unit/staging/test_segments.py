@@ -197,6 +197,34 @@ def test_a_merge_whose_inputs_were_released_meanwhile_is_dropped(
     store.close()
 
 
+def test_a_lost_merges_file_stays_while_a_reader_that_may_have_listed_it_is_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a merge that lost its race to a release deleted its file at once, and a
+    union query whose view had listed it failed ("IO Error: Cannot open file ...L1...parquet",
+    a 500 in ``streamdi bench freshness``)."""
+    monkeypatch.setattr(segments_module, "FANOUT", 2)
+    store, _ = _stage(tmp_path / "s.duckdb", batches=3)
+    staged = StagedDeltas(store)
+    real_merge = store.segment_folder.merge
+    lost: list[Path] = []
+
+    def merge_then_release(picked: list[segments_module.Segment]) -> segments_module.Segment:
+        merged = real_merge(picked)
+        lost.append(store.segment_folder.path(merged))
+        staged.acknowledge("duckdb", 1)
+        staged.release(["duckdb"], 0)
+        return merged
+
+    monkeypatch.setattr(store.segment_folder, "merge", merge_then_release)
+    reader = store.cursor()  # began before the merge wrote its file: its glob may list it
+    assert store.merge_segments()
+    assert lost and lost[0].exists()  # the merge lost, but the pinned reader keeps its file
+    reader.close()
+    assert not lost[0].exists()
+    store.close()
+
+
 def test_a_file_of_the_table_layout_moves_into_segments(tmp_path: Path) -> None:
     store, _ = _stage(tmp_path / "s.duckdb", batches=3)
     out, delta = store.query(OUT), store.query(DELTA_SQL)
