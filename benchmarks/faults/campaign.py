@@ -21,6 +21,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +30,8 @@ from typing import Any, Literal
 import numpy as np
 
 from benchmarks.faults import compare
-from benchmarks.faults.kinds import FAULT_KINDS, FaultKind, schedule
-from benchmarks.faults.ledger import input_faults, ledger_offers
+from benchmarks.faults.kinds import FAULT_KINDS, Fault, FaultKind, schedule
+from benchmarks.faults.ledger import Offer, input_faults, ledger_offers
 from benchmarks.faults.run import LedgerRun, RunConfig, RunResult
 
 Workload = Literal["ledger", "tpcdi"]
@@ -271,6 +273,48 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(np.asarray(values, dtype=np.float64), q)), 3)
 
 
+@contextmanager
+def campaign_workdir(options: CampaignOptions) -> Iterator[Path]:
+    """The folder both runs work in: ``options.workdir`` (kept), or a temporary one removed at
+    the end unless ``options.keep``."""
+    own = options.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="streamdi-faults-")) if own else options.workdir
+    assert workdir is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        yield workdir
+    finally:
+        if own and not options.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_configs(
+    options: CampaignOptions,
+    workdir: Path,
+    offers: list[Offer],
+    faults: list[Fault],
+    reprocess_at: int | None = None,
+) -> tuple[RunConfig, RunConfig]:
+    """The reference run's and the faulted run's configurations: the same input, reprocess
+    offer and seed; the faulted run has the faults, kills the first attempt of each planned
+    step, and puts staging on a disk of its own when ``disk_full`` is among the kinds."""
+    reference = RunConfig(
+        "reference", workdir, offers, options.rate, reprocess_at=reprocess_at, seed=options.seed
+    )
+    faulted = RunConfig(
+        "faulted",
+        workdir,
+        offers,
+        options.rate,
+        faults=faults,
+        reprocess_at=reprocess_at,
+        reprocess_fault=True,
+        seed=options.seed,
+        disk_mb=options.disk_mb if "disk_full" in options.kinds else None,
+    )
+    return reference, faulted
+
+
 def run_campaign(options: CampaignOptions, *, say: Any = print) -> CampaignResult:
     """Run the campaign of ``options`` (see the module docstring)."""
     if options.workload == "tpcdi":
@@ -287,44 +331,18 @@ def run_campaign(options: CampaignOptions, *, say: Any = print) -> CampaignResul
         options.kinds,
         skip=frozenset() if reprocess_at is None else frozenset({reprocess_at}),
     )
-    own = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="streamdi-faults-")) if own else options.workdir
-    assert workdir is not None
-    workdir.mkdir(parents=True, exist_ok=True)
-    disk_mb = options.disk_mb if "disk_full" in options.kinds else None
-    try:
+    with campaign_workdir(options) as workdir:
+        reference_config, faulted_config = run_configs(
+            options, workdir, offers, faults, reprocess_at
+        )
         # 2.
         say(f"reference run: {options.offers} offers of {options.offer_size} events, no faults")
-        reference = LedgerRun(
-            RunConfig(
-                "reference",
-                workdir,
-                offers,
-                options.rate,
-                reprocess_at=reprocess_at,
-                seed=options.seed,
-            )
-        ).execute()
+        reference = LedgerRun(reference_config).execute()
         say(f"reference run: {reference.seconds:.0f} s")
         # 3.
         say(f"faulted run: {len(faults)} faults")
-        faulted = LedgerRun(
-            RunConfig(
-                "faulted",
-                workdir,
-                offers,
-                options.rate,
-                faults=faults,
-                reprocess_at=reprocess_at,
-                reprocess_fault=True,
-                seed=options.seed,
-                disk_mb=disk_mb,
-            )
-        ).execute()
+        faulted = LedgerRun(faulted_config).execute()
         say(f"faulted run: {faulted.seconds:.0f} s")
-    finally:
-        if own and not options.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
     # 4.
     differences = compare.compare(reference.snapshot, faulted.snapshot)
     # 5.
@@ -353,13 +371,8 @@ def run_tpcdi_campaign(options: CampaignOptions, *, say: Any = print) -> Campaig
 
     started = time.monotonic()
     load_before = os.getloadavg()
-    own = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="streamdi-faults-")) if own else options.workdir
-    assert workdir is not None
-    workdir.mkdir(parents=True, exist_ok=True)
-    disk_mb = options.disk_mb if "disk_full" in options.kinds else None
     cache = options.cache_dir or load_settings().tpcdi.cache_dir
-    try:
+    with campaign_workdir(options) as workdir:
         say(f"historical load of TPC-DI SF {options.sf:g} (both warehouses), once for both runs")
         base = prepare_base(
             workdir / "base",
@@ -377,37 +390,18 @@ def run_tpcdi_campaign(options: CampaignOptions, *, say: Any = print) -> Campaig
         faults = schedule(
             options.seed, options.faults, len(offers), options.kinds, skip=pauses, stops=pauses
         )
+        reference_config, faulted_config = run_configs(options, workdir, offers, faults)
         # 2.
         events = sum(o.events.num_rows for o in offers if not isinstance(o.events, list))
         say(f"reference run: Batch{BATCHES[0]}..{BATCHES[-1]}, {len(offers)} offers, no faults")
-        reference = TpcdiRun(
-            RunConfig("reference", workdir, offers, options.rate, seed=options.seed),
-            base,
-            workload,
-        )
+        reference = TpcdiRun(reference_config, base, workload)
         reference_result = reference.execute()
         say(f"reference run: {reference_result.seconds:.0f} s")
         # 3.
         say(f"faulted run: {len(faults)} faults")
-        faulted = TpcdiRun(
-            RunConfig(
-                "faulted",
-                workdir,
-                offers,
-                options.rate,
-                faults=faults,
-                reprocess_fault=True,
-                seed=options.seed,
-                disk_mb=disk_mb,
-            ),
-            base,
-            workload,
-        )
+        faulted = TpcdiRun(faulted_config, base, workload)
         faulted_result = faulted.execute()
         say(f"faulted run: {faulted_result.seconds:.0f} s")
-    finally:
-        if own and not options.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
     # 4.
     differences = compare.compare(reference_result.snapshot, faulted_result.snapshot)
     # 5.

@@ -145,6 +145,18 @@ def _holds(sample: Sample, batch: int) -> bool:
 
 
 @dataclass
+class Live:
+    """A run's processes while it runs (what :meth:`LedgerRun._walk` and the hooks work with):
+    serve's supervisor, the sampler of ``/status``, the pusher of the input, and the environment
+    of every streamdi process of the run."""
+
+    supervisor: Supervisor
+    sampler: Sampler
+    pusher: Pusher
+    env: dict[str, str]
+
+
+@dataclass
 class RunConfig:
     """What a run does: its ``name`` and folder, its input, faults and reprocess offer."""
 
@@ -293,8 +305,9 @@ class LedgerRun:
             supervisor.start()
             self._wait_ready(port)
             sampler.start()
-            self._walk(injector, supervisor, sampler, pusher, env)
-            self._finish(supervisor, sampler, pusher, serve, env, dsn, staging)
+            live = Live(supervisor, sampler, pusher, env)
+            self._walk(injector, live)
+            self._finish(live, serve, dsn, staging)
         finally:
             if injector is not None:
                 result.unplanned = list(injector.unplanned)
@@ -337,7 +350,7 @@ class LedgerRun:
     def _prepare(self, env: dict[str, str], staging: Path) -> None:
         """Before serve's first start (PostgreSQL is up): nothing for the ledger."""
 
-    def _between(self, supervisor: Supervisor, sampler: Sampler, env: dict[str, str]) -> None:
+    def _between(self, live: Live) -> None:
         """Before each milestone (the one before it recovered): nothing for the ledger."""
 
     def _after_merge(self, env: dict[str, str], dsn: str) -> None:
@@ -351,14 +364,8 @@ class LedgerRun:
         items.sort(key=lambda item: (item[0], item[1] is not None))
         return items
 
-    def _walk(
-        self,
-        injector: Injector,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        env: dict[str, str],
-    ) -> None:
+    def _walk(self, injector: Injector, live: Live) -> None:
+        sampler, pusher = live.sampler, live.pusher
         items = self._milestones()
         last = len(self.config.offers) - 1
         gates, hard = milestone_gates(items, last)
@@ -371,9 +378,9 @@ class LedgerRun:
             if pusher.error is not None:
                 break
             following = items[i + 1][1] if i + 1 < len(items) else None
-            self._between(supervisor, sampler, env)
+            self._between(live)
             if fault is None:
-                self._pause(offer, supervisor, sampler, pusher, env)
+                self._pause(offer, live)
                 pusher.set_gate(gates[i + 1])
                 continue
             taken = pusher.next_index
@@ -431,23 +438,15 @@ class LedgerRun:
                 f"it (batch {target or '?'}) did not reach staging and both warehouses"
             )
 
-    def _pause(
-        self,
-        offer: int,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        env: dict[str, str],
-    ) -> None:
+    def _pause(self, offer: int, live: Live) -> None:
         """The planned step at ``offer``: the ledger's reprocess."""
-        self._reprocess(supervisor, sampler, pusher, env)
+        self._reprocess(live)
 
-    def _reprocess(
-        self, supervisor: Supervisor, sampler: Sampler, pusher: Pusher, env: dict[str, str]
-    ) -> None:
+    def _reprocess(self, live: Live) -> None:
         """``streamdi upgrade reprocess`` of the ledger's tables at the reprocess offer: serve
         stopped (SIGTERM), the reprocess run (in the faulted run first killed at a phase or a
         random moment, then run again to its end), serve started again."""
+        supervisor, sampler, env = live.supervisor, live.sampler, live.env
         assert self.config.reprocess_at is not None
         before = self.batch_of(self.config.reprocess_at - 1)
         if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
@@ -485,17 +484,9 @@ class LedgerRun:
 
     # -- 5. ----------------------------------------------------------------------------------------
 
-    def _finish(
-        self,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        serve: ServeProcess,
-        env: dict[str, str],
-        dsn: str,
-        staging: Path,
-    ) -> None:
+    def _finish(self, live: Live, serve: ServeProcess, dsn: str, staging: Path) -> None:
         result = self.result
+        supervisor, sampler, pusher, env = live.supervisor, live.sampler, live.pusher, live.env
         if not pusher.wait_done(1800) or pusher.error is not None:
             raise RuntimeError(f"the input was not offered: {pusher.error!r}")
         result.push_attempts = sum(a.attempts for a in pusher.acked)

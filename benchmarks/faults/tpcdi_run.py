@@ -37,9 +37,8 @@ from typing import Any
 from benchmarks.faults import compare
 from benchmarks.faults.injector import Injection
 from benchmarks.faults.kinds import Fault
-from benchmarks.faults.ledger import Pusher
 from benchmarks.faults.processes import run_command
-from benchmarks.faults.run import LedgerRun, RunConfig, Sampler
+from benchmarks.faults.run import LedgerRun, Live, RunConfig
 from benchmarks.faults.supervisor import Supervisor
 from benchmarks.faults.tpcdi_workload import (
     BATCHES,
@@ -102,31 +101,25 @@ class TpcdiRun(LedgerRun):
                 raise RuntimeError(f"streamdi tpcdi phase {action} {batch} exited {code}")
         self.last_visibility = time.monotonic()
 
-    def _between(self, supervisor: Supervisor, sampler: Sampler, env: dict[str, str]) -> None:
+    def _between(self, live: Live) -> None:
         # 3.
         if time.monotonic() - self.last_visibility < VISIBILITY_EVERY_S:
             return
-        self._wait_serving(supervisor, sampler)
-        with supervisor.held("serve"):
-            self._stop_serve(supervisor, "a visibility query")
-            self._step("visibility", self.batch, env)
+        self._wait_serving(live)
+        with live.supervisor.held("serve"):
+            self._stop_serve(live.supervisor, "a visibility query")
+            self._step("visibility", self.batch, live.env)
             self.last_visibility = time.monotonic()
-        self._wait_serving(supervisor, sampler, self.last_visibility)
+        self._wait_serving(live, self.last_visibility)
 
-    def _pause(
-        self,
-        offer: int,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        env: dict[str, str],
-    ) -> None:
+    def _pause(self, offer: int, live: Live) -> None:
         # 4.
+        supervisor, sampler, env = live.supervisor, live.sampler, live.env
         before = self.batch_of(offer - 1)
         if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
             self.result.findings.append(f"batch {before} never reached both warehouses")
         ended, following = self.batch, self.input.batch_of_offer(offer)
-        self._wait_serving(supervisor, sampler)
+        self._wait_serving(live)
         with supervisor.held("serve"):
             self._stop_serve(supervisor, f"the end of phase {ended}")
             self._merge(env)
@@ -135,7 +128,7 @@ class TpcdiRun(LedgerRun):
             self._step("begin", following, env)
             self.batch = following
             self.last_visibility = time.monotonic()
-        self._wait_serving(supervisor, sampler, self.last_visibility)
+        self._wait_serving(live, self.last_visibility)
 
     def _after_merge(self, env: dict[str, str], dsn: str) -> None:
         # 6.
@@ -190,15 +183,16 @@ class TpcdiRun(LedgerRun):
         if code != 0:
             self.result.findings.append(f"streamdi tpcdi phase {action} {batch} exited {code}")
 
-    def _wait_serving(self, supervisor: Supervisor, sampler: Sampler, since: float = 0.0) -> None:
+    def _wait_serving(self, live: Live, since: float = 0.0) -> None:
         """Wait until a serve process started after ``since`` answers ``/status`` with its
         pipeline running: a planned stop is a SIGTERM to a started service (one still starting
         dies of it), and the fault after a planned stop must find serve and its Kafka up (the
         supervisor starts serve again at its next look, after the stop's block)."""
 
         def serving() -> bool:
-            last = sampler.samples[-1] if sampler.samples else None
-            started = supervisor.serve.started_at
+            samples = live.sampler.samples
+            last = samples[-1] if samples else None
+            started = live.supervisor.serve.started_at
             return started > since and last is not None and last.at > started
 
         if not self._wait(serving, 240):

@@ -13,13 +13,12 @@ kind on every commit protocol). ``make test-all`` runs it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks.faults.campaign import CampaignOptions, run_campaign
-from benchmarks.faults.report import render, write
+from benchmarks.faults.campaign import CampaignOptions
+from tests.integration.durability.helpers import passing_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka, pytest.mark.postgres]
 
@@ -30,18 +29,11 @@ def test_quick_tpcdi_fault_campaign_changes_no_row_and_every_audit_check_is_ok(
     options = CampaignOptions.quick_defaults(
         "tpcdi", workdir=tmp_path / "runs", cache_dir=tmp_path / "cache"
     )
-    result = run_campaign(options)
-    paths = write(result, tmp_path / "report")
-    data = json.loads(paths["json"].read_text())
-    report = render(data)
-    print(report)
-    assert not result.differences, report
-    assert not result.findings, report
-    assert data["passed"] and data["workload"] == "tpcdi"
-    assert data["faults"]["landed"] >= 10, report
+    data = passing_campaign(options, tmp_path)
+    assert data["workload"] == "tpcdi"
     assert data["faults"]["by_kind"]["phase_kill"]["scheduled"] == 2
     assert set(data["audits"]) == {"duckdb", "postgres"}
-    assert all(a["fail"] == 0 and a["ok"] > 100 for a in data["audits"].values()), report
+    assert all(a["fail"] == 0 and a["ok"] > 100 for a in data["audits"].values()), data["audits"]
     relations = data["compared"]["per_relation"]
     assert relations["audit:duckdb.checks"] == relations["audit:postgres.checks"] > 100
     assert relations["postgres:tpcdi.dimtrade"] > 0 and relations["duckdb:tpcdi.dimtrade"] > 0

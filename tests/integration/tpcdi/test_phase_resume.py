@@ -65,15 +65,20 @@ def data(tmp_path: Path) -> Path:
 @pytest.fixture()
 def warehouse(tmp_path: Path, postgres_dsn: str) -> Iterator[Warehouse]:
     """An empty TPC-DI warehouse in both targets, its phases 0 and 1 not completed."""
+    with open_warehouse(tmp_path, postgres_dsn) as dw:
+        dw.reset()
+        yield dw
+
+
+def open_warehouse(tmp_path: Path, postgres_dsn: str) -> Warehouse:
+    """The test's TPC-DI warehouse in both targets (the DuckDB file under ``tmp_path/work``)."""
     layout = WarehouseLayout(build_flow().build(), "tpcdi")
-    with Warehouse(
+    return Warehouse(
         layout,
         TARGETS,
         duckdb_path=tmp_path / "work" / "warehouse.duckdb",
         postgres_dsn=postgres_dsn,
-    ) as dw:
-        dw.reset()
-        yield dw
+    )
 
 
 def messages(dw: Warehouse, target: str) -> dict[tuple[int, str, str, str], int]:
@@ -186,11 +191,5 @@ def test_a_killed_phase_command_completes_once_when_run_again(
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    layout = WarehouseLayout(build_flow().build(), "tpcdi")
-    with Warehouse(
-        layout,
-        TARGETS,
-        duckdb_path=tmp_path / "work" / "warehouse.duckdb",
-        postgres_dsn=postgres_dsn,
-    ) as dw:
+    with open_warehouse(tmp_path, postgres_dsn) as dw:
         assert_once(dw, (1, 2))
