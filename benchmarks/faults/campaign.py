@@ -152,11 +152,6 @@ class CampaignResult:
             seconds = recovery.get(injection.fault.index)
             if injection.landed and seconds is not None:
                 entry["recoveries"].append(seconds)
-        arming = sum(1 for i in self.faulted.injections if i.arming_kill)
-        if arming:
-            entry = out.setdefault("serve_kill", {"scheduled": 0, "landed": 0, "recoveries": []})
-            entry["landed"] += arming
-            entry["arming"] = arming
         for entry in out.values():
             seconds = entry.pop("recoveries")
             entry["recovery_p50_s"] = percentile(seconds, 50)
@@ -233,7 +228,6 @@ class CampaignResult:
                     "started_s": round(i.started - t0, 3),
                     "ended_s": round(i.ended - t0, 3),
                     "landed": i.landed,
-                    "arming_kill": i.arming_kill,
                     "detail": i.detail,
                     "recovery_s": (
                         recovery[i.fault.index].seconds if i.fault.index in recovery else None

@@ -3,10 +3,11 @@
 :meth:`Injector.inject` performs one :class:`~benchmarks.faults.kinds.Fault` and returns its
 :class:`Injection`: when the disturbance began and ended (monotonic s), whether the fault
 *landed* (the process was really killed at that point, the server really stopped, the disk
-really full) and what happened. Crash points are armed through the supervisor: serve's next
-start carries ``--crash-at`` (:meth:`Injector.arm`); a point fault whose serve was not started
-armed kills serve first (an *arming* kill, itself a kill -9 at a random moment) so the
-supervisor starts it armed.
+really full) and what happened. Crash points are armed in serve's arm file (``--crash-at
+@FILE``, :class:`runtime.faults.CrashAtFile`): a running serve is armed where it is, without a
+restart, and the supervisor starts a dead one armed with what :meth:`Injector.arm` says. (A
+point fault once killed a serve started unarmed first, so that it came back armed: a third of the
+TPC-DI campaign's serve restarts, and the point's own restart came right after it.)
 """
 
 from __future__ import annotations
@@ -40,6 +41,22 @@ DRY_S = 15.0
 BATCH_POINT_KINDS = frozenset({"commit_point", "collector_point"})
 
 
+def arms_ahead(fault: Fault, following: Fault | None) -> bool:
+    """Whether ``following`` (a crash point at a batch) is armed as ``fault`` is injected, its
+    batch placed from the input then (the run keeps the input short of it meanwhile). Not after
+    a point counted in commits (its input runs past the following's batch), nor after a
+    ``migrate_kill`` (it needs input to flow, so that staging holds a batch the warehouses have
+    not when serve is killed: with the input held at the following's offer, ``streamdi migrate
+    push`` found nothing to push and its point was never reached)."""
+    counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
+    return (
+        following is not None
+        and following.kind in BATCH_POINT_KINDS
+        and not counted
+        and fault.kind != "migrate_kill"
+    )
+
+
 @dataclass
 class Injection:
     """What one fault did (see the module docstring)."""
@@ -49,7 +66,6 @@ class Injection:
     ended: float
     landed: bool
     detail: str = ""
-    arming_kill: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,8 +102,8 @@ class Injector:
         self.unplanned: list[ServeExit] = []
         """Exits of serve nobody asked for (neither a kill nor an armed point)."""
         self.upcoming: Fault | None = None
-        """The next fault when it is a crash point at a batch: the restart after the fault in
-        hand starts serve armed for it (no arming kill then)."""
+        """The next fault when it is a crash point at a batch: armed as the fault in hand is
+        injected (its batch placed from the input then; the run keeps the input short of it)."""
         self.anchor: tuple[int, int] | None = None
         """``(fault index, offer)``: place that fault's batch after this offer rather than after
         the first offer not taken yet (the run holds the input there while it arms the point,
@@ -116,11 +132,14 @@ class Injector:
         return f"{fault.point}:{fault.after}"
 
     def set_pending(self, fault: Fault | None) -> None:
-        """Arm serve's next start with ``fault`` (a point fault), or with nothing."""
-        with self.h.supervisor.lock:
+        """Arm serve with ``fault`` (a point fault), or with nothing: the running serve now, or
+        its next start."""
+        sup = self.h.supervisor
+        with sup.lock:
             self.pending = fault
             self.pending_spec = None if fault is None else self.crash_spec(fault)
             self.landed = None
+            sup.serve.arm(self.pending_spec)
 
     def arm(self) -> str | None:
         """The ``--crash-at`` for serve's next start (the supervisor asks)."""
@@ -130,7 +149,8 @@ class Injector:
         """serve ended (the supervisor tells, before it starts it again)."""
         if exit_.by_campaign:
             return
-        if exit_.armed is not None and exit_.armed == self.pending_spec:
+        at_point = exit_.code == -signal.SIGKILL  # a point kills with SIGKILL, nothing else does
+        if at_point and exit_.armed is not None and exit_.armed == self.pending_spec:
             landed = self.pending
             self.set_pending(self.upcoming if self.upcoming is not landed else None)
             self.landed = exit_
@@ -141,10 +161,7 @@ class Injector:
 
     def inject(self, fault: Fault, upcoming: Fault | None = None) -> Injection:
         """Inject ``fault``; ``upcoming``: the fault after it (armed ahead when it can be)."""
-        counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
-        # a counted point lets the input run past the next fault's batch: never armed ahead then
-        ahead = upcoming is not None and upcoming.kind in BATCH_POINT_KINDS and not counted
-        self.upcoming = upcoming if ahead else None
+        self.upcoming = upcoming if arms_ahead(fault, upcoming) else None
         if fault.kind not in POINT_KINDS:
             self.set_pending(self.upcoming)  # a restart this fault causes starts serve armed
         action = getattr(self, f"_{fault.kind}")
@@ -167,16 +184,9 @@ class Injector:
     def _point(self, fault: Fault) -> Injection:
         sup = self.h.supervisor
         started = time.monotonic()
-        arming = False
         with sup.lock:
-            armed = (
-                self.pending is fault
-                and sup.serve.running()
-                and sup.serve.armed == self.pending_spec
-            )
-            if not armed:
+            if self.pending is not fault:  # not armed ahead: arm it now (a dead serve at start)
                 self.set_pending(fault)
-                arming = sup.kill_serve()  # the supervisor starts it armed
             spec = self.pending_spec
         if self.on_armed is not None:
             self.on_armed()
@@ -188,9 +198,7 @@ class Injector:
             if landed is not None:
                 self.landed = None
                 detail = f"serve died at {spec} (code {landed.code})"
-                return Injection(
-                    fault, started, landed.at, landed.code == -signal.SIGKILL, detail, arming
-                )
+                return Injection(fault, started, landed.at, landed.code == -signal.SIGKILL, detail)
             time.sleep(0.05)
             if self.on_waiting is not None and time.monotonic() >= next_step:
                 if self.on_waiting():
@@ -200,10 +208,8 @@ class Injector:
                 elif time.monotonic() - dry_since > DRY_S:
                     break  # all its input is in and it was not reached: it will not be
                 next_step += 1.0
-        with sup.lock:  # never reached: start serve again, armed for the next fault if it can be
-            self.set_pending(self.upcoming)
-            sup.kill_serve()
-        return Injection(fault, started, time.monotonic(), False, f"{spec} not reached", arming)
+        self.set_pending(self.upcoming)  # never reached: disarmed, or armed for the next fault
+        return Injection(fault, started, time.monotonic(), False, f"{spec} not reached")
 
     _commit_point = _point
     _collector_point = _point

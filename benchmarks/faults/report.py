@@ -44,11 +44,9 @@ def render(data: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for kind, entry in data["faults"]["by_kind"].items():
-        landed = f"{entry['landed']}"
-        if entry.get("arming"):
-            landed += f" ({entry['arming']} arming)"
         lines.append(
-            f"| {kind} | {entry['scheduled']} | {landed} | {_fmt(entry['recovery_p50_s'])} | "
+            f"| {kind} | {entry['scheduled']} | {entry['landed']} | "
+            f"{_fmt(entry['recovery_p50_s'])} | "
             f"{_fmt(entry['recovery_p99_s'])} |"
         )
     inputs = ", ".join(f"{k} {v}" for k, v in sorted(data["input_faults"].items()))

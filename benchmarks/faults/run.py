@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.faults import compare
-from benchmarks.faults.injector import BATCH_POINT_KINDS, Injection, Injector, RunHandles
+from benchmarks.faults.injector import (
+    BATCH_POINT_KINDS,
+    Injection,
+    Injector,
+    RunHandles,
+    arms_ahead,
+)
 from benchmarks.faults.kinds import POINT_KINDS, Fault
 from benchmarks.faults.ledger import REPROCESSED, STREAM, Acked, HttpClient, Offer, Pusher
 from benchmarks.faults.processes import (
@@ -60,6 +66,9 @@ LEAD = 3
 #: ...and past the next milestone while a crash point counted in checkpoints or migration rounds
 #: waits to be reached (those need commits to go on for a while).
 COUNTED_LEAD = 60
+#: Offers past the input a ``migrate_kill`` lets in while it waits for a batch staged and not
+#: yet in the warehouses (serve is killed then).
+MIGRATE_LEAD = 4
 #: A counted point's lead is released this many offers at a time, one step a second while it
 #: waits, so a point reached early leaves the input to the ones after it.
 COUNTED_STEP = 4
@@ -276,7 +285,8 @@ class LedgerRun:
             dsn = postgres.start()
             env = {**run_env(self.state, staging, port, dsn), **self.extra_env()}
             self._prepare(env, staging)
-            serve = ServeProcess(self.spec, env, port, self.log)
+            arm_file = self.state / "crash-at" if config.faults else None
+            serve = ServeProcess(self.spec, env, port, self.log, arm_file)
 
             def arm() -> str | None:
                 return None if injector is None else injector.arm()
@@ -585,9 +595,10 @@ def fault_gates(
 ) -> tuple[int, int]:
     """How far the input may go while ``fault`` is injected, and after it (``gate`` and
     ``hard``: the next milestone's). A crash point at a batch needs that batch to come; one
-    counted in checkpoints or migration rounds needs commits to go on a while. A following crash
-    point at a batch is armed ahead by the restart this fault causes (unless this one is a
-    counted point), so its batch must not come before it is due; and it needs offers after the
+    counted in checkpoints or migration rounds needs commits to go on a while, a ``migrate_kill``
+    a batch staged and not yet pushed. A following crash point at a batch armed ahead
+    (:func:`~benchmarks.faults.injector.arms_ahead`) must not see its batch come before it is
+    due; and it needs offers after the
     first one not yet taken when it is armed, so the input never runs that close to its end (or
     to a stop). A crash point at a batch always gets its own batch (the one after it is armed
     when it lands). (A counted point gets its lead step by step: :func:`counted_steps`.)"""
@@ -596,9 +607,10 @@ def fault_gates(
         during = max(during, next_index + fault.after + 1)
     elif fault.kind in POINT_KINDS:
         during += COUNTED_LEAD
+    elif fault.kind == "migrate_kill":
+        during = max(during, next_index + MIGRATE_LEAD)
     cap = hard
-    armed_ahead = following is not None and following.kind in BATCH_POINT_KINDS
-    if armed_ahead and not (fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS):
+    if arms_ahead(fault, following):
         cap = min(cap, gate)
     if following is not None and following.kind in BATCH_POINT_KINDS:
         # its batch is the first offer not taken plus its ``after``: that offer must still come

@@ -167,6 +167,26 @@ def test_a_late_batch_point_followed_by_another_still_gets_its_batch() -> None:
     assert on_time == 166  # not late: the input stops at the following point's due offer
 
 
+def test_a_migrate_kill_lets_input_in_and_arms_no_point_ahead() -> None:
+    """The full TPC-DI campaign (seed 1, SF 1), fault 19: ``migrate_kill`` at ``copy:postgres``
+    with the commit point ``execute:164`` after it armed ahead, so the input stood at that
+    point's offer; both warehouses held every staged batch when serve was killed, ``streamdi
+    migrate push`` had nothing to copy and its point was never reached (6 of 9 such kills missed
+    in an earlier campaign). Now the kill lets a few offers in and the point after it is armed
+    at its own turn."""
+    from benchmarks.faults.injector import arms_ahead
+    from benchmarks.faults.kinds import Fault
+    from benchmarks.faults.run import MIGRATE_LEAD, fault_gates
+
+    kill = Fault(19, 157, "migrate_kill", point="copy:postgres")
+    following = Fault(20, 161, "commit_point", point="execute", after=2)
+    assert not arms_ahead(kill, following)
+    during, _ = fault_gates(kill, following, 161, 265, 161)
+    assert during == 161 + MIGRATE_LEAD  # the input goes on past the following's offer
+    assert arms_ahead(Fault(19, 157, "postgres_kill"), following)
+    assert fault_gates(Fault(19, 157, "postgres_kill"), following, 161, 265, 161)[0] == 161
+
+
 def test_a_counted_point_gets_its_lead_step_by_step() -> None:
     """The full TPC-DI campaign (seed 1, SF 1): counted points one after the other let the input
     run their 60-offer leads to the end of the input, so the ones after them never saw another
