@@ -105,26 +105,29 @@ class SerialExecutor(BaseExecutor):
         self._entries: dict[str, dict[Key, list[Row]]] = {}
         self._sequences: dict[str, int] = {}
         for name, table in self.flow.tables.items():
-            rows = image.rows(table)
             keyof = _key_getter(table)
             if isinstance(table, Table):
+                rows = image.rows(table)
                 self._rows[name] = {keyof(r): r for r in rows}
                 start = table.surrogate_start
                 used = [r[table.surrogate] for r in rows] if table.surrogate else []
             elif isinstance(table, HistoryTable):
+                rows = image.rows(table, order_by=(VALID_FROM, table.surrogate))
                 self._versions[name] = {r[table.surrogate]: r for r in rows}
                 self._current[name] = {
                     keyof(r): r[table.surrogate] for r in rows if r[VALID_TO] == OPEN_END
                 }
                 keys: dict[Key, list[int]] = {}
-                for r in sorted(rows, key=lambda r: (r[VALID_FROM], r[table.surrogate])):
-                    keys.setdefault(keyof(r), []).append(r[table.surrogate])
+                surrogate = table.surrogate
+                for r in rows:  # by (valid from, surrogate key): each key's versions in order
+                    keys.setdefault(keyof(r), []).append(r[surrogate])
                 self._keys[name] = keys
                 start = table.surrogate_start
                 used = [r[table.surrogate] for r in rows]
             else:
+                rows = image.rows(table, order_by=(AT, ENTRY))
                 entries: dict[Key, list[Row]] = {}
-                for r in sorted(rows, key=lambda r: (r[AT], r[ENTRY])):
+                for r in rows:  # by (at, entry): each key's entries in order
                     entries.setdefault(keyof(r), []).append(r)
                 self._entries[name] = entries
                 start = 1
