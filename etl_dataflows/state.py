@@ -1,15 +1,17 @@
 """The canonical form of the engine's state, shared by every executor, staging and migration.
 
 A :class:`StateImage` holds one Arrow table per state table, in the table's image columns
-(:meth:`~etl_dataflows.tables.BaseStateTable.image_columns`) and sorted by row id, plus the next
-value of every sequence (surrogate keys, window entry ids). Executors load an image when they start
-(after a restart, from staging) and produce one on request; two executors agree on a batch iff their
-images and batch results are equal.
+(:meth:`~etl_dataflows.tables.BaseStateTable.image_columns`), plus the next value of every sequence
+(surrogate keys, window entry ids). Executors load an image when they start (after a restart, from
+staging) and produce one on request. An image an executor produces, and one staging reads for
+comparison, is sorted by row id; an executor loads an image in any row order (a resuming pipeline
+skips staging's sort) and behaves the same. Two executors agree on a batch iff their images and
+batch results are equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,8 +51,9 @@ def table_to_rows(table: StateTable, data: pa.Table) -> list[dict[str, Any]]:
     missing = [n for n in columns if n not in data.column_names]
     if missing:
         raise ValueError(f"state image of {table.name!r} lacks columns {missing}")
-    values = {n: python_values(data.column(n), columns[n]) for n in columns}
-    return [{n: values[n][i] for n in columns} for i in range(data.num_rows)]
+    names = list(columns)
+    values = [python_values(data.column(n), columns[n]) for n in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
 @dataclass
@@ -64,9 +67,15 @@ class StateImage:
     def empty(cls, tables: Mapping[str, StateTable]) -> StateImage:
         return cls({name: rows_to_table(t, []) for name, t in tables.items()}, {})
 
-    def rows(self, table: StateTable) -> list[dict[str, Any]]:
+    def rows(self, table: StateTable, order_by: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """``table``'s rows as dicts of engine Python values, in the image's order or, with
+        ``order_by``, sorted by those columns (ascending; sorted in Arrow, before conversion)."""
         data = self.tables.get(table.name)
-        return [] if data is None else table_to_rows(table, data)
+        if data is None:
+            return []
+        if order_by and data.num_rows > 1:
+            data = data.sort_by([(name, "ascending") for name in order_by])
+        return table_to_rows(table, data)
 
     def equals(self, other: StateImage) -> bool:
         if set(self.tables) != set(other.tables) or self.sequences != other.sequences:

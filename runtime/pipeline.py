@@ -200,7 +200,7 @@ class Pipeline:
             offsets, merge_state = {}, {}
         store.set_meta("kafka_log", self.broker.log_id)
         progress = store.streams()
-        executor = create_executor(options.executor, spec.flow, store.load_state())
+        executor = create_executor(options.executor, spec.flow, store.load_state(sorted_rows=False))
         executor.warm_up()
         self.report.resumed_from = store.watermark
         logger.info(

@@ -96,6 +96,9 @@ class SerialExecutor(BaseExecutor):
     #   Table:   rows[table][key] -> row
     #   History: versions[table][sk] -> version; current[table][key] -> sk; keys[table][key] -> [sk]
     #   Window:  entries[table][key] -> [entry] sorted by (_at, _entry)
+    #   Indexes: index[table][column][value] -> keys: every key whose current row holds that value
+    #            in that indexed column, and perhaps keys that held it once (entries are only ever
+    #            added, so an undone change cannot lose one; a lookup checks each key's row)
 
     def _load_state(self, image: StateImage) -> None:
         self._rows: dict[str, dict[Key, Row]] = {}
@@ -105,32 +108,41 @@ class SerialExecutor(BaseExecutor):
         self._entries: dict[str, dict[Key, list[Row]]] = {}
         self._sequences: dict[str, int] = {}
         for name, table in self.flow.tables.items():
-            rows = image.rows(table)
             keyof = _key_getter(table)
             if isinstance(table, Table):
+                rows = image.rows(table)
                 self._rows[name] = {keyof(r): r for r in rows}
                 start = table.surrogate_start
                 used = [r[table.surrogate] for r in rows] if table.surrogate else []
             elif isinstance(table, HistoryTable):
+                rows = image.rows(table, order_by=(VALID_FROM, table.surrogate))
                 self._versions[name] = {r[table.surrogate]: r for r in rows}
                 self._current[name] = {
                     keyof(r): r[table.surrogate] for r in rows if r[VALID_TO] == OPEN_END
                 }
                 keys: dict[Key, list[int]] = {}
-                for r in sorted(rows, key=lambda r: (r[VALID_FROM], r[table.surrogate])):
-                    keys.setdefault(keyof(r), []).append(r[table.surrogate])
+                surrogate = table.surrogate
+                for r in rows:  # by (valid from, surrogate key): each key's versions in order
+                    keys.setdefault(keyof(r), []).append(r[surrogate])
                 self._keys[name] = keys
                 start = table.surrogate_start
                 used = [r[table.surrogate] for r in rows]
             else:
+                rows = image.rows(table, order_by=(AT, ENTRY))
                 entries: dict[Key, list[Row]] = {}
-                for r in sorted(rows, key=lambda r: (r[AT], r[ENTRY])):
+                for r in rows:  # by (at, entry): each key's entries in order
                     entries.setdefault(keyof(r), []).append(r)
                 self._entries[name] = entries
                 start = 1
                 used = [r[ENTRY] for r in rows]
             floor = max(used) + 1 if used else start
             self._sequences[name] = max(image.sequences.get(name, start), floor)
+        self._index: dict[str, dict[str, dict[Any, set[Key]]]] = {}
+        for name, table in self.flow.tables.items():
+            if isinstance(table, Table | HistoryTable) and table.indexes:
+                self._index[name] = {column: {} for column in table.indexes}
+                for key in self._rows[name] if isinstance(table, Table) else self._current[name]:
+                    self._note_indexed(table, key, self.current_row(table, key))
         self._undo: list[tuple[dict[Any, Any], Any, bool, Any]] = []
         self._touched: dict[str, dict[Key, list[Row]]] = {}
         self._compiled: dict[str, list[_CompiledOp]] = {}
@@ -183,6 +195,21 @@ class SerialExecutor(BaseExecutor):
                 container[key] = value
             else:
                 container.pop(key, None)
+
+    def _note_indexed(self, table: StateTable, key: Key, row: Row | None) -> None:
+        """Add ``key`` under ``row``'s value of every indexed column of ``table`` (see the state
+        comment above: entries are never removed while a batch may be undone)."""
+        columns = self._index.get(table.name)
+        if not columns or row is None:
+            return
+        for column, by_value in columns.items():
+            value = row.get(column)
+            if value is not None:
+                keys = by_value.get(value)
+                if keys is None:
+                    by_value[value] = {key}
+                else:
+                    keys.add(key)
 
     def _next_sequence(self, table: StateTable) -> int:
         value = self._sequences[table.name]
@@ -443,6 +470,7 @@ class SerialExecutor(BaseExecutor):
                 )
             new_row.update(values)
             self._set(rows, key, new_row)
+            self._note_indexed(table, key, new_row)
             return new_row
         assert isinstance(table, HistoryTable)
         return self._new_version(cop, table, key, values, self._effective(cop, row, results))
@@ -464,6 +492,7 @@ class SerialExecutor(BaseExecutor):
             if table.period_of(when) == current[table.effective]:
                 replaced = {**current, **values}
                 self._set(versions, current_sk, replaced)
+                self._note_indexed(table, key, replaced)
                 return replaced
             closed = {
                 **current,
@@ -484,6 +513,7 @@ class SerialExecutor(BaseExecutor):
         self._set(versions, sk, version)
         self._set(self._current[name], key, sk)
         self._set(self._keys[name], key, [*self._keys[name].get(key, []), sk])
+        self._note_indexed(table, key, version)
         return version
 
     def _remove(self, cop: _CompiledOp, key: Key, row: Row, results: list[Any]) -> None:
@@ -512,12 +542,12 @@ class SerialExecutor(BaseExecutor):
         value = cop.key[0](Scope(row, None, results))
         if value is None:
             return OpResult(None, None, None, 0)
-        if isinstance(table, Table):
-            matches = sorted(k for k, r in self._rows[table.name].items() if r.get(column) == value)
-        else:
-            current = self._current[table.name]
-            versions = self._versions[table.name]
-            matches = sorted(k for k, sk in current.items() if versions[sk].get(column) == value)
+        candidates = self._index[table.name][column].get(value, ())
+        matches = sorted(
+            k
+            for k in candidates
+            if (found := self.current_row(table, k)) is not None and found.get(column) == value
+        )
         for key in matches:
             old_row = self.current_row(table, key)
             self._check(cop, row, old_row, results)
