@@ -333,18 +333,15 @@ class StagingDisk:
         return stat.f_bavail * stat.f_frsize
 
     def fill(self) -> int:
-        """Fill the filesystem: every byte left goes to a ballast file. Returns its size."""
+        """Fill the filesystem: every byte left goes to a ballast file. Returns its size. Serve
+        writes to the same disk meanwhile, so a write may meet it full before the free space
+        said so: that ends the filling (unbuffered, so closing the file writes nothing more)."""
         size = 0
-        with open(self.ballast, "ab") as handle:
-            chunk = b"\0" * (1 << 20)
-            while True:
+        chunk = b"\0" * (1 << 20)
+        with open(self.ballast, "ab", buffering=0) as handle:
+            while (left := self.free_bytes()) > 0:
                 try:
-                    left = self.free_bytes()
-                    if left <= 0:
-                        break
-                    handle.write(chunk[: min(len(chunk), left)])
-                    handle.flush()
-                    size += min(len(chunk), left)
+                    size += handle.write(chunk[: min(len(chunk), left)]) or 0
                 except OSError:
                     break
         return size
