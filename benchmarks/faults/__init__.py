@@ -103,7 +103,7 @@ def register(benches: Commands) -> None:
     bench.add_argument("--faults", type=int, help="faults to inject (default 100; quick 12)")
     bench.add_argument("--offers", type=int, help="HTTP offers (default 1,000; quick 150)")
     bench.add_argument(
-        "--offer-size", type=int, help="events per offer (default 100; tpcdi 25, quick 9)"
+        "--offer-size", type=int, help="events per offer (default 100; tpcdi 20, quick 9)"
     )
     bench.add_argument("--rate", type=float, help="offers per second at most (default 8)")
     bench.add_argument("--kinds", help="comma-separated fault kinds (default: all)")

@@ -68,7 +68,7 @@ LEAD = 3
 COUNTED_LEAD = 60
 #: Offers past the input a ``migrate_kill`` lets in while it waits for a batch staged and not
 #: yet in the warehouses (serve is killed then).
-MIGRATE_LEAD = 4
+MIGRATE_LEAD = 8
 #: A counted point's lead is released this many offers at a time, one step a second while it
 #: waits, so a point reached early leaves the input to the ones after it.
 COUNTED_STEP = 4
@@ -310,6 +310,8 @@ class LedgerRun:
                     self.batch_of,
                     lambda: pusher.next_index if pusher is not None else 0,
                     lambda timeout_s: self._wait(sampler.pending, timeout_s),
+                    len(config.offers) - 1,
+                    lambda: sampler.samples[-1].watermark if sampler.samples else 0,
                 )
             )
             supervisor.start()

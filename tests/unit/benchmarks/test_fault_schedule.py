@@ -235,3 +235,41 @@ def test_a_batch_point_is_placed_after_the_offer_the_run_held_the_input_at() -> 
     assert injector.crash_spec(point) == "collect-flushed:123"  # after the offer held at
     injector.anchor = (81, 120)
     assert injector.crash_spec(point) == "collect-flushed:133"  # another fault's anchor
+
+
+def test_a_batch_point_stays_within_the_input_and_is_given_up_once_passed() -> None:
+    """The full TPC-DI campaign (seed 1, SF 1, offers of 25), fault 92: after counted points the
+    input had ended, and ``commit-ledger:534`` (of 533 batches) waited 90 s for a batch that
+    never came. A point is now placed at the last offer at most, and given up as soon as its
+    offer was acknowledged (a collector point) or its batch committed (a commit point)."""
+    from benchmarks.faults.injector import Injector, RunHandles
+    from benchmarks.faults.kinds import Fault
+
+    state = {"next": 533, "watermark": 533}
+    handles = RunHandles(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,
+        Path("."),
+        "spec",
+        {},
+        Path("log"),
+        lambda offer: offer + 1,
+        lambda: state["next"],
+        lambda timeout_s: True,
+        532,
+        lambda: state["watermark"],
+    )
+    injector = Injector(handles)
+    commit = Fault(92, 485, "commit_point", point="commit-ledger", after=2)
+    assert injector.crash_spec(commit) == "commit-ledger:533"  # not 535: the last batch
+    injector.pending, injector.pending_spec = commit, injector.crash_spec(commit)
+    assert not injector.reachable(commit)  # batch 533 is committed: it will not come again
+    state["watermark"] = 531
+    assert injector.reachable(commit)
+    collector = Fault(93, 500, "collector_point", point="collect-sent", after=1)
+    state["next"] = 520
+    injector.pending, injector.pending_spec = collector, injector.crash_spec(collector)
+    assert injector.pending_spec == "collect-sent:522" and injector.reachable(collector)
+    state["next"] = 522  # offer 521 (logical batch 522) acknowledged
+    assert not injector.reachable(collector)

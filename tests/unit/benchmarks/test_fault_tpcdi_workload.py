@@ -138,6 +138,6 @@ def test_a_tpcdi_campaign_and_its_command() -> None:
         "--offer-size 9 --rate 10"
     )
     full = CampaignOptions.defaults("tpcdi", seed=3)
-    assert (full.sf, full.faults, full.offer_size, full.seed) == (1.0, 100, 25, 3)
+    assert (full.sf, full.faults, full.offer_size, full.seed) == (1.0, 100, 20, 3)
     ledger = CampaignOptions.defaults()
     assert ledger.workload == "ledger" and ledger.command().endswith("--reprocess")
