@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
+from streamdi.memory import release_free_memory
 from streamdi.settings import StreamdiSettings
 from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
@@ -268,6 +269,7 @@ def run_tpcdi(
         phase.done()
         # 3. historical load
         _historical(options, settings, flow, layout, warehouse, data, record, bar, memory)
+        release_free_memory()  # the historical load's freed buffers, before the updates' state
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
