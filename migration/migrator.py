@@ -43,12 +43,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from migration.bootstrap import BootstrapMode, Bootstrapper, BootstrapProgress
+from migration.bootstrap import BootstrapMethod, BootstrapMode, Bootstrapper, BootstrapProgress
 from migration.exceptions import TargetMismatch
 from migration.progress import ProgressObserver, TargetProgress, tell
 from migration.schema import WarehouseLayout
@@ -163,7 +164,8 @@ class Migrator:
     """See the module docstring. ``release_targets`` are the targets every release waits for
     (all configured targets; default: the keys of ``targets``). ``bootstrap``: run a target's
     bootstrap ``inline`` in the round (``streamdi migrate``) or in the ``background`` (the
-    pipeline and the service: the other targets' rounds go on meanwhile). :attr:`observers`
+    pipeline and the service: the other targets' rounds go on meanwhile); ``bootstrap_method``
+    which paths it may take (:data:`~migration.bootstrap.BootstrapMethod`). :attr:`observers`
     are told what each round learns of each target (:mod:`migration.progress`)."""
 
     def __init__(
@@ -175,13 +177,16 @@ class Migrator:
         release_targets: Sequence[str] | None = None,
         hook: MigrationHook | None = None,
         bootstrap: BootstrapMode = "inline",
+        bootstrap_method: BootstrapMethod = "auto",
     ) -> None:
         self.staged = staged
         self.targets = targets
         self.settings = settings
         self.release_targets = list(release_targets if release_targets is not None else targets)
         self.hook = hook
-        self._lock = threading.Lock()
+        #: Held by a round (and status, merges): re-entrant, for a bootstrap's file path swaps
+        #: the target's file under it (:meth:`quiet`) from inside an inline round.
+        self._lock = threading.RLock()
         self._last_merge: dict[str, float] = {}
         self._unmerged: dict[str, int] = {}
         self._last_release = float("-inf")
@@ -193,7 +198,13 @@ class Migrator:
         self._round_since_release = False
         self._releaser: threading.Thread | None = None
         self.bootstraps = Bootstrapper(
-            staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
+            staged,
+            targets,
+            mode=bootstrap,
+            hold_release=self.hold_release,
+            hook=hook,
+            quiet=self.quiet,
+            method=bootstrap_method,
         )
         #: Told what the migrator learns of each target: acknowledgements, merges, failures
         #: (:mod:`migration.progress`; the query service's console).
@@ -316,6 +327,15 @@ class Migrator:
             self._noted.pop(name, None)
         self.staged.retract(name)
 
+    @contextmanager
+    def quiet(self, name: str) -> Iterator[None]:
+        """Nothing of this migrator uses target ``name`` inside: no round, status or merge runs
+        (they wait), and its object of the target is closed (the next use opens it again). A
+        bootstrap's file path replaces the target's file in it."""
+        with self._lock:
+            self.targets[name].close()
+            yield
+
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
         # memory before staging: an acknowledgement leaves memory only once staging holds it
@@ -406,7 +426,7 @@ class Migrator:
                     booting = result.bootstrap = self.bootstraps.run(name)
                     if booting.state != "loaded":  # runs in the background: skipped meanwhile
                         continue
-                    w = self.targets[name].watermark()
+                    w = self._open(name).watermark()  # (its file may have been swapped)
                 except WarehouseUnavailable as exc:
                     result.error = str(exc)
                     logger.warning("bootstrap failed target=%s: %s", name, exc)

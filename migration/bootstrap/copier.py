@@ -45,6 +45,14 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    the next load starts). Once a round brought the target to staging's watermark its record says
    ``caught_up`` (:mod:`migration.bootstrap.runner`), and only then does the query service read it.
 
+**The file path.** When the target is a DuckDB file and another configured target is a DuckDB
+file of the same layout holding every released batch, steps 2-6 are replaced by a copy of that
+peer's file, rewritten for the target and swapped in (:mod:`migration.bootstrap.file_copy`, its
+own numbered protocol), with the same outcome: the same rows, the ledger row for ``S``, the record
+``loaded``. Whenever it cannot be taken (no such peer, the target's file holds anything else, the
+peer's file did not hold still, something still holds the target's file open) the target is
+unchanged and the steps below run: the *rows path*. ``method='rows'`` always takes it.
+
 A crash (or ``kill -9``) in step 4 rolls back the relation in hand; the relations marked before it
 stay, and the next run resumes with the others at a new snapshot, and brings the marked ones from
 their ``S_t`` to the new ``S`` in step 5 (staging still holds those batches: the release waits for
@@ -60,11 +68,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 
+from migration.bootstrap.file_copy import FileCopy
 from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces, relation_pieces
 from migration.bootstrap.progress import BootstrapProgress
 from migration.bootstrap.record import (
@@ -90,8 +100,13 @@ WORKING_SET = "the engine's working set only: staging was seeded, no peer held t
 
 #: ``hook(phase)`` at fault-injection points: ``bootstrap-copy`` (a relation's first piece is in,
 #: its transaction open), ``bootstrap-table`` (after a relation's COMMIT), ``bootstrap-ledger``
-#: (the last transaction holds the ledger row, not committed), ``bootstrapped`` (after it).
+#: (the last transaction holds the ledger row, not committed), ``bootstrapped`` (after it; both
+#: paths); the file path's ``bootstrap-file-copy``, ``bootstrap-file-rewrite`` and
+#: ``bootstrap-file-swap`` (:class:`~migration.bootstrap.file_copy.FileCopy`).
 BootstrapHook = Callable[[str], None]
+
+#: ``auto``: the file path when it can be taken, else the rows path; ``rows``: the rows path.
+BootstrapMethod = Literal["auto", "rows"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +138,11 @@ class RelationPlan:
 class Bootstrap:
     """The bootstrap of ``target`` (opened and closed here: give it a twin,
     :func:`~migration.bootstrap.sources.twin`), reading staging through ``staged`` and the sinks
-    from one of ``peers``; see the module docstring. ``progress`` is updated as it goes."""
+    from one of ``peers``; see the module docstring. ``progress`` is updated as it goes.
+    ``method`` chooses the paths; ``quiet()``, a context under which nothing else in the process
+    uses the target's warehouse (the migrator's own object of it closed, its rounds held off),
+    lets the file path swap the target's file (without it, ``target`` must be the process's only
+    user of the file)."""
 
     def __init__(
         self,
@@ -134,6 +153,8 @@ class Bootstrap:
         *,
         piece_bytes: int = PIECE_BYTES,
         hook: BootstrapHook | None = None,
+        method: BootstrapMethod = "auto",
+        quiet: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.target = target
         self.staged = staged
@@ -141,6 +162,8 @@ class Bootstrap:
         self.progress = progress
         self.piece_bytes = piece_bytes
         self.hook = hook
+        self.method = method
+        self.quiet = quiet
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -161,6 +184,16 @@ class Bootstrap:
         try:
             # 1.
             record = self._check()
+            if self.method == "auto":
+                top = self._file_copy(record)
+                if top is not None:
+                    self._step("bootstrapped")
+                    return top
+                target.open()  # (the file path may have closed it)
+                record = self._check()
+                progress.peer = progress.peer_watermark = progress.through = None
+                progress.sinks_from = 1
+            progress.method = "rows"
             for name in layout.tables:
                 mark = record.relations.get(name)
                 progress.update(
@@ -231,6 +264,21 @@ class Bootstrap:
             return top
         finally:
             target.close()
+
+    def _file_copy(self, record: BootstrapRecord) -> int | None:
+        """The file path (:mod:`migration.bootstrap.file_copy`): ``S``, or None when not taken."""
+        self.progress.method = "file"
+        return FileCopy(
+            self.target,
+            self.staged,
+            self.peers,
+            self.progress,
+            record,
+            step=self._step,
+            stopped=self._stop.is_set,
+            quiet=self.quiet,
+            piece_bytes=self.piece_bytes,
+        ).run()
 
     # -- 1. ----------------------------------------------------------------------------------------
 
