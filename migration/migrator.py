@@ -30,6 +30,12 @@ freely. A round, in order:
    only ever a copy of what the target's ledger says, which step 2 reads every round, so writing
    it late (or losing it in a crash) loses nothing.
 
+A target object (one connection, one open transaction) is used by one thread at a time: rounds,
+merges and ``status`` hold the migrator's lock, and inside a round each target has at most one
+thread of step 3 or 4 (a round names each target once, however often the caller named it:
+``POST /migration/pull {"targets": ["postgres", "postgres"]}`` once had two threads merge one
+PostgreSQL target on its one connection, and both waited forever).
+
 Crash between a target's commit and the staging acknowledgement: the next round reads ``w`` from
 the target's ledger and starts after it, so nothing is loaded twice; a crash before the commit
 leaves the batches staged and unacknowledged, so they are loaded again. Staging releases a batch
@@ -140,6 +146,12 @@ def build_targets(
     return targets
 
 
+def once(names: Iterable[str]) -> list[str]:
+    """``names`` in order, each once (a round, a merge: a target is used by one thread at a
+    time)."""
+    return list(dict.fromkeys(names))
+
+
 def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]]:
     """The PostgreSQL warehouse's libpq DSN and extra connection parameters (TLS): ``POSTGRES__DSN``
     or the embedded server, started here when it is not running."""
@@ -230,9 +242,12 @@ class Migrator:
     def _each(
         self, names: Sequence[str], work: Callable[[str], Any]
     ) -> dict[str, Any | BaseException]:
-        """``work(name)`` for every name: at once on the migrator's threads when
-        ``parallel_targets`` and there are several, else one after the other. Each outcome is
-        its result or the exception it raised, in ``names`` order."""
+        """``work(name)`` for every name (each once: a target is used by one thread at a time,
+        see the module docstring): at once on the migrator's threads when ``parallel_targets``
+        and there are several, else one after the other. Each outcome is its result or the
+        exception it raised, in ``names`` order."""
+        if len(set(names)) != len(names):
+            raise ValueError(f"targets named more than once: {list(names)}")
 
         def attempt(name: str) -> Any | BaseException:
             try:
@@ -388,12 +403,11 @@ class Migrator:
         """One round over ``names`` (default: every target); see the module docstring.
 
         Unreachable targets are reported in the round's ``targets[name].error`` and skipped;
-        :class:`~migration.exceptions.TargetMismatch` propagates.
+        :class:`~migration.exceptions.TargetMismatch` propagates. A target named more than once
+        is taken once.
         """
         with self._lock:
-            return self._migrate(
-                list(names) if names is not None else list(self.targets), via, merge
-            )
+            return self._migrate(once(names if names is not None else self.targets), via, merge)
 
     def _migrate(self, names: list[str], via: Via, merge: MergeMode) -> MigrationReport:
         started = time.perf_counter()
@@ -600,10 +614,10 @@ class Migrator:
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
         """Merge now, on every reachable target of ``names`` (default: all); the time counts in
-        :meth:`spent` like a round's merges."""
+        :meth:`spent` like a round's merges (a target named more than once: once)."""
         with self._lock:
             out: dict[str, MergeResult | None] = {}
-            for name in list(names) if names is not None else list(self.targets):
+            for name in once(names if names is not None else self.targets):
                 started = time.perf_counter()
                 try:
                     merged = out[name] = self._open(name).merge(self._target_hook(name))
