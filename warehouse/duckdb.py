@@ -42,6 +42,7 @@ import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
 
+from streamdi.files import fsync_path
 from streamdi.watchdog import statement
 from warehouse.base import BaseWarehouseDriver, Dialect, Hook, Params, quote_identifier
 from warehouse.bounded import read_bounded
@@ -103,14 +104,6 @@ def _connect_file(location: str, path: Path) -> duckdb.DuckDBPyConnection:
         return duckdb.connect(location)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _copy_range(src: BinaryIO, out: BinaryIO, offset: int, size: int) -> int:
     """Copy ``size`` bytes of ``src`` from ``offset`` to the end of ``out`` (in the kernel where
     it can); the bytes copied (0 at the end of ``src``)."""
@@ -164,13 +157,13 @@ def replace_file(path: Path, source: Path, target: str = "duckdb") -> None:
             wal = wal_path(path)
             if wal.exists():
                 wal.unlink()
-                _fsync_dir(path.parent)
+                fsync_path(path.parent)
             # 4.
             try:
                 os.replace(source, path)
             except OSError as exc:
                 raise WarehouseFileBusy(target, str(path), f"rename failed: {exc}") from exc
-            _fsync_dir(path.parent)
+            fsync_path(path.parent)
         finally:
             # 5.
             with holds.gate:

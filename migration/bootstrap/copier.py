@@ -33,13 +33,15 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    ``through = S``), or of the peer when staging was seeded (``through = P``: step 5 brings it
    to ``S``); a sink's rows of the peer (batches ``<= P``) and of staging ``(P, S]`` (``through
    = S``); insert its mark; COMMIT.
-5. The last transaction: BEGIN; empty the delta tables; for a relation marked at ``S_t < S`` (by
-   an earlier run, or copied from the peer), bulk-load staging's changes of ``(S_t, S]`` into its
-   delta table and merge them into its full table
+5. The last transaction: BEGIN; empty the delta tables; for the relations marked at ``S_t < S``
+   (by an earlier run, or copied from the peer), bulk-load staging's changes of ``(S_t, S]`` into
+   their delta tables, merge them into the full tables
    (:meth:`~migration.targets.base.BaseTarget.merge_table`: exact for state tables and sinks
-   alike, rows of batches ``<= S_t`` being in the copy), then empty it again; insert the ledger
+   alike, rows of batches ``<= S_t`` being in the copy) and empty them again, delete the sink rows
+   retracted through ``S`` (:func:`~migration.bootstrap.catch_up.catch_up`); insert the ledger
    row for ``S`` and a ``merges`` row through ``S`` (the full tables hold everything up to
-   ``S``: no read is pinned below it); the record says ``loaded`` through ``S``; COMMIT.
+   ``S``: no read is pinned below it); the record says ``loaded`` through ``S``
+   (:func:`~migration.bootstrap.record.finish_record`); COMMIT.
 6. Close the snapshots. The caller notes the acknowledgement ``S``, and migration goes on as for
    any target: batches ``(S, W]`` are loaded from staging, each once (the ledger's ``S`` is where
    the next load starts). Once a round brought the target to staging's watermark its record says
@@ -74,15 +76,15 @@ from typing import Literal
 
 import pyarrow as pa
 
+from migration.bootstrap.catch_up import catch_up
 from migration.bootstrap.file_copy import FileCopy
-from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces, relation_pieces
+from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, relation_pieces
 from migration.bootstrap.progress import BootstrapProgress
 from migration.bootstrap.record import (
     BootstrapRecord,
     RelationMark,
     finish_record,
     mark_relation,
-    now,
     read_record,
     source_text,
     start_record,
@@ -422,57 +424,17 @@ class Bootstrap:
     def _finish(self, snap: StagingSnapshot, top: int, marks: dict[str, RelationMark]) -> None:
         target = self.target
         layout = target.layout
-        caught_up = 0
         with target.guard():
             target.begin()
             try:
                 for name in layout.tables:
                     target.execute(f"DELETE FROM {layout.delta_name(name)}")
-                for name, mark in marks.items():
-                    if mark.through >= top:
-                        continue
-                    if layout.tables[name].kind == "state":
-                        changes = snap.change_batches(name, after=mark.through, upto=top)
-                    else:
-                        changes = snap.output_batches(name, after=mark.through, upto=top)
-                    with Prefetch(pieces(changes, self.piece_bytes)) as read:
-                        for piece in read:
-                            target.bulk_insert(layout.delta_name(name), piece)
-                            caught_up += piece.num_rows
-                    target.merge_table(name)
-                    target.execute(f"DELETE FROM {layout.delta_name(name)}")
-                # the sink rows retracted by batches up to S go (staging.retractions)
-                target.retract(snap.retractions(upto=top))
+                since = {name: mark.through for name, mark in marks.items()}
+                caught_up = catch_up(target, snap, since, self.piece_bytes)
                 rows = sum(m.rows for m in marks.values()) + caught_up
-                stamp = now()
-                target.bulk_insert(
-                    layout.ledger_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "batch_id": pa.array([top], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "via": pa.array(["bootstrap"], pa.string()),
-                            "loaded_at": pa.array([stamp], pa.timestamp("us")),
-                        }
-                    ),
-                )
                 last = target.fetch(
                     f"SELECT coalesce(max(merge_id), 0) FROM {layout.merges_name} WHERE stream = ?",
                     [layout.stream],
-                )
-                target.bulk_insert(
-                    layout.merges_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "merge_id": pa.array([int(last[0][0]) + 1], pa.int64()),
-                            "through_batch": pa.array([top], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "merged_at": pa.array([stamp], pa.timestamp("us")),
-                            "ms": pa.array([0.0], pa.float64()),
-                        }
-                    ),
                 )
                 sink_marks = [
                     m for m in marks.values() if layout.tables[m.relation].kind != "state"
@@ -487,6 +449,7 @@ class Bootstrap:
                 finish_record(
                     target,
                     through=top,
+                    merge_id=int(last[0][0]) + 1,
                     peer=progress.peer,
                     peer_watermark=progress.peer_watermark,
                     sinks_from=progress.sinks_from,

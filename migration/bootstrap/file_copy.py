@@ -39,9 +39,11 @@ copies rows. In order:
    d. bring every relation from ``P`` to ``S``: staging's changes of ``(P, S]`` into its delta
       table, beside the peer's deltas not merged yet; merge them (the newest delta of a row id
       wins, a sink appends: exact for both); empty the delta tables; delete the sink rows
-      retracted through ``S``. The full tables now hold what the rows path's would;
+      retracted through ``S`` (:func:`~migration.bootstrap.catch_up.catch_up`, as the rows path
+      ends). The full tables now hold what the rows path's would;
    e. insert the marks, the ledger row for ``S`` (``via='bootstrap'``), a ``merges`` row through
-      ``S``, the record (``loaded`` through ``S``, the peer and ``P``, sinks from batch 1);
+      ``S``, the record (``loaded`` through ``S``, the peer and ``P``, sinks from batch 1:
+      :func:`~migration.bootstrap.record.finish_record`, as the rows path ends);
 
    COMMIT; CHECKPOINT; close (DuckDB checkpoints then, and leaves no log).
 6. Swap: with the migrator's own object of the target closed and its rounds held off
@@ -70,21 +72,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
-from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces
+from migration.bootstrap.catch_up import catch_up
+from migration.bootstrap.pieces import PIECE_BYTES
 from migration.bootstrap.progress import BootstrapProgress
 from migration.bootstrap.record import (
     BootstrapRecord,
     RelationMark,
     finish_record,
+    insert_record,
     mark_relation,
-    now,
     read_record,
     source_text,
 )
@@ -319,7 +320,8 @@ class FileCopy:
                     watermark = self._checked(copy, peer.name, snap, released)
                     self._clear(copy)
                     marks = self._marks(copy, peer.name, watermark)
-                    caught_up = self._catch_up(copy, snap, watermark)
+                    since = dict.fromkeys(copy.layout.tables, watermark)
+                    caught_up = catch_up(copy, snap, since, self.piece_bytes)
                     self._finish(copy, peer.name, watermark, snap.watermark, marks, caught_up)
                     self.step("bootstrap-file-rewrite")
                     copy.commit()
@@ -411,30 +413,6 @@ class FileCopy:
             )
         return marks
 
-    def _catch_up(self, copy: BaseTarget, snap: StagingSnapshot, watermark: int) -> int:
-        """5d; the staged rows loaded."""
-        layout = copy.layout
-        top = snap.watermark
-        loaded = 0
-        for name, table in layout.tables.items():
-            self._check_stop()
-            changes: Iterator[pa.RecordBatch]
-            if watermark < top and table.kind == "state":
-                changes = snap.change_batches(name, after=watermark, upto=top)
-            elif watermark < top:
-                changes = snap.output_batches(name, after=watermark, upto=top)
-            else:
-                changes = iter(())
-            with Prefetch(pieces(changes, self.piece_bytes)) as read:
-                for piece in read:
-                    copy.bulk_insert(layout.delta_name(name), piece)
-                    loaded += piece.num_rows
-        for name in copy.filled_deltas():
-            copy.merge_table(name)
-            copy.execute(f"DELETE FROM {layout.delta_name(name)}")
-        copy.retract(snap.retractions(upto=top))
-        return loaded
-
     def _finish(
         self,
         copy: BaseTarget,
@@ -445,50 +423,19 @@ class FileCopy:
         caught_up: int,
     ) -> None:
         """5e."""
-        layout = copy.layout
         for mark in marks.values():
             mark_relation(copy, mark)
         rows = sum(m.rows for m in marks.values()) + caught_up
-        stamp = now()
-        copy.bulk_insert(
-            layout.ledger_name,
-            pa.table(
-                {
-                    "stream": pa.array([layout.stream], pa.string()),
-                    "batch_id": pa.array([top], pa.int64()),
-                    "rows": pa.array([rows], pa.int64()),
-                    "via": pa.array(["bootstrap"], pa.string()),
-                    "loaded_at": pa.array([stamp], pa.timestamp("us")),
-                }
-            ),
-        )
-        copy.bulk_insert(
-            layout.merges_name,
-            pa.table(
-                {
-                    "stream": pa.array([layout.stream], pa.string()),
-                    "merge_id": pa.array([1], pa.int64()),
-                    "through_batch": pa.array([top], pa.int64()),
-                    "rows": pa.array([rows], pa.int64()),
-                    "merged_at": pa.array([stamp], pa.timestamp("us")),
-                    "ms": pa.array([0.0], pa.float64()),
-                }
-            ),
-        )
-        copy.bulk_insert(
-            layout.bootstraps_name,
-            pa.table(
-                {
-                    "stream": pa.array([layout.stream], pa.string()),
-                    "state": pa.array(["copying"], pa.string()),
-                    "sinks_from": pa.array([1], pa.int64()),
-                    "rows": pa.array([0], pa.int64()),
-                    "started_at": pa.array([self.record.started_at], pa.timestamp("us")),
-                }
-            ),
-        )
+        # the peer's record and merges were deleted (5b): this target's own, as after the rows path
+        insert_record(copy, self.record.started_at)
         finish_record(
-            copy, through=top, peer=peer, peer_watermark=watermark, sinks_from=1, rows=rows
+            copy,
+            through=top,
+            merge_id=1,
+            peer=peer,
+            peer_watermark=watermark,
+            sinks_from=1,
+            rows=rows,
         )
         for name in marks:
             self.progress.update(name, done=True)

@@ -523,22 +523,7 @@ class BaseTarget(ABC):
                 # 5.
                 ms = (time.perf_counter() - started) * 1000
                 merge_id = int(last[0]) + 1
-                self.bulk_insert(
-                    layout.merges_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "merge_id": pa.array([merge_id], pa.int64()),
-                            "through_batch": pa.array([through], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "merged_at": pa.array(
-                                [datetime.now(UTC).replace(tzinfo=None)], pa.timestamp("us")
-                            ),
-                            "ms": pa.array([ms], pa.float64()),
-                        }
-                    ),
-                    None,
-                )
+                self.insert_merge(merge_id, through, rows, ms)
                 # 6.
                 self.commit()
             except BaseException:
@@ -548,6 +533,29 @@ class BaseTarget(ABC):
             hook("merged")
         self._after_merge()
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
+
+    def insert_merge(
+        self, merge_id: int, through: int, rows: int, ms: float, at: datetime | None = None
+    ) -> None:
+        """Insert the ``merges`` row of merge ``merge_id`` (its full tables hold every batch up
+        to ``through``; ``rows`` written in ``ms``, at ``at``, default now) in the open
+        transaction: the merge protocol's step 5, and a bootstrap's last transaction."""
+        layout = self.layout
+        stamp = at if at is not None else datetime.now(UTC).replace(tzinfo=None)
+        self.bulk_insert(
+            layout.merges_name,
+            pa.table(
+                {
+                    "stream": pa.array([layout.stream], pa.string()),
+                    "merge_id": pa.array([merge_id], pa.int64()),
+                    "through_batch": pa.array([through], pa.int64()),
+                    "rows": pa.array([rows], pa.int64()),
+                    "merged_at": pa.array([stamp], pa.timestamp("us")),
+                    "ms": pa.array([ms], pa.float64()),
+                }
+            ),
+            None,
+        )
 
     def merge_table(self, name: str) -> int:
         """Fold the delta rows of ``name`` into its full table, in the open transaction (steps 2

@@ -26,6 +26,7 @@ from migration.targets.duckdb_file import DuckDBTarget
 from staging.handoff import StagedDeltas
 from staging.store import StagingStore
 from streamdi.settings import MigrationSettings
+from tests.integration.migration.test_bootstrap import assert_ledger
 from tests.migration_shop import shop_dataflow, stage_shop
 
 REPO = Path(__file__).resolve().parents[3]
@@ -155,16 +156,7 @@ def test_a_killed_file_copy_leaves_the_target_whole_and_starts_over(
     for name in ("old", "new"):
         target = DuckDBTarget(layout, tmp_path / f"{name}.duckdb")
         target.open()
-        ledger = [(b, v) for b, _, v in target.ledger_rows()]
-        if name == "new":
-            through = ledger[0][0]
-            assert ledger[0][1] == "bootstrap"
-            assert ledger[1:] == [(b, "push") for b in range(through + 1, last + 1)]
-            record = read_record(target)
-            assert record is not None and record.state == "caught_up"
-        else:
-            assert [b for b, _ in ledger] == list(range(1, last + 1))
-        assert target.delta_rows() == 0
+        assert_ledger(target, last, bootstrapped=name == "new")
         for relation in RELATIONS:
             assert target.table_rows(relation) == reference[last][relation], f"{name}.{relation}"
         target.close()
