@@ -9,7 +9,10 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
    FactMarketHistory, DImessages) and every row of the dimensions and facts (the seed left out
    closed versions, completed trades...): exactly the situation of a warehouse added later. The
    bootstrap therefore copies the state tables from the DuckDB warehouse too (staging was
-   seeded), and the sinks.
+   seeded), and the sinks. ``--peer postgres``: from a PostgreSQL database loaded from that
+   warehouse beforehand (untimed) instead, the case of a configured service that adds a DuckDB
+   warehouse (``MIGRATION__TARGETS`` names one DuckDB file, so its other warehouse is
+   PostgreSQL): a DuckDB target then takes the rows path.
 2. Per repetition (``--repeat``, default 3) and per new warehouse (``--targets``: PostgreSQL, a
    fresh database on a throw-away embedded server or ``POSTGRES__DSN``; DuckDB, a fresh file),
    taking turns which runs first:
@@ -159,7 +162,7 @@ class Warehouses:
         self.made = []
 
 
-def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Table]]:
+def read_rows(store: StagingStore, peer: BaseTarget) -> dict[str, list[pa.Table]]:
     """Every row a bootstrap copies, per relation, in its pieces: the state tables (staging's;
     the peer's when staging was seeded, as after a TPC-DI run), the peer's sinks (and staging's
     outputs above the peer: none after a TPC-DI run, whose peer holds every batch)."""
@@ -205,7 +208,7 @@ def raw_load(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> float:
 
 
 def bootstrap_load(
-    target: BaseTarget, store: StagingStore, peer: DuckDBTarget, method: BootstrapMethod = "auto"
+    target: BaseTarget, store: StagingStore, peer: BaseTarget, method: BootstrapMethod = "auto"
 ) -> tuple[float, BootstrapProgress]:
     """Seconds to bootstrap the empty ``target`` (opened already) from staging and the peer;
     its progress says which path it took."""
@@ -231,7 +234,7 @@ def measure(
     places: Warehouses,
     raw_layout: WarehouseLayout,
     store: StagingStore,
-    peer: DuckDBTarget,
+    peer: BaseTarget,
     rows: dict[str, list[pa.Table]],
     repeat: int,
     *,
@@ -240,10 +243,10 @@ def measure(
     """``repeat`` repetitions of the loads into fresh warehouses of one kind, their order
     rotating: **raw** (the rows in memory, bulk-loaded), **export** (the same rows read from
     staging and the peer first, then bulk-loaded: a copy without the bootstrap's protocol),
-    **bootstrap** (the path it takes), and for DuckDB (whose bootstrap takes the file path from
-    the DuckDB peer) when ``rows_too``, **rows** (the bootstrap held to the rows path)."""
+    **bootstrap** (the path it takes), and for DuckDB with a DuckDB ``peer`` (its bootstrap
+    takes the file path) when ``rows_too``, **rows** (the bootstrap held to the rows path)."""
     modes = ["raw", "export", "bootstrap"]
-    if rows_too and places.kind == "duckdb":
+    if rows_too and places.kind == "duckdb" and peer.whole_file() is not None:
         modes.append("rows")
     seconds: dict[str, list[float]] = {m: [] for m in ("raw", "export", "bootstrap", "rows")}
     paths: list[str] = []
@@ -306,6 +309,20 @@ def measure(
     return out
 
 
+def postgres_peer(
+    store: StagingStore, tpcdi: DuckDBTarget, layout: WarehouseLayout, places: Warehouses
+) -> BaseTarget:
+    """A PostgreSQL warehouse holding what the TPC-DI run's DuckDB warehouse holds (bootstrapped
+    from it, untimed), opened: the peer of a DuckDB warehouse added to a configured service
+    (``MIGRATION__TARGETS`` names one DuckDB file: its other warehouse is PostgreSQL)."""
+    peer = places.fresh("peer", layout)
+    started = time.perf_counter()
+    bootstrap_load(peer, store, tpcdi)
+    peer.open()
+    print(f"  PostgreSQL peer loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    return peer
+
+
 @contextmanager
 def _postgres(settings: StreamdiSettings, root: Path, wanted: bool) -> Iterator[str | None]:
     if not wanted:
@@ -342,15 +359,24 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
             f"{total:,} rows in {len(counts)} relations",
             flush=True,
         )
-        with _postgres(settings, root, "postgres" in kinds) as dsn:
-            for kind in kinds:
-                places = Warehouses(kind, layout, root, dsn)
-                try:
-                    results[kind] = measure(
-                        places, raw_layout, store, peer, rows, args.repeat, rows_too=args.rows
-                    )
-                finally:
-                    places.drop_all()
+        with _postgres(settings, root, "postgres" in kinds or args.peer == "postgres") as dsn:
+            peers = Warehouses("postgres", layout, root, dsn)
+            try:
+                source: BaseTarget = peer
+                if args.peer == "postgres":
+                    source = postgres_peer(store, peer, layout, peers)
+                for kind in kinds:
+                    places = Warehouses(kind, layout, root, dsn)
+                    try:
+                        results[kind] = measure(
+                            places, raw_layout, store, source, rows, args.repeat, rows_too=args.rows
+                        )
+                    finally:
+                        places.drop_all()
+            finally:
+                if source is not peer:
+                    source.close()
+                peers.drop_all()
     finally:
         peer.close()
         store.close()
@@ -365,6 +391,7 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
         "released_through": released,
         "relations": counts,
         "seeded_staging": seeded,
+        "peer": args.peer,
         "repeat": args.repeat,
         "results": results,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
@@ -382,7 +409,8 @@ def markdown(data: dict[str, Any]) -> str:
         f"A warehouse added after staging released batches 1..{data['released_through']}, "
         f"bootstrapped from TPC-DI state ({total:,} rows in {len(data['relations'])} relations, "
         f"{(data['seeded_staging'] and 'state tables and ') or 'state tables from staging, '}"
-        "sinks from the DuckDB warehouse), against a raw bulk load of the same rows, "
+        f"sinks from {_PEERS[data.get('peer', 'duckdb')]}), against a raw bulk load of the "
+        "same rows, "
         f"{data['repeat']} repetitions taking turns. Load average "
         f"{_load(data['load_average']['before'])} before, "
         f"{_load(data['load_average']['after'])} after.",
@@ -415,6 +443,13 @@ def markdown(data: dict[str, Any]) -> str:
     lines += ["", "Rows per relation:", ""]
     lines += [f"- {n}: {c:,}" for n, c in sorted(data["relations"].items())]
     return "\n".join(lines) + "\n"
+
+
+#: The peer as the report names it.
+_PEERS = {
+    "duckdb": "the TPC-DI run's DuckDB warehouse",
+    "postgres": "a PostgreSQL peer (loaded from the TPC-DI run's DuckDB warehouse beforehand)",
+}
 
 
 def _spread(values: list[float]) -> str:
@@ -456,6 +491,13 @@ def register(benches: Commands) -> None:
         "--targets", default="postgres,duckdb", help="new warehouses to bootstrap (comma-separated)"
     )
     bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    bench.add_argument(
+        "--peer",
+        choices=("duckdb", "postgres"),
+        default="duckdb",
+        help="the warehouse the bootstraps copy from: the TPC-DI run's DuckDB file (default), or "
+        "a PostgreSQL database loaded from it beforehand (a configured service adding DuckDB)",
+    )
     bench.add_argument(
         "--no-rows",
         dest="rows",
