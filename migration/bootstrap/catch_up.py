@@ -11,7 +11,7 @@ to ``S`` go (:mod:`staging.retractions`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -25,6 +25,7 @@ def catch_up(
     snap: StagingSnapshot,
     since: Mapping[str, int],
     piece_bytes: int = PIECE_BYTES,
+    check: Callable[[], None] | None = None,
 ) -> int:
     """In the open transaction, in order:
 
@@ -35,12 +36,15 @@ def catch_up(
        merged into its full table, then emptied;
     3. the sink rows retracted by batches up to ``S`` deleted.
 
-    The rows step 1 loaded."""
+    The rows step 1 loaded. ``check()`` runs before each relation of step 1 (a bootstrap asked
+    to stop raises there)."""
     layout = target.layout
     top = snap.watermark
     loaded = 0
     # 1.
     for name, through in since.items():
+        if check is not None:
+            check()
         if through >= top:
             continue
         changes: Iterator[pa.RecordBatch]

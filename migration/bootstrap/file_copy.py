@@ -321,7 +321,7 @@ class FileCopy:
                     self._clear(copy)
                     marks = self._marks(copy, peer.name, watermark)
                     since = dict.fromkeys(copy.layout.tables, watermark)
-                    caught_up = catch_up(copy, snap, since, self.piece_bytes)
+                    caught_up = catch_up(copy, snap, since, self.piece_bytes, self._check_stop)
                     self._finish(copy, peer.name, watermark, snap.watermark, marks, caught_up)
                     self.step("bootstrap-file-rewrite")
                     copy.commit()
