@@ -82,7 +82,9 @@ class BootstrapStatus(BaseModel):
     (``copying``, ``loaded``: its ledger holds the snapshot ``through``, later batches are
     loading; ``caught_up``: queries read it; ``failed``: it resumes), the peer the sinks came
     from and its watermark, ``sinks_from`` (sink rows of earlier batches were not available),
-    relations copied of all, rows, seconds, the error that stopped it."""
+    relations copied of all, rows, seconds, the error that stopped it; ``method``, the path it
+    took in this process (``file``: a copy of a DuckDB peer's file; ``rows``: relations copied
+    row by row in bulk; empty when read from the target's record)."""
 
     state: Literal["copying", "loaded", "caught_up", "failed"]
     through: int | None = None
@@ -94,6 +96,7 @@ class BootstrapStatus(BaseModel):
     rows: int
     seconds: float
     error: str | None = None
+    method: Literal["file", "rows", ""] = ""
     relations: dict[str, BootstrapRelation]
 
 

@@ -9,17 +9,27 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
    FactMarketHistory, DImessages) and every row of the dimensions and facts (the seed left out
    closed versions, completed trades...): exactly the situation of a warehouse added later. The
    bootstrap therefore copies the state tables from the DuckDB warehouse too (staging was
-   seeded), and the sinks.
+   seeded), and the sinks. ``--peer postgres``: from a PostgreSQL database loaded from that
+   warehouse beforehand (untimed) instead, the case of a configured service that adds a DuckDB
+   warehouse (``MIGRATION__TARGETS`` names one DuckDB file, so its other warehouse is
+   PostgreSQL): a DuckDB target then takes the rows path.
 2. Per repetition (``--repeat``, default 3) and per new warehouse (``--targets``: PostgreSQL, a
    fresh database on a throw-away embedded server or ``POSTGRES__DSN``; DuckDB, a fresh file),
    taking turns which runs first:
 
    * **bootstrap**: :meth:`migration.bootstrap.Bootstrap.run` into the empty warehouse (its
-     layout created beforehand, untimed): staging's snapshot and the DuckDB peer read in
-     bounded pieces, read ahead across relations, bulk-loaded (COPY / Arrow), one transaction
-     and resume marker per relation, the ledger row. The peer is open throughout, as the
-     migrator holds every configured target open (the bootstrap's reader joins its DuckDB
-     instance);
+     layout created beforehand, untimed), as the migrator runs it (``method='auto'``), through
+     the path it takes, which the report names: a new DuckDB file takes the *file* path (the
+     peer's file copied, checkpointed and held still, rewritten for the new target: the
+     relations TPC-DI's run left beside the dataflow's dropped, ledger, merges and record
+     rewritten; then swapped in: :mod:`migration.bootstrap.file_copy`); PostgreSQL the *rows*
+     path (staging's snapshot and the DuckDB peer read in bounded pieces, read ahead across
+     relations, bulk-loaded with COPY, one transaction and resume marker per relation, the
+     ledger row). The peer is open throughout, as the migrator holds every configured target
+     open (the bootstrap's reader joins its DuckDB instance);
+   * **rows**: for a warehouse whose bootstrap takes the file path (DuckDB), the same bootstrap
+     held to the rows path (``method='rows'``: the Arrow path, the fallback), so both paths are
+     measured against the same raw load (``--no-rows`` leaves it out);
    * **raw**: the same rows, read into memory beforehand (untimed), bulk-loaded into an empty
      copy of the same layout in another fresh database or file, in one transaction, in the same
      pieces (``bulk_insert``: COPY / Arrow), the connection closed (a bootstrap closes its
@@ -27,11 +37,13 @@ raw bulk load of the same rows into the same kind of warehouse, side by side in 
    * **export**: the same rows read from the same sources (timed), then loaded as *raw*: a copy
      without the bootstrap's protocol (snapshots, per-relation transactions and marks, ledger).
 
-3. Reported per warehouse: rows, seconds of each repetition, their median and spread
-   (min-max), rows/s, and per repetition the ratios raw seconds / bootstrap seconds (1.0: the
-   bootstrap is as fast as a raw load of its rows; the goal is at least 0.8) and export seconds
-   / bootstrap seconds (what the protocol costs), with the load average before and after. JSON
-   and Markdown go to ``--out`` (default ``<STREAMDI__STATE_DIR>/reports/bench-bootstrap.*``).
+3. Reported per warehouse: rows, the path the bootstrap took, seconds of each repetition, their
+   median and spread (min-max), rows/s, and per repetition the ratios raw seconds / bootstrap
+   seconds (1.0: the bootstrap is as fast as a raw load of its rows; the goal is at least 0.8),
+   raw seconds / rows-path seconds, and export seconds / bootstrap seconds (what the protocol
+   costs), with the load average before and after (and, per repetition, the one-minute load
+   average as it began). JSON and Markdown go to ``--out`` (default
+   ``<STREAMDI__STATE_DIR>/reports/bench-bootstrap.*``).
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ import pyarrow as pa
 
 from benchmarks.postgres import bench_postgres
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands
-from migration.bootstrap import Bootstrap, BootstrapProgress
+from migration.bootstrap import Bootstrap, BootstrapMethod, BootstrapProgress
 from migration.bootstrap.pieces import pieces
 from migration.bootstrap.sources import open_peer
 from migration.schema import WarehouseLayout
@@ -150,7 +162,7 @@ class Warehouses:
         self.made = []
 
 
-def read_rows(store: StagingStore, peer: DuckDBTarget) -> dict[str, list[pa.Table]]:
+def read_rows(store: StagingStore, peer: BaseTarget) -> dict[str, list[pa.Table]]:
     """Every row a bootstrap copies, per relation, in its pieces: the state tables (staging's;
     the peer's when staging was seeded, as after a TPC-DI run), the peer's sinks (and staging's
     outputs above the peer: none after a TPC-DI run, whose peer holds every batch)."""
@@ -196,11 +208,12 @@ def raw_load(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> float:
 
 
 def bootstrap_load(
-    target: BaseTarget, store: StagingStore, peer: DuckDBTarget
+    target: BaseTarget, store: StagingStore, peer: BaseTarget, method: BootstrapMethod = "auto"
 ) -> tuple[float, BootstrapProgress]:
-    """Seconds to bootstrap the empty ``target`` (opened already) from staging and the peer."""
+    """Seconds to bootstrap the empty ``target`` (opened already) from staging and the peer;
+    its progress says which path it took."""
     progress = BootstrapProgress(target.name)
-    copy = Bootstrap(target, StagedDeltas(store), {PEER: peer}, progress)
+    copy = Bootstrap(target, StagedDeltas(store), {PEER: peer}, progress, method=method)
     started = time.perf_counter()
     copy.run()
     return time.perf_counter() - started, progress
@@ -217,25 +230,32 @@ def _check(target: BaseTarget, rows: dict[str, list[pa.Table]]) -> None:
     target.close()
 
 
-MODES = ("raw", "export", "bootstrap")
-
-
 def measure(
     places: Warehouses,
     raw_layout: WarehouseLayout,
     store: StagingStore,
-    peer: DuckDBTarget,
+    peer: BaseTarget,
     rows: dict[str, list[pa.Table]],
     repeat: int,
+    *,
+    rows_too: bool = True,
 ) -> dict[str, Any]:
-    """``repeat`` repetitions of the three loads into fresh warehouses of one kind, their order
+    """``repeat`` repetitions of the loads into fresh warehouses of one kind, their order
     rotating: **raw** (the rows in memory, bulk-loaded), **export** (the same rows read from
     staging and the peer first, then bulk-loaded: a copy without the bootstrap's protocol),
-    **bootstrap**."""
-    seconds: dict[str, list[float]] = {m: [] for m in MODES}
+    **bootstrap** (the path it takes), and for DuckDB with a DuckDB ``peer`` (its bootstrap
+    takes the file path) when ``rows_too``, **rows** (the bootstrap held to the rows path)."""
+    modes = ["raw", "export", "bootstrap"]
+    if rows_too and places.kind == "duckdb" and peer.whole_file() is not None:
+        modes.append("rows")
+    seconds: dict[str, list[float]] = {m: [] for m in ("raw", "export", "bootstrap", "rows")}
+    paths: list[str] = []
+    loads: list[float] = []
     total = sum(p.num_rows for parts in rows.values() for p in parts)
     for rep in range(repeat):
-        for mode in MODES[rep % 3 :] + MODES[: rep % 3]:
+        loads.append(os.getloadavg()[0])
+        turn = rep % len(modes)
+        for mode in modes[turn:] + modes[:turn]:
             if mode == "raw":
                 seconds[mode].append(raw_load(places.fresh("raw", raw_layout), rows))
             elif mode == "export":
@@ -245,33 +265,62 @@ def measure(
                 seconds[mode].append(time.perf_counter() - started)
                 del read
             else:
-                target = places.fresh("boot")
-                seconds[mode].append(bootstrap_load(target, store, peer)[0])
+                method: BootstrapMethod = "auto" if mode == "bootstrap" else "rows"
+                target = places.fresh("boot" if mode == "bootstrap" else "rows")
+                took, progress = bootstrap_load(target, store, peer, method)
+                seconds[mode].append(took)
+                if mode == "bootstrap":
+                    paths.append(progress.method)
+                elif progress.method != "rows":
+                    raise RuntimeError(f"a bootstrap held to the rows path took {progress.method}")
                 _check(target, rows)
-        s = {m: v[-1] for m, v in seconds.items()}
-        print(
-            f"  {places.kind} repetition {rep + 1}: raw {s['raw']:.2f} s, export "
-            f"{s['export']:.2f} s, bootstrap {s['bootstrap']:.2f} s, ratio "
-            f"{s['raw'] / s['bootstrap']:.2f} (to export {s['export'] / s['bootstrap']:.2f})",
-            flush=True,
+        s = {m: v[-1] for m, v in seconds.items() if v}
+        line = (
+            f"  {places.kind} repetition {rep + 1} (load {loads[-1]:.1f}): raw {s['raw']:.2f} s, "
+            f"export {s['export']:.2f} s, bootstrap ({paths[-1]} path) {s['bootstrap']:.2f} s, "
+            f"ratio {s['raw'] / s['bootstrap']:.2f} (to export {s['export'] / s['bootstrap']:.2f})"
         )
+        if "rows" in s:
+            line += f"; rows path {s['rows']:.2f} s, ratio {s['raw'] / s['rows']:.2f}"
+        print(line, flush=True)
         places.drop_all()
     out: dict[str, Any] = {
         "rows": total,
         "bulk_path": "COPY FROM STDIN (csv)" if places.kind == "postgres" else "Arrow insert",
+        "bootstrap_paths": paths,
+        "load_average_1m": loads,
     }
     for mode, values in seconds.items():
+        if not values:
+            continue
         out[f"{mode}_s"] = values
         out[f"{mode}_rows_per_s"] = total / statistics.median(values)
-    for base in ("raw", "export"):
-        ratios = [r / b for r, b in zip(seconds[base], seconds["bootstrap"], strict=True)]
-        out[f"ratio_to_{base}"] = {
+    for base, over in (("raw", "bootstrap"), ("export", "bootstrap"), ("raw", "rows")):
+        if not seconds[over]:
+            continue
+        ratios = [r / b for r, b in zip(seconds[base], seconds[over], strict=True)]
+        key = f"ratio_to_{base}" if over == "bootstrap" else f"rows_ratio_to_{base}"
+        out[key] = {
             "values": ratios,
             "median": statistics.median(ratios),
             "min": min(ratios),
             "max": max(ratios),
         }
     return out
+
+
+def postgres_peer(
+    store: StagingStore, tpcdi: DuckDBTarget, layout: WarehouseLayout, places: Warehouses
+) -> BaseTarget:
+    """A PostgreSQL warehouse holding what the TPC-DI run's DuckDB warehouse holds (bootstrapped
+    from it, untimed), opened: the peer of a DuckDB warehouse added to a configured service
+    (``MIGRATION__TARGETS`` names one DuckDB file: its other warehouse is PostgreSQL)."""
+    peer = places.fresh("peer", layout)
+    started = time.perf_counter()
+    bootstrap_load(peer, store, tpcdi)
+    peer.open()
+    print(f"  PostgreSQL peer loaded in {time.perf_counter() - started:.0f} s", flush=True)
+    return peer
 
 
 @contextmanager
@@ -310,13 +359,24 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
             f"{total:,} rows in {len(counts)} relations",
             flush=True,
         )
-        with _postgres(settings, root, "postgres" in kinds) as dsn:
-            for kind in kinds:
-                places = Warehouses(kind, layout, root, dsn)
-                try:
-                    results[kind] = measure(places, raw_layout, store, peer, rows, args.repeat)
-                finally:
-                    places.drop_all()
+        with _postgres(settings, root, "postgres" in kinds or args.peer == "postgres") as dsn:
+            peers = Warehouses("postgres", layout, root, dsn)
+            try:
+                source: BaseTarget = peer
+                if args.peer == "postgres":
+                    source = postgres_peer(store, peer, layout, peers)
+                for kind in kinds:
+                    places = Warehouses(kind, layout, root, dsn)
+                    try:
+                        results[kind] = measure(
+                            places, raw_layout, store, source, rows, args.repeat, rows_too=args.rows
+                        )
+                    finally:
+                        places.drop_all()
+            finally:
+                if source is not peer:
+                    source.close()
+                peers.drop_all()
     finally:
         peer.close()
         store.close()
@@ -331,6 +391,7 @@ def run_bench(args: argparse.Namespace, settings: StreamdiSettings) -> dict[str,
         "released_through": released,
         "relations": counts,
         "seeded_staging": seeded,
+        "peer": args.peer,
         "repeat": args.repeat,
         "results": results,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
@@ -348,30 +409,47 @@ def markdown(data: dict[str, Any]) -> str:
         f"A warehouse added after staging released batches 1..{data['released_through']}, "
         f"bootstrapped from TPC-DI state ({total:,} rows in {len(data['relations'])} relations, "
         f"{(data['seeded_staging'] and 'state tables and ') or 'state tables from staging, '}"
-        "sinks from the DuckDB warehouse), against a raw bulk load of the same rows, "
+        f"sinks from {_PEERS[data.get('peer', 'duckdb')]}), against a raw bulk load of the "
+        "same rows, "
         f"{data['repeat']} repetitions taking turns. Load average "
         f"{_load(data['load_average']['before'])} before, "
         f"{_load(data['load_average']['after'])} after.",
         "",
-        "| new warehouse | bulk path | raw s | export s | bootstrap s | bootstrap rows/s "
-        "| raw / bootstrap | export / bootstrap |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| new warehouse | bootstrap path | raw s | export s | bootstrap s | bootstrap rows/s "
+        "| raw / bootstrap | export / bootstrap | rows path s | raw / rows path |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind, r in data["results"].items():
+        taken = "/".join(sorted(set(r.get("bootstrap_paths", [])))) or "?"
+        path = f"{taken} ({r['bulk_path']})" if taken == "rows" else taken
+        rows_s = _spread(r["rows_s"]) if "rows_s" in r else "-"
+        rows_ratio = _ratio(r["rows_ratio_to_raw"]) if "rows_ratio_to_raw" in r else "-"
         lines.append(
-            f"| {kind} | {r['bulk_path']} | {_spread(r['raw_s'])} | {_spread(r['export_s'])} "
+            f"| {kind} | {path} | {_spread(r['raw_s'])} | {_spread(r['export_s'])} "
             f"| {_spread(r['bootstrap_s'])} | {r['bootstrap_rows_per_s']:,.0f} "
-            f"| {_ratio(r['ratio_to_raw'])} | {_ratio(r['ratio_to_export'])} |"
+            f"| {_ratio(r['ratio_to_raw'])} | {_ratio(r['ratio_to_export'])} "
+            f"| {rows_s} | {rows_ratio} |"
         )
     lines += [
         "",
         "Seconds: median (min-max). Ratios per repetition, median (min-max); 1.0 = as fast. "
-        "*raw*: the rows already in memory, bulk-loaded in one transaction; *export*: read from "
-        "staging and the peer, then bulk-loaded (no bootstrap protocol).",
+        "*raw*: the rows already in memory, bulk-loaded (Arrow / COPY) into an empty layout in "
+        "one transaction, then the connection closed; *export*: read from staging and the peer, "
+        "then loaded as raw (no bootstrap protocol); *bootstrap*: as the migrator runs it, by "
+        "the path named (*file*: a copy of the peer's DuckDB file rewritten and swapped in; "
+        "*rows*: the relations read and bulk-loaded); *rows path*: the same bootstrap held to "
+        "the rows path.",
     ]
     lines += ["", "Rows per relation:", ""]
     lines += [f"- {n}: {c:,}" for n, c in sorted(data["relations"].items())]
     return "\n".join(lines) + "\n"
+
+
+#: The peer as the report names it.
+_PEERS = {
+    "duckdb": "the TPC-DI run's DuckDB warehouse",
+    "postgres": "a PostgreSQL peer (loaded from the TPC-DI run's DuckDB warehouse beforehand)",
+}
 
 
 def _spread(values: list[float]) -> str:
@@ -413,5 +491,18 @@ def register(benches: Commands) -> None:
         "--targets", default="postgres,duckdb", help="new warehouses to bootstrap (comma-separated)"
     )
     bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    bench.add_argument(
+        "--peer",
+        choices=("duckdb", "postgres"),
+        default="duckdb",
+        help="the warehouse the bootstraps copy from: the TPC-DI run's DuckDB file (default), or "
+        "a PostgreSQL database loaded from it beforehand (a configured service adding DuckDB)",
+    )
+    bench.add_argument(
+        "--no-rows",
+        dest="rows",
+        action="store_false",
+        help="do not also measure the rows path where the bootstrap takes the file path",
+    )
     bench.add_argument("--out", help="report directory (default <state_dir>/reports)")
     bench.set_defaults(handler=_run)

@@ -191,6 +191,8 @@ def bootstrap_line(b: dict[str, Any]) -> str:
         if b["peer"] is not None
         else ""
     )
+    if b.get("method") == "file" and b["peer"] is not None and b["state"] != "copying":
+        peer = f"; a copy of {b['peer']}'s file at batch {b['peer_watermark']}"
     gap = (
         f"; sink rows of batches 1..{b['sinks_from'] - 1} NOT available (released from staging "
         "before it was added, and no peer target held them)"

@@ -11,7 +11,8 @@ batch results are equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,15 +33,23 @@ def row_id_schema(table: StateTable) -> pa.Schema:
     return arrow_schema({name: columns[name] for name in table.row_id()})
 
 
+def row_id_getter(table: StateTable) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function from a dict row of ``table`` to its row id, a tuple (made in C)."""
+    names = tuple(table.row_id())
+    if len(names) == 1:
+        (name,) = names
+        return lambda r: (r[name],)
+    return operator.itemgetter(*names)
+
+
 def rows_to_table(
     table: StateTable, rows: Iterable[Mapping[str, Any]], *, ids_only: bool = False
 ) -> pa.Table:
     """Build an image (or row-id) table from dict rows of engine Python values, sorted by row id."""
     columns = table.image_columns()
     names = list(table.row_id()) if ids_only else list(columns)
-    id_names = table.row_id()
-    ordered = sorted(rows, key=lambda r: tuple(r[n] for n in id_names))
-    arrays = [arrow_array((r.get(n) for r in ordered), columns[n]) for n in names]
+    ordered = sorted(rows, key=row_id_getter(table))
+    arrays = [arrow_array([r.get(n) for r in ordered], columns[n]) for n in names]
     schema = row_id_schema(table) if ids_only else image_schema(table)
     return pa.Table.from_arrays(arrays, schema=schema)
 

@@ -30,6 +30,12 @@ freely. A round, in order:
    only ever a copy of what the target's ledger says, which step 2 reads every round, so writing
    it late (or losing it in a crash) loses nothing.
 
+A target object (one connection, one open transaction) is used by one thread at a time: rounds,
+merges and ``status`` hold the migrator's lock, and inside a round each target has at most one
+thread of step 3 or 4 (a round names each target once, however often the caller named it:
+``POST /migration/pull {"targets": ["postgres", "postgres"]}`` once had two threads merge one
+PostgreSQL target on its one connection, and both waited forever).
+
 Crash between a target's commit and the staging acknowledgement: the next round reads ``w`` from
 the target's ledger and starts after it, so nothing is loaded twice; a crash before the commit
 leaves the batches staged and unacknowledged, so they are loaded again. Staging releases a batch
@@ -43,12 +49,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from migration.bootstrap import BootstrapMode, Bootstrapper, BootstrapProgress
+from migration.bootstrap import BootstrapMethod, BootstrapMode, Bootstrapper, BootstrapProgress
 from migration.exceptions import TargetMismatch
 from migration.progress import ProgressObserver, TargetProgress, tell
 from migration.schema import WarehouseLayout
@@ -139,6 +146,12 @@ def build_targets(
     return targets
 
 
+def once(names: Iterable[str]) -> list[str]:
+    """``names`` in order, each once (a round, a merge: a target is used by one thread at a
+    time)."""
+    return list(dict.fromkeys(names))
+
+
 def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]]:
     """The PostgreSQL warehouse's libpq DSN and extra connection parameters (TLS): ``POSTGRES__DSN``
     or the embedded server, started here when it is not running."""
@@ -163,7 +176,8 @@ class Migrator:
     """See the module docstring. ``release_targets`` are the targets every release waits for
     (all configured targets; default: the keys of ``targets``). ``bootstrap``: run a target's
     bootstrap ``inline`` in the round (``streamdi migrate``) or in the ``background`` (the
-    pipeline and the service: the other targets' rounds go on meanwhile). :attr:`observers`
+    pipeline and the service: the other targets' rounds go on meanwhile); ``bootstrap_method``
+    which paths it may take (:data:`~migration.bootstrap.BootstrapMethod`). :attr:`observers`
     are told what each round learns of each target (:mod:`migration.progress`)."""
 
     def __init__(
@@ -175,13 +189,16 @@ class Migrator:
         release_targets: Sequence[str] | None = None,
         hook: MigrationHook | None = None,
         bootstrap: BootstrapMode = "inline",
+        bootstrap_method: BootstrapMethod = "auto",
     ) -> None:
         self.staged = staged
         self.targets = targets
         self.settings = settings
         self.release_targets = list(release_targets if release_targets is not None else targets)
         self.hook = hook
-        self._lock = threading.Lock()
+        #: Held by a round (and status, merges): re-entrant, for a bootstrap's file path swaps
+        #: the target's file under it (:meth:`quiet`) from inside an inline round.
+        self._lock = threading.RLock()
         self._last_merge: dict[str, float] = {}
         self._unmerged: dict[str, int] = {}
         self._last_release = float("-inf")
@@ -193,7 +210,13 @@ class Migrator:
         self._round_since_release = False
         self._releaser: threading.Thread | None = None
         self.bootstraps = Bootstrapper(
-            staged, targets, mode=bootstrap, hold_release=self.hold_release, hook=hook
+            staged,
+            targets,
+            mode=bootstrap,
+            hold_release=self.hold_release,
+            hook=hook,
+            quiet=self.quiet,
+            method=bootstrap_method,
         )
         #: Told what the migrator learns of each target: acknowledgements, merges, failures
         #: (:mod:`migration.progress`; the query service's console).
@@ -219,9 +242,12 @@ class Migrator:
     def _each(
         self, names: Sequence[str], work: Callable[[str], Any]
     ) -> dict[str, Any | BaseException]:
-        """``work(name)`` for every name: at once on the migrator's threads when
-        ``parallel_targets`` and there are several, else one after the other. Each outcome is
-        its result or the exception it raised, in ``names`` order."""
+        """``work(name)`` for every name (each once: a target is used by one thread at a time,
+        see the module docstring): at once on the migrator's threads when ``parallel_targets``
+        and there are several, else one after the other. Each outcome is its result or the
+        exception it raised, in ``names`` order."""
+        if len(set(names)) != len(names):
+            raise ValueError(f"targets named more than once: {list(names)}")
 
         def attempt(name: str) -> Any | BaseException:
             try:
@@ -316,6 +342,15 @@ class Migrator:
             self._noted.pop(name, None)
         self.staged.retract(name)
 
+    @contextmanager
+    def quiet(self, name: str) -> Iterator[None]:
+        """Nothing of this migrator uses target ``name`` inside: no round, status or merge runs
+        (they wait), and its object of the target is closed (the next use opens it again). A
+        bootstrap's file path replaces the target's file in it."""
+        with self._lock:
+            self.targets[name].close()
+            yield
+
     def acknowledged(self) -> dict[str, int]:
         """The last batch each target acknowledged (staging's record and the noted ones)."""
         # memory before staging: an acknowledgement leaves memory only once staging holds it
@@ -368,12 +403,11 @@ class Migrator:
         """One round over ``names`` (default: every target); see the module docstring.
 
         Unreachable targets are reported in the round's ``targets[name].error`` and skipped;
-        :class:`~migration.exceptions.TargetMismatch` propagates.
+        :class:`~migration.exceptions.TargetMismatch` propagates. A target named more than once
+        is taken once.
         """
         with self._lock:
-            return self._migrate(
-                list(names) if names is not None else list(self.targets), via, merge
-            )
+            return self._migrate(once(names if names is not None else self.targets), via, merge)
 
     def _migrate(self, names: list[str], via: Via, merge: MergeMode) -> MigrationReport:
         started = time.perf_counter()
@@ -406,7 +440,7 @@ class Migrator:
                     booting = result.bootstrap = self.bootstraps.run(name)
                     if booting.state != "loaded":  # runs in the background: skipped meanwhile
                         continue
-                    w = self.targets[name].watermark()
+                    w = self._open(name).watermark()  # (its file may have been swapped)
                 except WarehouseUnavailable as exc:
                     result.error = str(exc)
                     logger.warning("bootstrap failed target=%s: %s", name, exc)
@@ -580,10 +614,10 @@ class Migrator:
 
     def merge(self, names: Iterable[str] | None = None) -> dict[str, MergeResult | None]:
         """Merge now, on every reachable target of ``names`` (default: all); the time counts in
-        :meth:`spent` like a round's merges."""
+        :meth:`spent` like a round's merges (a target named more than once: once)."""
         with self._lock:
             out: dict[str, MergeResult | None] = {}
-            for name in list(names) if names is not None else list(self.targets):
+            for name in once(names if names is not None else self.targets):
                 started = time.perf_counter()
                 try:
                     merged = out[name] = self._open(name).merge(self._target_hook(name))

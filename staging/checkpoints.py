@@ -52,7 +52,7 @@ from etl_dataflows.evolution.convert import convert_image
 from etl_dataflows.evolution.shape import DataflowShape, describe_flow
 from etl_dataflows.state import StateImage, image_schema
 from staging.layout import STATE, SYSTEM, arrow_of, q, qualified
-from staging.segments import fsync_path
+from streamdi.files import fsync_path
 
 if TYPE_CHECKING:
     from staging.store import PartitionProgress, StagingStore, StreamPartition, StreamProgress

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from staging.layout import insert_values, literal, qualified
+from streamdi.files import fsync_path
 
 logger = logging.getLogger(__name__)
 
@@ -280,15 +281,6 @@ def _row(s: Segment) -> tuple[object, ...]:
 
 def _file_name(first: int, last: int, level: int) -> str:
     return f"{first:012d}-{last:012d}.L{level}.{secrets.token_hex(4)}{SUFFIX}"
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or a folder (its entries) by path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def merge_candidates(segments: list[Segment]) -> list[Segment] | None:

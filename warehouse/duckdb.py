@@ -12,6 +12,14 @@ from any SQL, and DuckDB refuses to turn it back on while the instance lives; ro
 ``memory_limit`` (sorts and joins past it spill to ``<file>.tmp``; DuckDB's default is 80% of
 RAM) and a thread count.
 
+One file, many connections: every connection of the process to a file joins one instance, and
+some work needs the file as a whole. :func:`writer_lock` is the file's writer lock in the process
+(the migration target holds it through each write transaction, twins included);
+:meth:`DuckDBDriver.copy_file` copies the file under it, checkpointed, so the copy is every
+committed transaction and nothing half written; :func:`replace_file` puts another file in its
+place while no connection of the process holds it (new connections are refused meanwhile:
+:class:`~warehouse.exceptions.WarehouseUnavailable`).
+
 Fenced reads: :meth:`DuckDBDriver.read_connection` opens a connection of its own to the instance
 (a cursor of the writer's would make closing either wait for the other), fenced again if the
 instance is new; :func:`read_fenced` runs a query on it under a deadline (interrupted past it:
@@ -22,19 +30,24 @@ instance is new; :func:`read_fenced` runs a query on it under a deadline (interr
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
 
+from streamdi.files import fsync_path
 from streamdi.watchdog import statement
 from warehouse.base import BaseWarehouseDriver, Dialect, Hook, Params, quote_identifier
 from warehouse.bounded import read_bounded
 from warehouse.exceptions import (
+    WarehouseFileBusy,
     WarehouseQueryFailed,
     WarehouseQueryOutOfMemory,
     WarehouseQueryTimeout,
@@ -47,6 +60,114 @@ logger = logging.getLogger(__name__)
 
 #: Most rows per record batch :meth:`DuckDBDriver.export` asks for.
 EXPORT_BATCH_ROWS = 1 << 20
+
+#: Bytes per step of :meth:`DuckDBDriver.copy_file` (its hook runs after the first).
+COPY_CHUNK = 16 << 20
+
+
+@dataclass
+class _FileHolds:
+    """What the process knows of one DuckDB file: its writer lock, and whether it is being
+    replaced (:func:`replace_file`; ``gate`` guards the flag and the connects that read it)."""
+
+    writer: threading.RLock = field(default_factory=threading.RLock)
+    gate: threading.Lock = field(default_factory=threading.Lock)
+    replacing: bool = False
+
+
+_FILES: dict[str, _FileHolds] = {}
+_FILES_LOCK = threading.Lock()
+
+
+def _holds(path: Path) -> _FileHolds:
+    key = os.path.realpath(path)
+    with _FILES_LOCK:
+        return _FILES.setdefault(key, _FileHolds())
+
+
+def writer_lock(path: Path | str) -> threading.RLock:
+    """The writer lock of DuckDB file ``path`` in this process (one per file, whichever path
+    names it): the migration target holds it through every write transaction (its twins share
+    it) and :meth:`DuckDBDriver.copy_file` through a copy, which therefore sees the file still.
+    DuckDB itself lets one process write the file; this orders the writers inside it."""
+    return _holds(Path(path)).writer
+
+
+def _connect_file(location: str, path: Path) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``, refused while :func:`replace_file` replaces ``path``."""
+    holds = _holds(path)
+    with holds.gate:
+        if holds.replacing:
+            raise WarehouseUnavailable(
+                "duckdb", f"{path} is being replaced (a copy of another warehouse moves in)"
+            )
+        return duckdb.connect(location)
+
+
+def _copy_range(src: BinaryIO, out: BinaryIO, offset: int, size: int) -> int:
+    """Copy ``size`` bytes of ``src`` from ``offset`` to the end of ``out`` (in the kernel where
+    it can); the bytes copied (0 at the end of ``src``)."""
+    try:
+        return os.sendfile(out.fileno(), src.fileno(), offset, size)
+    except OSError:  # a platform without sendfile to files: through a buffer
+        src.seek(offset)
+        data = src.read(size)
+        out.write(data)
+        return len(data)
+
+
+def wal_path(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside file ``path``."""
+    return path.with_name(path.name + ".wal")
+
+
+def replace_file(path: Path, source: Path, target: str = "duckdb") -> None:
+    """Put DuckDB file ``source`` (closed: no write-ahead log beside it) in the place of ``path``,
+    on the same file system. In order:
+
+    1. Under ``path``'s writer lock, refuse new connections to ``path`` in this process.
+    2. Check that no DuckDB instance of ``path`` lives in the process: a connection with another
+       configuration (read-only) is refused while one does; it is closed again at once. (One
+       that lived on would serve the old file to every connection that joins it.)
+    3. Remove ``path``'s write-ahead log and sync the directory: ``path`` is its last checkpoint
+       meanwhile (a state it was in), and the log can never be replayed onto ``source``'s pages.
+    4. Rename ``source`` to ``path`` (atomic) and sync the directory.
+    5. Let connections in again.
+
+    Raises :class:`~warehouse.exceptions.WarehouseFileBusy` (nothing changed) when ``source``
+    has a log or an instance of ``path`` still lives."""
+    if wal_path(source).exists():
+        raise WarehouseFileBusy(target, str(source), "it has a write-ahead log: not closed")
+    holds = _holds(path)
+    # 1.
+    with holds.writer:
+        with holds.gate:
+            holds.replacing = True
+        try:
+            # 2.
+            if path.exists():
+                try:
+                    probe = duckdb.connect(str(path), config={"access_mode": "READ_ONLY"})
+                except duckdb.Error as exc:
+                    raise WarehouseFileBusy(
+                        target, str(path), f"it is held open: {first_line(exc)}"
+                    ) from exc
+                probe.close()
+            # 3.
+            wal = wal_path(path)
+            if wal.exists():
+                wal.unlink()
+                fsync_path(path.parent)
+            # 4.
+            try:
+                os.replace(source, path)
+            except OSError as exc:
+                raise WarehouseFileBusy(target, str(path), f"rename failed: {exc}") from exc
+            fsync_path(path.parent)
+        finally:
+            # 5.
+            with holds.gate:
+                holds.replacing = False
 
 
 class DuckDBDriver(BaseWarehouseDriver):
@@ -96,7 +217,9 @@ class DuckDBDriver(BaseWarehouseDriver):
         with self.guard():
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            con = duckdb.connect(self._location)
+                con = _connect_file(self._location, self.path)
+            else:
+                con = duckdb.connect(self._location)
             try:
                 self.configure(con)
             except BaseException:
@@ -279,6 +402,48 @@ class DuckDBDriver(BaseWarehouseDriver):
             with suppress(duckdb.Error):
                 self._con.execute("CHECKPOINT")
 
+    def copy_file(self, dest: Path, hook: Hook | None = None) -> None:
+        """Copy the file to ``dest`` as of its last commit, synced: under its writer lock (no
+        write transaction or checkpoint of it in this process meanwhile, :func:`writer_lock`),
+        ``CHECKPOINT`` (the write-ahead log folded into the file: the file alone then holds every
+        committed transaction; DuckDB lets reads go on), the bytes, ``fsync``. ``hook('copy')``
+        runs after the first :data:`COPY_CHUNK` bytes (crash tests). Raises
+        :class:`~warehouse.exceptions.WarehouseFileBusy` when the file did not hold still (a log
+        left after the checkpoint; its size or time changed during the copy): ``dest`` is then
+        removed."""
+        if self.path is None:
+            raise WarehouseFileBusy(self.name, self._location, "not a file")
+        path, con = self.path, self.connection
+        with writer_lock(path):
+            with self.guard():
+                con.execute("CHECKPOINT")
+            wal = wal_path(path)
+            if wal.exists() and wal.stat().st_size > 0:
+                raise WarehouseFileBusy(self.name, str(path), "a write-ahead log after CHECKPOINT")
+            try:
+                with self.guard():
+                    before = os.stat(path)
+                    with open(path, "rb") as src, open(dest, "wb") as out:
+                        offset = 0
+                        while offset < before.st_size:
+                            step = min(COPY_CHUNK, before.st_size - offset)
+                            sent = _copy_range(src, out, offset, step)
+                            if sent == 0:
+                                break
+                            offset += sent
+                            if hook is not None and offset == sent:
+                                hook("copy")
+                        out.flush()
+                        os.fsync(out.fileno())
+                    after = os.stat(path)
+                if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                    raise WarehouseFileBusy(self.name, str(path), "it changed during the copy")
+                if offset != before.st_size:
+                    raise WarehouseFileBusy(self.name, str(path), "it was cut short")
+            except BaseException:
+                dest.unlink(missing_ok=True)
+                raise
+
     def full_match(self, expression: str, pattern: str) -> str:
         return f"regexp_full_match({expression}, {self.quote_literal(pattern)})"
 
@@ -289,7 +454,11 @@ class DuckDBDriver(BaseWarehouseDriver):
         external access is on (a new instance: the writer reconnected meanwhile). Raises
         :class:`~warehouse.exceptions.WarehouseUnavailable` when the file cannot be opened."""
         with duckdb_errors(self.name, 0.0):
-            con = duckdb.connect(self._location)
+            con = (
+                _connect_file(self._location, self.path)
+                if self.path is not None
+                else duckdb.connect(self._location)
+            )
         try:
             self.ensure_fenced(con)
         except BaseException:

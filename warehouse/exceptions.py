@@ -6,6 +6,8 @@ Driver errors (psycopg2, duckdb, SQLAlchemy) are mapped to these at the driver b
 
 * :class:`WarehouseUnavailable` (transient): the warehouse could not be reached, the connection
   dropped or a transaction on it failed; nothing of it committed, a retry may succeed.
+* :class:`WarehouseFileBusy` (transient): a warehouse file could not be copied or replaced now
+  (it did not hold still, or something in the process still holds it open).
 * :class:`WarehouseQueryFailed` (terminal): the warehouse rejected a statement for a reason of its
   own (an unknown column, a type error, a refused privilege...); retrying changes nothing.
 * :class:`WarehouseQueryTimeout`, :class:`WarehouseQueryTooLarge`,
@@ -36,6 +38,18 @@ class WarehouseUnavailable(WarehouseError, TransientError):
     @property
     def dialect(self) -> str:
         return self.target
+
+
+class WarehouseFileBusy(WarehouseError, TransientError):
+    """Warehouse file ``path`` of ``target`` could not be copied or replaced whole now:
+    ``detail`` says why (a write-ahead log left after a checkpoint, the file changed during the
+    copy, a connection of the process still holds it). Nothing was changed; later may work."""
+
+    def __init__(self, target: str, path: str, detail: str) -> None:
+        self.target = target
+        self.path = path
+        self.detail = detail
+        super().__init__(f"warehouse {target} file {path} busy: {detail}")
 
 
 class WarehouseQueryFailed(WarehouseError, TerminalError):

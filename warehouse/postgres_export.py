@@ -3,9 +3,12 @@
 A bootstrap copies whole tables from one warehouse into another, so its reads have no byte cap
 (unlike the query service's, :mod:`warehouse.postgres_reads`) but must not hold a table in memory
 either. :func:`copy_out_batches` streams: ``COPY (sql) TO STDOUT WITH (FORMAT csv)`` runs on a
-thread of its own and writes into a pipe; Arrow's streaming CSV reader parses the other end into
-record batches of about ``block_bytes`` of CSV each, typed as asked. At most the pipe's buffer and
-one block are in flight, whatever the size of the result.
+thread of its own and writes into a pipe; Arrow's streaming CSV reader parses the other end,
+read through a buffer of ``block_bytes``, into record batches of about ``block_bytes`` of CSV
+each, typed as asked (unbuffered, Arrow made a batch of each read of the pipe, at most its 64 KiB:
+a 64 MB piece of thousands of chunks, which DuckDB loads two to three times slower than the same
+rows in a few). At most the pipe's buffer, the read buffer and the block being parsed are in
+flight, whatever the size of the result.
 
 The CSV is what ``COPY`` writes and :mod:`warehouse.postgres` reads back: a NULL is an empty,
 unquoted field and an empty string a quoted one, booleans ``t``/``f``.
@@ -65,7 +68,7 @@ def copy_out_batches(
     producer.start()
     finished = False
     try:
-        with os.fdopen(read_end, "rb", buffering=0) as source:
+        with os.fdopen(read_end, "rb", buffering=block_bytes) as source:
             try:
                 reader = pacsv.open_csv(
                     source,

@@ -23,6 +23,7 @@ import contextvars
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import pickle
 import types
@@ -299,6 +300,18 @@ _DATA_SEEN: contextvars.ContextVar[dict[int, tuple[Any, list[str] | None]] | Non
 )
 
 
+def _pickled(form: Any) -> bytes:
+    """``form`` (nested tuples of plain values) pickled without the memo: every object is
+    written in full, so the bytes follow the contents alone, not which equal strings or tuples
+    happen to be one object (the memo made equal data from two processes digest differently);
+    and faster. A plain form is a tree, so nothing recurses forever."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=5)
+    pickler.fast = True
+    pickler.dump(form)
+    return buffer.getvalue()
+
+
 def _data_digest(obj: Any, depth: int) -> list[str] | None:
     """``["data", <sha256>]`` for a large container of plain data (see :data:`LARGE_DATA`):
     equal for equal contents, whatever the insertion order; None for anything else."""
@@ -312,7 +325,7 @@ def _data_digest(obj: Any, depth: int) -> list[str] | None:
     except _NotPlain:
         digest = None
     else:
-        digest = ["data", hashlib.sha256(pickle.dumps(form, protocol=5)).hexdigest()]
+        digest = ["data", hashlib.sha256(_pickled(form)).hexdigest()]
     if seen is not None:
         seen[id(obj)] = (obj, digest)
     return digest

@@ -33,7 +33,7 @@ import pyarrow as pa
 from etl_dataflows.batch import TableDelta
 from etl_dataflows.executors.base import AbortRecord, BaseExecutor, TransactionOutcome
 from etl_dataflows.expressions import ExpressionError, ScalarFn, Scope, compile_scalar
-from etl_dataflows.state import StateImage, rows_to_table
+from etl_dataflows.state import StateImage, row_id_getter, rows_to_table
 from etl_dataflows.stateless import DeadLetters, build_output, describe_error, event_rows
 from etl_dataflows.tables import (
     AT,
@@ -232,14 +232,14 @@ class SerialExecutor(BaseExecutor):
             if not self._touched.get(name):
                 deltas[name] = self._unchanged(name, table)
                 continue
-            ids = table.row_id()
+            row_id = row_id_getter(table)
             before: dict[Key, Row] = {}
             after: dict[Key, Row] = {}
             for key, rows in self._touched.get(name, {}).items():
                 for r in rows:
-                    before[tuple(r[i] for i in ids)] = r
+                    before[row_id(r)] = r
                 for r in self._key_rows(table, key):
-                    after[tuple(r[i] for i in ids)] = r
+                    after[row_id(r)] = r
             upserts = [r for rid, r in after.items() if before.get(rid) != r]
             deletes = [r for rid, r in before.items() if rid not in after]
             deltas[name] = TableDelta(

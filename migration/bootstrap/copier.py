@@ -33,17 +33,27 @@ staging until the target acknowledges ``S``. The protocol, in this order:
    ``through = S``), or of the peer when staging was seeded (``through = P``: step 5 brings it
    to ``S``); a sink's rows of the peer (batches ``<= P``) and of staging ``(P, S]`` (``through
    = S``); insert its mark; COMMIT.
-5. The last transaction: BEGIN; empty the delta tables; for a relation marked at ``S_t < S`` (by
-   an earlier run, or copied from the peer), bulk-load staging's changes of ``(S_t, S]`` into its
-   delta table and merge them into its full table
+5. The last transaction: BEGIN; empty the delta tables; for the relations marked at ``S_t < S``
+   (by an earlier run, or copied from the peer), bulk-load staging's changes of ``(S_t, S]`` into
+   their delta tables, merge them into the full tables
    (:meth:`~migration.targets.base.BaseTarget.merge_table`: exact for state tables and sinks
-   alike, rows of batches ``<= S_t`` being in the copy), then empty it again; insert the ledger
+   alike, rows of batches ``<= S_t`` being in the copy) and empty them again, delete the sink rows
+   retracted through ``S`` (:func:`~migration.bootstrap.catch_up.catch_up`); insert the ledger
    row for ``S`` and a ``merges`` row through ``S`` (the full tables hold everything up to
-   ``S``: no read is pinned below it); the record says ``loaded`` through ``S``; COMMIT.
+   ``S``: no read is pinned below it); the record says ``loaded`` through ``S``
+   (:func:`~migration.bootstrap.record.finish_record`); COMMIT.
 6. Close the snapshots. The caller notes the acknowledgement ``S``, and migration goes on as for
    any target: batches ``(S, W]`` are loaded from staging, each once (the ledger's ``S`` is where
    the next load starts). Once a round brought the target to staging's watermark its record says
    ``caught_up`` (:mod:`migration.bootstrap.runner`), and only then does the query service read it.
+
+**The file path.** When the target is a DuckDB file and another configured target is a DuckDB
+file of the same layout holding every released batch, steps 2-6 are replaced by a copy of that
+peer's file, rewritten for the target and swapped in (:mod:`migration.bootstrap.file_copy`, its
+own numbered protocol), with the same outcome: the same rows, the ledger row for ``S``, the record
+``loaded``. Whenever it cannot be taken (no such peer, the target's file holds anything else, the
+peer's file did not hold still, something still holds the target's file open) the target is
+unchanged and the steps below run: the *rows path*. ``method='rows'`` always takes it.
 
 A crash (or ``kill -9``) in step 4 rolls back the relation in hand; the relations marked before it
 stay, and the next run resumes with the others at a new snapshot, and brings the marked ones from
@@ -60,19 +70,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 
-from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, pieces, relation_pieces
+from migration.bootstrap.catch_up import catch_up
+from migration.bootstrap.file_copy import FileCopy
+from migration.bootstrap.pieces import PIECE_BYTES, Prefetch, relation_pieces
 from migration.bootstrap.progress import BootstrapProgress
 from migration.bootstrap.record import (
     BootstrapRecord,
     RelationMark,
     finish_record,
     mark_relation,
-    now,
     read_record,
     source_text,
     start_record,
@@ -90,8 +102,13 @@ WORKING_SET = "the engine's working set only: staging was seeded, no peer held t
 
 #: ``hook(phase)`` at fault-injection points: ``bootstrap-copy`` (a relation's first piece is in,
 #: its transaction open), ``bootstrap-table`` (after a relation's COMMIT), ``bootstrap-ledger``
-#: (the last transaction holds the ledger row, not committed), ``bootstrapped`` (after it).
+#: (the last transaction holds the ledger row, not committed), ``bootstrapped`` (after it; both
+#: paths); the file path's ``bootstrap-file-copy``, ``bootstrap-file-rewrite`` and
+#: ``bootstrap-file-swap`` (:class:`~migration.bootstrap.file_copy.FileCopy`).
 BootstrapHook = Callable[[str], None]
+
+#: ``auto``: the file path when it can be taken, else the rows path; ``rows``: the rows path.
+BootstrapMethod = Literal["auto", "rows"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +140,11 @@ class RelationPlan:
 class Bootstrap:
     """The bootstrap of ``target`` (opened and closed here: give it a twin,
     :func:`~migration.bootstrap.sources.twin`), reading staging through ``staged`` and the sinks
-    from one of ``peers``; see the module docstring. ``progress`` is updated as it goes."""
+    from one of ``peers``; see the module docstring. ``progress`` is updated as it goes.
+    ``method`` chooses the paths; ``quiet()``, a context under which nothing else in the process
+    uses the target's warehouse (the migrator's own object of it closed, its rounds held off),
+    lets the file path swap the target's file (without it, ``target`` must be the process's only
+    user of the file)."""
 
     def __init__(
         self,
@@ -134,6 +155,8 @@ class Bootstrap:
         *,
         piece_bytes: int = PIECE_BYTES,
         hook: BootstrapHook | None = None,
+        method: BootstrapMethod = "auto",
+        quiet: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self.target = target
         self.staged = staged
@@ -141,6 +164,8 @@ class Bootstrap:
         self.progress = progress
         self.piece_bytes = piece_bytes
         self.hook = hook
+        self.method = method
+        self.quiet = quiet
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -161,6 +186,16 @@ class Bootstrap:
         try:
             # 1.
             record = self._check()
+            if self.method == "auto":
+                top = self._file_copy(record)
+                if top is not None:
+                    self._step("bootstrapped")
+                    return top
+                target.open()  # (the file path may have closed it)
+                record = self._check()
+                progress.peer = progress.peer_watermark = progress.through = None
+                progress.sinks_from = 1
+            progress.method = "rows"
             for name in layout.tables:
                 mark = record.relations.get(name)
                 progress.update(
@@ -231,6 +266,21 @@ class Bootstrap:
             return top
         finally:
             target.close()
+
+    def _file_copy(self, record: BootstrapRecord) -> int | None:
+        """The file path (:mod:`migration.bootstrap.file_copy`): ``S``, or None when not taken."""
+        self.progress.method = "file"
+        return FileCopy(
+            self.target,
+            self.staged,
+            self.peers,
+            self.progress,
+            record,
+            step=self._step,
+            stopped=self._stop.is_set,
+            quiet=self.quiet,
+            piece_bytes=self.piece_bytes,
+        ).run()
 
     # -- 1. ----------------------------------------------------------------------------------------
 
@@ -374,57 +424,17 @@ class Bootstrap:
     def _finish(self, snap: StagingSnapshot, top: int, marks: dict[str, RelationMark]) -> None:
         target = self.target
         layout = target.layout
-        caught_up = 0
         with target.guard():
             target.begin()
             try:
                 for name in layout.tables:
                     target.execute(f"DELETE FROM {layout.delta_name(name)}")
-                for name, mark in marks.items():
-                    if mark.through >= top:
-                        continue
-                    if layout.tables[name].kind == "state":
-                        changes = snap.change_batches(name, after=mark.through, upto=top)
-                    else:
-                        changes = snap.output_batches(name, after=mark.through, upto=top)
-                    with Prefetch(pieces(changes, self.piece_bytes)) as read:
-                        for piece in read:
-                            target.bulk_insert(layout.delta_name(name), piece)
-                            caught_up += piece.num_rows
-                    target.merge_table(name)
-                    target.execute(f"DELETE FROM {layout.delta_name(name)}")
-                # the sink rows retracted by batches up to S go (staging.retractions)
-                target.retract(snap.retractions(upto=top))
+                since = {name: mark.through for name, mark in marks.items()}
+                caught_up = catch_up(target, snap, since, self.piece_bytes)
                 rows = sum(m.rows for m in marks.values()) + caught_up
-                stamp = now()
-                target.bulk_insert(
-                    layout.ledger_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "batch_id": pa.array([top], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "via": pa.array(["bootstrap"], pa.string()),
-                            "loaded_at": pa.array([stamp], pa.timestamp("us")),
-                        }
-                    ),
-                )
                 last = target.fetch(
                     f"SELECT coalesce(max(merge_id), 0) FROM {layout.merges_name} WHERE stream = ?",
                     [layout.stream],
-                )
-                target.bulk_insert(
-                    layout.merges_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "merge_id": pa.array([int(last[0][0]) + 1], pa.int64()),
-                            "through_batch": pa.array([top], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "merged_at": pa.array([stamp], pa.timestamp("us")),
-                            "ms": pa.array([0.0], pa.float64()),
-                        }
-                    ),
                 )
                 sink_marks = [
                     m for m in marks.values() if layout.tables[m.relation].kind != "state"
@@ -439,6 +449,7 @@ class Bootstrap:
                 finish_record(
                     target,
                     through=top,
+                    merge_id=int(last[0][0]) + 1,
                     peer=progress.peer,
                     peer_watermark=progress.peer_watermark,
                     sinks_from=progress.sinks_from,

@@ -13,6 +13,10 @@ from migration.bootstrap.record import BootstrapRecord
 #: ``failed`` (stopped by an error; the next round resumes it).
 ProgressState = Literal["copying", "loaded", "caught_up", "failed"]
 
+#: How the rows came: ``file`` (a copy of a peer's DuckDB file, rewritten), ``rows`` (relations
+#: read and bulk-loaded), ``""`` (not known: read from a target's record).
+BootstrapPath = Literal["file", "rows", ""]
+
 
 @dataclass
 class RelationProgress:
@@ -31,7 +35,8 @@ class BootstrapProgress:
     copied at; the ledger says it once loaded), the peer the sinks come from and its watermark,
     the first batch whose sink rows the target will hold (``sinks_from``; above 1 when staging
     had released older ones and no peer held them), per relation what was copied, and the error
-    that stopped it, if one did; ``seconds`` it took (0 when read from a target's record: a
+    that stopped it, if one did; ``method``, the path it took (:data:`BootstrapPath`; ``file``
+    while it tries the file path); ``seconds`` it took (0 when read from a target's record: a
     bootstrap may have run in several attempts). Updated by the copy, read by ``status`` (a copy
     under a lock)."""
 
@@ -43,6 +48,7 @@ class BootstrapProgress:
     sinks_from: int = 1
     relations: dict[str, RelationProgress] = field(default_factory=dict)
     error: str | None = None
+    method: BootstrapPath = ""
     started: float = field(default_factory=time.monotonic)
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -83,6 +89,7 @@ class BootstrapProgress:
                 self.seconds if self.state != "copying" else time.monotonic() - self.started, 3
             ),
             "error": self.error,
+            "method": self.method,
             "relations": relations,
         }
 

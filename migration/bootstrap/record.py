@@ -14,7 +14,9 @@ recorded there, in the same transactions as the rows:
 
 :func:`read_record` reads both; the writers run inside a transaction the caller opened
 (:meth:`~migration.targets.base.BaseTarget.begin`), except :func:`start_record` and
-:func:`mark_caught_up`, which are transactions of their own.
+:func:`mark_caught_up`, which are transactions of their own. :func:`finish_record`, the last
+transaction's, also writes the ledger row and the ``merges`` row that make the target
+bootstrapped (both paths of :mod:`migration.bootstrap.copier` end with it).
 """
 
 from __future__ import annotations
@@ -139,22 +141,29 @@ def start_record(target: BaseTarget) -> None:
                 [layout.stream],
             )
             if not int(found[0][0]):
-                target.bulk_insert(
-                    layout.bootstraps_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "state": pa.array(["copying"], pa.string()),
-                            "sinks_from": pa.array([1], pa.int64()),
-                            "rows": pa.array([0], pa.int64()),
-                            "started_at": pa.array([now()], pa.timestamp("us")),
-                        }
-                    ),
-                )
+                insert_record(target, now())
             target.commit()
         except BaseException:
             target.rollback()
             raise
+
+
+def insert_record(target: BaseTarget, started_at: datetime) -> None:
+    """Insert the record's row (``copying``, started at ``started_at``) in the open
+    transaction."""
+    layout = target.layout
+    target.bulk_insert(
+        layout.bootstraps_name,
+        pa.table(
+            {
+                "stream": pa.array([layout.stream], pa.string()),
+                "state": pa.array(["copying"], pa.string()),
+                "sinks_from": pa.array([1], pa.int64()),
+                "rows": pa.array([0], pa.int64()),
+                "started_at": pa.array([started_at], pa.timestamp("us")),
+            }
+        ),
+    )
 
 
 def mark_relation(target: BaseTarget, mark: RelationMark) -> None:
@@ -185,17 +194,35 @@ def finish_record(
     target: BaseTarget,
     *,
     through: int,
+    merge_id: int,
     peer: str | None,
     peer_watermark: int | None,
     sinks_from: int,
     rows: int,
 ) -> None:
-    """The record says ``loaded`` through ``through`` (in the bootstrap's last transaction)."""
+    """In the bootstrap's last transaction: the ledger row for ``through`` (``via='bootstrap'``:
+    the next load starts after it), a ``merges`` row ``merge_id`` through it (the full tables
+    hold every row up to it: no read is pinned below it), and the record says ``loaded``
+    through it (``rows`` in all)."""
     layout = target.layout
+    stamp = now()
+    target.bulk_insert(
+        layout.ledger_name,
+        pa.table(
+            {
+                "stream": pa.array([layout.stream], pa.string()),
+                "batch_id": pa.array([through], pa.int64()),
+                "rows": pa.array([rows], pa.int64()),
+                "via": pa.array(["bootstrap"], pa.string()),
+                "loaded_at": pa.array([stamp], pa.timestamp("us")),
+            }
+        ),
+    )
+    target.insert_merge(merge_id, through, rows, 0.0, stamp)
     target.execute(
         f"UPDATE {layout.bootstraps_name} SET state = 'loaded', through_batch = ?, peer = ?, "
         "peer_watermark = ?, sinks_from = ?, rows = ?, loaded_at = ? WHERE stream = ?",
-        [through, peer, peer_watermark, sinks_from, rows, now(), layout.stream],
+        [through, peer, peer_watermark, sinks_from, rows, stamp, layout.stream],
     )
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
-from migration.bootstrap.copier import Bootstrap
+from migration.bootstrap.copier import Bootstrap, BootstrapMethod
 from migration.bootstrap.pieces import PIECE_BYTES
 from migration.bootstrap.progress import BootstrapProgress, progress_of
 from migration.bootstrap.record import mark_caught_up, read_record
@@ -44,7 +45,11 @@ BootstrapMode = Literal["inline", "background"]
 class Bootstrapper:
     """See the module docstring. ``hold_release(name)`` makes staging keep every batch for target
     ``name`` from now on (the migrator's :meth:`~migration.migrator.Migrator.hold_release`);
-    ``hook(phase, target)`` is the migrator's fault-injection hook."""
+    ``hook(phase, target)`` is the migrator's fault-injection hook; ``quiet(name)`` a context
+    under which nothing else of the process uses target ``name`` (the migrator's
+    :meth:`~migration.migrator.Migrator.quiet`: a bootstrap's file path swaps the target's file
+    in it); ``method`` the paths a bootstrap may take
+    (:data:`~migration.bootstrap.copier.BootstrapMethod`)."""
 
     def __init__(
         self,
@@ -55,6 +60,8 @@ class Bootstrapper:
         hold_release: Callable[[str], None],
         hook: Callable[[str, str], None] | None = None,
         piece_bytes: int = PIECE_BYTES,
+        quiet: Callable[[str], AbstractContextManager[object]] | None = None,
+        method: BootstrapMethod = "auto",
     ) -> None:
         self.staged = staged
         self.targets = targets
@@ -62,6 +69,8 @@ class Bootstrapper:
         self.hold_release = hold_release
         self.hook = hook
         self.piece_bytes = piece_bytes
+        self.quiet = quiet
+        self.method = method
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._copies: dict[str, Bootstrap] = {}
@@ -121,6 +130,8 @@ class Bootstrapper:
             progress,
             piece_bytes=self.piece_bytes,
             hook=self._target_hook(name),
+            method=self.method,
+            quiet=self._quiet(name),
         )
         with self._lock:
             self._progress[name] = progress
@@ -140,6 +151,16 @@ class Bootstrapper:
         thread.start()
         logger.info("bootstrap started in the background target=%s", name)
         return progress
+
+    def _quiet(self, name: str) -> Callable[[], AbstractContextManager[object]] | None:
+        quiet = self.quiet
+        if quiet is None:
+            return None
+
+        def enter() -> AbstractContextManager[object]:
+            return quiet(name)
+
+        return enter
 
     def _target_hook(self, name: str) -> Callable[[str], None] | None:
         hook = self.hook

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -84,6 +85,40 @@ class MergeResult:
     through: int
     rows: int
     ms: float
+
+
+class BaseWarehouseFile(ABC):
+    """A warehouse that is one file (a DuckDB file), as a bootstrap copies one whole
+    (:mod:`migration.bootstrap.file_copy`): :meth:`BaseTarget.whole_file` gives it."""
+
+    path: Path
+
+    @abstractmethod
+    def copy_to(self, dest: Path, hook: Hook | None = None) -> None:
+        """Copy the file, as of its last commit, to ``dest`` (synced); the target is open.
+        ``hook('copy')`` runs part way. Raises
+        :class:`~warehouse.exceptions.WarehouseFileBusy` when the file could not be held still
+        (``dest`` is then removed)."""
+
+    @abstractmethod
+    def target_on(self, path: Path) -> BaseTarget:
+        """A new, unopened target of the same layout and settings on file ``path``."""
+
+    @abstractmethod
+    def foreign_relations(self) -> list[str]:
+        """The schemas, tables, views, sequences, macros and types in the file that the layout
+        does not have (another dataflow's, TPC-DI's static tables...), by qualified name."""
+
+    @abstractmethod
+    def drop_foreign_relations(self) -> list[str]:
+        """Drop :meth:`foreign_relations` in the open transaction; what was dropped."""
+
+    @abstractmethod
+    def replace_with(self, source: Path) -> None:
+        """Make file ``source`` (closed, on the same file system) the target's file, atomically;
+        the target is closed first and stays closed. Raises
+        :class:`~warehouse.exceptions.WarehouseFileBusy` (nothing changed) while another
+        connection of the process holds the file; new ones are refused meanwhile."""
 
 
 class BaseTarget(ABC):
@@ -137,6 +172,11 @@ class BaseTarget(ABC):
         """A reader of this warehouse for the query service (user SQL fenced in, see
         :mod:`migration.reader`), sharing the target's database; ``ensure_layout`` opens the
         target before the first read."""
+
+    def whole_file(self) -> BaseWarehouseFile | None:
+        """The warehouse as one file a bootstrap may copy whole (a DuckDB file); None when it is
+        not one (PostgreSQL)."""
+        return None
 
     # -- the driver, as the protocols and the benchmarks use it ------------------------------------
 
@@ -483,22 +523,7 @@ class BaseTarget(ABC):
                 # 5.
                 ms = (time.perf_counter() - started) * 1000
                 merge_id = int(last[0]) + 1
-                self.bulk_insert(
-                    layout.merges_name,
-                    pa.table(
-                        {
-                            "stream": pa.array([layout.stream], pa.string()),
-                            "merge_id": pa.array([merge_id], pa.int64()),
-                            "through_batch": pa.array([through], pa.int64()),
-                            "rows": pa.array([rows], pa.int64()),
-                            "merged_at": pa.array(
-                                [datetime.now(UTC).replace(tzinfo=None)], pa.timestamp("us")
-                            ),
-                            "ms": pa.array([ms], pa.float64()),
-                        }
-                    ),
-                    None,
-                )
+                self.insert_merge(merge_id, through, rows, ms)
                 # 6.
                 self.commit()
             except BaseException:
@@ -508,6 +533,29 @@ class BaseTarget(ABC):
             hook("merged")
         self._after_merge()
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
+
+    def insert_merge(
+        self, merge_id: int, through: int, rows: int, ms: float, at: datetime | None = None
+    ) -> None:
+        """Insert the ``merges`` row of merge ``merge_id`` (its full tables hold every batch up
+        to ``through``; ``rows`` written in ``ms``, at ``at``, default now) in the open
+        transaction: the merge protocol's step 5, and a bootstrap's last transaction."""
+        layout = self.layout
+        stamp = at if at is not None else datetime.now(UTC).replace(tzinfo=None)
+        self.bulk_insert(
+            layout.merges_name,
+            pa.table(
+                {
+                    "stream": pa.array([layout.stream], pa.string()),
+                    "merge_id": pa.array([merge_id], pa.int64()),
+                    "through_batch": pa.array([through], pa.int64()),
+                    "rows": pa.array([rows], pa.int64()),
+                    "merged_at": pa.array([stamp], pa.timestamp("us")),
+                    "ms": pa.array([ms], pa.float64()),
+                }
+            ),
+            None,
+        )
 
     def merge_table(self, name: str) -> int:
         """Fold the delta rows of ``name`` into its full table, in the open transaction (steps 2
@@ -553,6 +601,10 @@ class BaseTarget(ABC):
         return self.execute(
             f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u ON CONFLICT ({ids}) {action}"
         )
+
+    def filled_deltas(self) -> set[str]:
+        """The relations whose delta table holds rows (one query over all of them)."""
+        return self._filled_deltas()
 
     def _filled_deltas(self) -> set[str]:
         """The relations whose delta table holds rows (one query over all of them)."""

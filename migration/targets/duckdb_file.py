@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from migration.schema import WarehouseLayout, create_statements
-from migration.targets.base import BaseTarget
+from migration.targets.base import BaseTarget, BaseWarehouseFile, Hook
 from staging.layout import q
-from warehouse.duckdb import DuckDBDriver
+from warehouse.duckdb import DuckDBDriver, replace_file, writer_lock
 
 if TYPE_CHECKING:
     import duckdb
@@ -76,7 +76,7 @@ class DuckDBTarget(BaseTarget):
         self.path = Path(path)
         self.memory_limit = memory_limit
         self.threads = threads
-        self._lock = threading.RLock()
+        self._lock = writer_lock(self.path)
         self._busy_until = 0.0
 
     def twin(self) -> DuckDBTarget:
@@ -84,6 +84,9 @@ class DuckDBTarget(BaseTarget):
         return DuckDBTarget(
             self.layout, self.path, memory_limit=self.memory_limit, threads=self.threads
         )
+
+    def whole_file(self) -> DuckDBWarehouseFile:
+        return DuckDBWarehouseFile(self, self._driver)
 
     def _connect(self) -> None:
         driver = self._driver
@@ -120,7 +123,8 @@ class DuckDBTarget(BaseTarget):
             raise
 
     def _lock_stream(self) -> None:
-        """The process lock :meth:`begin` took is the stream's lock (one writing process)."""
+        """The file's writer lock :meth:`begin` took is the stream's lock (one writing
+        process)."""
 
     def commit(self) -> None:
         try:
@@ -166,3 +170,76 @@ class DuckDBTarget(BaseTarget):
         from migration.reader import DuckDBReader
 
         return DuckDBReader(self.layout, ensure_layout, self._driver, self.mark_busy)
+
+
+class DuckDBWarehouseFile(BaseWarehouseFile):
+    """The file of a :class:`DuckDBTarget` (see :class:`~migration.targets.base.BaseWarehouseFile`).
+    The relations a layout has are those its DDL creates (:func:`layout_ddl`)."""
+
+    def __init__(self, target: DuckDBTarget, driver: DuckDBDriver) -> None:
+        self.target = target
+        self.driver = driver
+        self.path = target.path
+
+    def copy_to(self, dest: Path, hook: Hook | None = None) -> None:
+        self.driver.copy_file(dest, hook)
+
+    def target_on(self, path: Path) -> DuckDBTarget:
+        t = self.target
+        return DuckDBTarget(t.layout, path, memory_limit=t.memory_limit, threads=t.threads)
+
+    def _foreign(self) -> list[tuple[str, str, str | None]]:
+        """``(kind, schema, name)`` of each foreign relation (``name`` None for a schema)."""
+        layout = self.target.layout
+        ours = {(str(t.schema), t.name) for t in layout.metadata.tables.values()}
+        found = self.target.fetch(
+            "WITH here AS (SELECT current_database() AS db) "
+            "SELECT 'MACRO', schema_name, function_name FROM duckdb_functions(), here "
+            "WHERE database_name = db AND NOT internal AND function_type = 'macro' "
+            "UNION ALL SELECT 'MACRO TABLE', schema_name, function_name FROM duckdb_functions(), "
+            "here WHERE database_name = db AND NOT internal AND function_type = 'table_macro' "
+            "UNION ALL SELECT 'VIEW', schema_name, view_name FROM duckdb_views(), here "
+            "WHERE database_name = db AND NOT internal AND NOT temporary "
+            "UNION ALL SELECT 'TABLE', schema_name, table_name FROM duckdb_tables(), here "
+            "WHERE database_name = db AND NOT internal AND NOT temporary "
+            "UNION ALL SELECT 'SEQUENCE', schema_name, sequence_name FROM duckdb_sequences(), "
+            "here WHERE database_name = db AND NOT temporary "
+            "UNION ALL SELECT 'TYPE', schema_name, type_name FROM duckdb_types(), here "
+            "WHERE database_name = db AND NOT internal "
+            "UNION ALL SELECT 'SCHEMA', schema_name, NULL FROM duckdb_schemas(), here "
+            "WHERE database_name = db AND NOT internal"
+        )
+        schemas = set(layout.schemas)
+        out: list[tuple[str, str, str | None]] = []
+        for kind, schema, name in found:
+            if kind == "SCHEMA":
+                if schema not in schemas:
+                    out.append((kind, str(schema), None))
+            elif kind != "TABLE" or (schema, name) not in ours:
+                out.append((str(kind), str(schema), str(name)))
+        return out
+
+    def foreign_relations(self) -> list[str]:
+        with self.target.guard():
+            return [s if n is None else f"{s}.{n}" for _, s, n in self._foreign()]
+
+    def drop_foreign_relations(self) -> list[str]:
+        """Objects inside a foreign schema go with it (``CASCADE``); the others one by one,
+        macros and views before the tables they may read."""
+        foreign = self._foreign()
+        gone = {s for kind, s, _ in foreign if kind == "SCHEMA"}
+        order = ("MACRO", "MACRO TABLE", "VIEW", "TABLE", "SEQUENCE", "TYPE")
+        dropped: list[str] = []
+        for kind in order:
+            for k, schema, name in foreign:
+                if k == kind and schema not in gone and name is not None:
+                    self.target.execute(f"DROP {kind} {q(schema)}.{q(name)}")
+                    dropped.append(f"{schema}.{name}")
+        for schema in sorted(gone):
+            self.target.execute(f"DROP SCHEMA {q(schema)} CASCADE")
+            dropped.append(schema)
+        return dropped
+
+    def replace_with(self, source: Path) -> None:
+        self.target.close()
+        replace_file(self.path, source, self.target.name)

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
+from streamdi.memory import release_free_memory
 from streamdi.settings import StreamdiSettings
 from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
@@ -280,6 +281,7 @@ def run_tpcdi(
         if options.stop_after == "historical":
             record.peak_mem_mb = memory.peak_mb
             return record
+        release_free_memory()  # the historical load's freed buffers, before the updates' state
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()

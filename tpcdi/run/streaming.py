@@ -8,10 +8,10 @@ collector -> Kafka -> engine -> staging -> migration path the incremental update
 
 Measured: events per second from the first event offered to the last one committed to staging,
 and each event's latency from being offered (read from the source by the collector) to being
-committed in staging (visible to union queries): the committed count is sampled every few
-milliseconds and matched to the offered count in stream order. The collector runs in a process of
-its own, as a source's collector would (``streamdi collect``), so its work does not share the
-pipeline's interpreter; both sides stamp times with the system's monotonic clock.
+committed in staging (visible to union queries): a pipeline observer notes the committed count
+at every staging commit, matched to the offered count in stream order. The collector runs in a
+process of its own, as a source's collector would (``streamdi collect``), so its work does not
+share the pipeline's interpreter; both sides stamp times with the system's monotonic clock.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from ingest.sources import BaseSource, SourceChunk
 from migration.schema import WarehouseLayout
+from runtime.committer import CommittedBatch
 from staging.layout import arrow_of
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
@@ -234,31 +235,31 @@ class StreamSource(BaseSource):
         yield SourceChunk(self.schema.empty_table(), last_pos=n, punctuation=True)
 
 
-class _CommitSampler:
-    """Samples the pipeline's committed event count every ``interval`` seconds."""
+class _CommitRecorder:
+    """Notes, at each staging commit, when it returned and how many events had been committed
+    since this recorder attached (a pipeline observer: no thread polling, every commit seen)."""
 
-    def __init__(self, updates: UpdateStream, interval: float = 0.002) -> None:
+    def __init__(self, updates: UpdateStream) -> None:
         self.updates = updates
-        self.interval = interval
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="commit-sampler", daemon=True)
+        self._events = 0
+        self._lock = threading.Lock()
 
-    def _loop(self) -> None:
+    def _observe(self, batch: CommittedBatch) -> None:
+        with self._lock:
+            self._events += batch.events
+            self.samples.append((time.monotonic(), self._events))
+
+    def __enter__(self) -> _CommitRecorder:
         pipeline = self.updates.pipeline
         assert pipeline is not None
-        base = pipeline.report.events
-        while not self._stop.is_set():
-            self.samples.append((time.monotonic(), pipeline.report.events - base))
-            time.sleep(self.interval)
-
-    def __enter__(self) -> _CommitSampler:
-        self._thread.start()
+        pipeline.observers.append(self._observe)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        pipeline = self.updates.pipeline
+        if pipeline is not None and self._observe in pipeline.observers:
+            pipeline.observers.remove(self._observe)
 
 
 def collect_events(
@@ -384,16 +385,16 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
                 executor=executor,
                 timeout_s=settings.tpcdi.update_timeout_s,
             ) as updates,
-            _CommitSampler(updates) as sampler,
+            _CommitRecorder(updates) as commits,
         ):
             before = updates.timings()
             offered, offered_at = _offer_in_process(updates, events, options.rate, workdir)
             report.spent_s = {k: v - before.get(k, 0.0) for k, v in updates.timings().items()}
-    lat = latencies(offered_at, sampler.samples)
+    lat = latencies(offered_at, commits.samples)
     report.events = offered.events
     report.trades = int(np.count_nonzero(np.asarray(events["kind"]) == "Trade"))
     first = offered_at[0][0] if offered_at else 0.0
-    reached = [t for t, c in sampler.samples if c >= offered.events]
+    reached = [t for t, c in commits.samples if c >= offered.events]
     last = reached[0] if reached else time.monotonic()
     report.seconds = max(last - first, 1e-9)
     report.events_per_s = report.events / report.seconds

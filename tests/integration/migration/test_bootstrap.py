@@ -105,21 +105,28 @@ def _staging(setup: Setup) -> tuple[dict[str, int], int]:
         store.close()
 
 
+def assert_ledger(target: BaseTarget, last: int, *, bootstrapped: bool) -> None:
+    """``target`` (open) holds every batch up to ``last`` once and nothing unmerged: pushed
+    batch by batch, or, ``bootstrapped``, the bootstrap's row then the batches pushed after it,
+    its record ``caught_up``."""
+    ledger = [(b, v) for b, _, v in target.ledger_rows()]
+    if bootstrapped:
+        through = ledger[0][0]
+        assert ledger[0][1] == "bootstrap"
+        assert ledger[1:] == [(b, "push") for b in range(through + 1, last + 1)]
+        record = read_record(target)
+        assert record is not None and record.state == "caught_up"
+    else:
+        assert [b for b, _ in ledger] == list(range(1, last + 1))
+    assert target.delta_rows() == 0
+
+
 def _check_final(
     setup: Setup, new: str, reference: dict[str, list[tuple[Any, ...]]], last: int
 ) -> None:
     for name, target in _targets(setup).items():
         target.open()
-        ledger = [(b, v) for b, _, v in target.ledger_rows()]
-        if name == new:
-            through = ledger[0][0]
-            assert ledger[0][1] == "bootstrap"
-            assert ledger[1:] == [(b, "push") for b in range(through + 1, last + 1)]
-            record = read_record(target)
-            assert record is not None and record.state == "caught_up"
-        else:
-            assert [b for b, _ in ledger] == list(range(1, last + 1))
-        assert target.delta_rows() == 0
+        assert_ledger(target, last, bootstrapped=name == new)
         for relation in RELATIONS:
             assert target.table_rows(relation) == reference[relation], f"{name}.{relation}"
         target.close()

@@ -11,6 +11,7 @@ import pytest
 
 from api.exceptions import TargetUnreachable
 from api.service import QueryService
+from migration.bootstrap import BootstrapMethod
 from migration.migrator import Migrator
 from migration.schema import WarehouseLayout
 from migration.targets.duckdb_file import DuckDBTarget
@@ -20,7 +21,15 @@ from tests.unit.api.harness import ShopStage, ask, check_answer, shop_settings
 TABLES = ("customers", "accounts", "prices", "activity")
 
 
-def test_queries_read_a_bootstrapped_target_only_once_it_caught_up(tmp_path: Path) -> None:
+#: Where the background bootstrap is held while the service is asked, per method (``auto``:
+#: the file path, both warehouses being DuckDB files of one layout).
+HOLD_AT = {"rows": "bootstrap-table", "auto": "bootstrap-file-rewrite"}
+
+
+@pytest.mark.parametrize("method", ["auto", "rows"])
+def test_queries_read_a_bootstrapped_target_only_once_it_caught_up(
+    tmp_path: Path, method: BootstrapMethod
+) -> None:
     stage = ShopStage(tmp_path / "staging.duckdb")
     layout = WarehouseLayout(stage.flow)
     settings = shop_settings(tmp_path)
@@ -38,7 +47,7 @@ def test_queries_read_a_bootstrapped_target_only_once_it_caught_up(tmp_path: Pat
     inside, go_on = threading.Event(), threading.Event()
 
     def hold(phase: str, target: str) -> None:
-        if phase == "bootstrap-table" and not go_on.is_set():
+        if phase == HOLD_AT[method] and not go_on.is_set():
             inside.set()
             assert go_on.wait(30)
 
@@ -48,13 +57,18 @@ def test_queries_read_a_bootstrapped_target_only_once_it_caught_up(tmp_path: Pat
         "duckdb": DuckDBTarget(layout, tmp_path / "warehouse.duckdb"),
     }
     migrator = Migrator(
-        StagedDeltas(stage.store), targets, settings.migration, hook=hold, bootstrap="background"
+        StagedDeltas(stage.store),
+        targets,
+        settings.migration,
+        hook=hold,
+        bootstrap="background",
+        bootstrap_method=method,
     )
     service = QueryService(stage.store, settings, migrator=migrator)
     try:
         # before any round: the service learns from the target itself that it holds nothing
         assert service.planner.target(None) == "duckdb"
-        migrator.migrate(merge="never")
+        started = migrator.migrate(merge="never")
         assert inside.wait(30)
         assert service.planner.target(None) == "duckdb"
         for table in TABLES:
@@ -75,6 +89,8 @@ def test_queries_read_a_bootstrapped_target_only_once_it_caught_up(tmp_path: Pat
         status = service.migration_status().targets["late"]
         assert status.readable is True
         assert status.bootstrap is not None and status.bootstrap.state == "caught_up"
+        boot = started.targets["late"].bootstrap  # (the live progress of the background run)
+        assert boot is not None and boot.method == ("file" if method == "auto" else "rows")
         for table in TABLES:
             for plan in ("island", "migrate"):
                 page = ask(service, table, plan=plan)

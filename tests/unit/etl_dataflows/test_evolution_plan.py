@@ -187,6 +187,19 @@ def test_large_lookup_data_counts_by_its_contents_not_its_order() -> None:
     assert logic(functions) == logic(list(functions))
 
 
+def test_large_lookup_data_digests_the_same_whichever_objects_are_shared() -> None:
+    """Equal lookup data built two ways (one string object in every entry, or a new string per
+    entry, as two processes may build it) has one digest."""
+    from etl_dataflows.evolution import shape
+
+    n = 2 * shape.LARGE_DATA
+    shared_name = "".join(["Acme ", "Corp"])
+    shared = {i: (shared_name, shared_name) for i in range(n)}
+    separate = {i: ("".join(["Acme ", "Corp"]), "".join(["Acme", " Corp"])) for i in range(n)}
+    assert shared[0][0] is shared[1][0] and separate[0][0] is not separate[0][1]
+    assert shape.canonical(shared) == shape.canonical(separate)
+
+
 def test_small_containers_keep_their_digests() -> None:
     """Below ``LARGE_DATA`` the digest is the one earlier versions recorded: staging files
     written by them open without an upgrade."""

@@ -1,9 +1,11 @@
-"""A target added after staging released batches is bootstrapped (DuckDB files, no service):
+"""A target added after staging released batches is bootstrapped (DuckDB files, no service), by
+both paths (``rows``; ``auto``, which here, every target a DuckDB file, copies the peer's file):
 it ends equal, row for row, to the target that loaded every batch; its ledger says the snapshot's
 watermark once and then the later batches, each once; staging releases nothing it still needs; a
 bootstrap stopped half way resumes at a new snapshot and brings the relations copied before up to
-it; without a peer, the sinks start after the released batches and the record says so; in the
-background, the other targets keep migrating and the target is not readable until it caught up."""
+it (the file path starts over); without a peer, the sinks start after the released batches and
+the record says so; in the background, the other targets keep migrating and the target is not
+readable until it caught up. The file path's own cases are in ``test_bootstrap_file.py``."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 
 from cli.migration import bootstrap_line
 from etl_dataflows.state import StateImage
-from migration.bootstrap import read_record
+from migration.bootstrap import BootstrapMethod, read_record
 from migration.bootstrap.pieces import Prefetch, pieces, relation_pieces
 from migration.exceptions import TargetMismatch
 from migration.migrator import Migrator
@@ -32,6 +34,9 @@ from tests.migration_shop import shop_dataflow, stage_shop
 from tests.unit.api.harness import ShopStage
 
 RELATIONS = ("customers", "accounts", "prices", "activity")
+#: The path each method takes here (every target a DuckDB file of one layout).
+PATH = {"auto": "file", "rows": "rows"}
+METHODS: tuple[BootstrapMethod, ...] = ("auto", "rows")
 
 
 class Crash(Exception):
@@ -76,16 +81,17 @@ def truth_rows(stage: ShopStage, target: BaseTarget, watermark: int) -> None:
         assert got == sorted(truth[name].elements(), key=repr), name
 
 
+@pytest.mark.parametrize("method", METHODS)
 def test_a_target_added_later_is_bootstrapped_then_loads_each_later_batch_once(
-    stage: ShopStage, tmp_path: Path
+    stage: ShopStage, tmp_path: Path, method: BootstrapMethod
 ) -> None:
     layout = WarehouseLayout(stage.flow)
     both = targets(layout, tmp_path, "old", "new")
     staged = StagedDeltas(stage.store)
-    migrator = Migrator(staged, both, settings())
+    migrator = Migrator(staged, both, settings(), bootstrap_method=method)
     report = migrator.migrate(merge="never")
     boot = report.targets["new"].bootstrap
-    assert boot is not None and boot.state == "caught_up"
+    assert boot is not None and boot.state == "caught_up" and boot.method == PATH[method]
     assert (boot.through, boot.peer, boot.peer_watermark, boot.sinks_from) == (12, "old", 8, 1)
     new = both["new"]
     assert new.ledger_rows()[0][0::2] == (12, "bootstrap")
@@ -113,8 +119,16 @@ def test_a_target_added_later_is_bootstrapped_then_loads_each_later_batch_once(
     migrator.close()
 
 
+#: Where a release is tried during a bootstrap, per method.
+RELEASE_POINTS = {
+    "rows": ("bootstrap-table",),
+    "auto": ("bootstrap-file-copy", "bootstrap-file-rewrite", "bootstrap-file-swap"),
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_staging_releases_nothing_the_bootstrap_still_needs(
-    stage: ShopStage, tmp_path: Path
+    stage: ShopStage, tmp_path: Path, method: BootstrapMethod
 ) -> None:
     layout = WarehouseLayout(stage.flow)
     staged = StagedDeltas(stage.store)
@@ -124,13 +138,20 @@ def test_staging_releases_nothing_the_bootstrap_still_needs(
     seen: list[int] = []
 
     def hook(phase: str, target: str) -> None:
-        if phase == "bootstrap-table":
-            # a release between two relations of the bootstrap must not move
+        if phase in RELEASE_POINTS[method]:
+            # a release during the bootstrap (between two relations; in the file path's steps)
+            # must not move
             seen.append(staged.release(["old", "new"], 0))
 
-    migrator = Migrator(staged, targets(layout, tmp_path, "old", "new"), settings(), hook=hook)
+    migrator = Migrator(
+        staged,
+        targets(layout, tmp_path, "old", "new"),
+        settings(),
+        hook=hook,
+        bootstrap_method=method,
+    )
     migrator.migrate(merge="never")
-    assert seen == [8] * len(RELATIONS)
+    assert seen == [8] * (len(RELATIONS) if method == "rows" else 3)
     assert staged.acks()["new"] == 12  # retracted to 0, then acknowledged at the snapshot
     migrator.close()
 
@@ -149,7 +170,9 @@ def test_a_bootstrap_stopped_half_way_resumes_at_a_new_snapshot(
             if copied["n"] == 3:
                 raise Crash
 
-    migrator = Migrator(staged, both, settings(), hook=crash_in_the_third_relation)
+    migrator = Migrator(
+        staged, both, settings(), hook=crash_in_the_third_relation, bootstrap_method="rows"
+    )
     with pytest.raises(Crash):
         migrator.migrate(["new"], merge="never")
     new = both["new"]
@@ -168,7 +191,7 @@ def test_a_bootstrap_stopped_half_way_resumes_at_a_new_snapshot(
     migrator.close()
 
     stage.stage_range(13, 14)  # staging moves on before it resumes
-    migrator = Migrator(staged, both, settings())
+    migrator = Migrator(staged, both, settings(), bootstrap_method="rows")
     status = migrator.status()["targets"]["new"]["bootstrap"]
     assert (status["state"], status["relations_copied"]) == ("copying", 2)
     assert "BOOTSTRAPPING: 2 of 4 relations copied" in bootstrap_line(status)
@@ -226,8 +249,13 @@ def test_a_target_holding_rows_but_no_batch_is_refused(stage: ShopStage, tmp_pat
     migrator.close()
 
 
+#: Where a background bootstrap is held while the test looks, per method.
+HOLD_AT = {"rows": "bootstrap-table", "auto": "bootstrap-file-rewrite"}
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_in_the_background_the_others_migrate_and_queries_wait_until_it_caught_up(
-    stage: ShopStage, tmp_path: Path
+    stage: ShopStage, tmp_path: Path, method: BootstrapMethod
 ) -> None:
     layout = WarehouseLayout(stage.flow)
     both = targets(layout, tmp_path, "old", "new")
@@ -235,11 +263,13 @@ def test_in_the_background_the_others_migrate_and_queries_wait_until_it_caught_u
     inside, go_on = threading.Event(), threading.Event()
 
     def hold(phase: str, target: str) -> None:
-        if phase == "bootstrap-table" and not go_on.is_set():
+        if phase == HOLD_AT[method] and not go_on.is_set():
             inside.set()
             assert go_on.wait(30)
 
-    migrator = Migrator(staged, both, settings(), hook=hold, bootstrap="background")
+    migrator = Migrator(
+        staged, both, settings(), hook=hold, bootstrap="background", bootstrap_method=method
+    )
     first = migrator.migrate(merge="never")
     assert first.bootstrapping == ["new"]
     assert inside.wait(30)
@@ -255,6 +285,8 @@ def test_in_the_background_the_others_migrate_and_queries_wait_until_it_caught_u
     assert migrator.bootstraps.wait("new", 60)
     done = migrator.migrate(merge="never")
     assert done.targets["new"].watermark == 13 and done.bootstrapping == []
+    boot = first.targets["new"].bootstrap  # (the live progress of the background run)
+    assert boot is not None and boot.method == PATH[method]
     assert migrator.ready("new")
     truth_rows(stage, both["new"], 13)
     assert staged.released_through() == 13
@@ -339,7 +371,10 @@ def test_the_read_ahead_runs_into_the_next_relation_while_one_is_loaded() -> Non
         assert [(n, p is None) for n, p in read] == [("a", True), ("b", False), ("b", True)]
 
 
-def test_a_seeded_staging_bootstraps_its_state_tables_from_the_peer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", METHODS)
+def test_a_seeded_staging_bootstraps_its_state_tables_from_the_peer(
+    tmp_path: Path, method: BootstrapMethod
+) -> None:
     """Staging seeded with the engine's working set (as TPC-DI's historical load does) holds
     less than the warehouses: the rows the seed left out are only there. The new target must
     equal the old one, so its state tables come from the peer (brought to the snapshot with
@@ -378,8 +413,9 @@ def test_a_seeded_staging_bootstraps_its_state_tables_from_the_peer(tmp_path: Pa
     stage.stage_range(9, 12)
 
     both = targets(layout, tmp_path, "old", "new")
-    migrator = Migrator(StagedDeltas(stage.store), both, settings())
-    migrator.migrate(merge="never")
+    migrator = Migrator(StagedDeltas(stage.store), both, settings(), bootstrap_method=method)
+    boot = migrator.migrate(merge="never").targets["new"].bootstrap
+    assert boot is not None and boot.method == PATH[method]
     new = both["new"]
     same_rows(new, both["old"])  # the 5 accounts staging never had included
     staged_accounts = stage.store.query("SELECT count(*) AS n FROM state.accounts")

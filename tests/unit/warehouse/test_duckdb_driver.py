@@ -1,16 +1,18 @@
 """The DuckDB driver on real DuckDB files: transactions, the Arrow bulk path, fenced reads under a
-deadline and a byte cap, and the errors it maps."""
+deadline and a byte cap, the errors it maps, and a file copied or replaced whole."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from streamdi.errors import TerminalError, TransientError
-from warehouse.duckdb import DuckDBDriver, read_fenced
+from warehouse.duckdb import DuckDBDriver, read_fenced, replace_file, wal_path
 from warehouse.exceptions import (
+    WarehouseFileBusy,
     WarehouseQueryFailed,
     WarehouseQueryTimeout,
     WarehouseQueryTooLarge,
@@ -158,3 +160,61 @@ def test_a_wrapped_connection_stays_its_owners(tmp_path: Path) -> None:
     driver.close()
     assert con.execute("SELECT count(*) FROM x").fetchall() == [(0,)]
     con.close()
+
+
+def test_a_file_copy_is_every_committed_transaction(tmp_path: Path) -> None:
+    """Rows still in the write-ahead log are in the copy (it checkpoints first); a transaction
+    open meanwhile is not."""
+    driver = _driver(tmp_path)
+    driver.execute("SET checkpoint_threshold = '1GB'")
+    driver.begin()
+    driver.bulk_insert('"w"."t"', ROWS)
+    driver.commit()
+    assert wal_path(tmp_path / "wh.duckdb").stat().st_size > 0
+    other = DuckDBDriver(tmp_path / "wh.duckdb")
+    other.connect()
+    other.begin()
+    other.execute('INSERT INTO "w"."t" VALUES (99, \'uncommitted\')')
+    seen: list[str] = []
+    driver.copy_file(tmp_path / "copy.duckdb", seen.append)
+    other.rollback()
+    assert seen == ["copy"]
+    copy = DuckDBDriver(tmp_path / "copy.duckdb")
+    copy.connect()
+    assert copy.fetch('SELECT count(*) FROM "w"."t"') == [(4,)]
+    for d in (copy, other, driver):
+        d.close()
+
+
+def test_replacing_a_file_waits_until_nothing_of_the_process_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "wh.duckdb"
+    driver = _driver(tmp_path)
+    driver.bulk_insert('"w"."t"', ROWS)
+    source = tmp_path / "new.duckdb"
+    made = DuckDBDriver(source)
+    made.connect()
+    made.execute_script(['CREATE TABLE "fresh" AS SELECT 7 AS x'])
+    made.close()
+    with pytest.raises(WarehouseFileBusy, match="held open"):
+        replace_file(path, source)  # the driver's connection would serve the old file
+    assert source.exists() and driver.fetch('SELECT count(*) FROM "w"."t"') == [(4,)]
+    driver.close()
+
+    refused: list[str] = []
+    rename = os.replace
+
+    def connect_meanwhile(src: Path, dst: Path) -> None:
+        with pytest.raises(WarehouseUnavailable, match="being replaced") as error:
+            DuckDBDriver(path).connect()
+        refused.append(str(error.value))
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", connect_meanwhile)
+    replace_file(path, source)
+    monkeypatch.undo()
+    assert len(refused) == 1 and not source.exists() and not wal_path(path).exists()
+    driver.connect()
+    assert driver.fetch('SELECT x FROM "fresh"') == [(7,)]
+    driver.close()
