@@ -6,6 +6,7 @@ missing, an extra or a changed row and ignores only the volatile columns."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -13,6 +14,7 @@ import pytest
 
 from benchmarks.faults import compare
 from benchmarks.faults.campaign import CampaignOptions
+from benchmarks.faults.injector import Injector, RunHandles
 from benchmarks.faults.kinds import (
     COUNTED_KINDS,
     COUNTED_TAIL,
@@ -213,22 +215,9 @@ def test_a_counted_point_gets_its_lead_step_by_step() -> None:
 def test_a_batch_point_is_placed_after_the_offer_the_run_held_the_input_at() -> None:
     """The input moved on between the run's gates and the point's arming (collect-flushed:470
     placed two offers past the gate the input was held at): the run anchors the point."""
-    from benchmarks.faults.injector import Injector, RunHandles
     from benchmarks.faults.kinds import Fault
 
-    handles = RunHandles(
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,
-        Path("."),
-        "spec",
-        {},
-        Path("log"),
-        lambda offer: offer + 1,
-        lambda: 130,
-        lambda timeout_s: True,
-    )
-    injector = Injector(handles)
+    injector = offline_injector(lambda: 130)
     point = Fault(80, 100, "collector_point", point="collect-flushed", after=2)
     assert injector.crash_spec(point) == "collect-flushed:133"  # after the input now
     injector.anchor = (80, 120)
@@ -242,25 +231,10 @@ def test_a_batch_point_stays_within_the_input_and_is_given_up_once_passed() -> N
     input had ended, and ``commit-ledger:534`` (of 533 batches) waited 90 s for a batch that
     never came. A point is now placed at the last offer at most, and given up as soon as its
     offer was acknowledged (a collector point) or its batch committed (a commit point)."""
-    from benchmarks.faults.injector import Injector, RunHandles
     from benchmarks.faults.kinds import Fault
 
     state = {"next": 533, "watermark": 533}
-    handles = RunHandles(
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,
-        Path("."),
-        "spec",
-        {},
-        Path("log"),
-        lambda offer: offer + 1,
-        lambda: state["next"],
-        lambda timeout_s: True,
-        532,
-        lambda: state["watermark"],
-    )
-    injector = Injector(handles)
+    injector = offline_injector(lambda: state["next"], 532, lambda: state["watermark"])
     commit = Fault(92, 485, "commit_point", point="commit-ledger", after=2)
     assert injector.crash_spec(commit) == "commit-ledger:533"  # not 535: the last batch
     injector.pending, injector.pending_spec = commit, injector.crash_spec(commit)
@@ -273,3 +247,27 @@ def test_a_batch_point_stays_within_the_input_and_is_given_up_once_passed() -> N
     assert injector.pending_spec == "collect-sent:522" and injector.reachable(collector)
     state["next"] = 522  # offer 521 (logical batch 522) acknowledged
     assert not injector.reachable(collector)
+
+
+def offline_injector(
+    next_offer: Callable[[], int],
+    last_offer: int | None = None,
+    watermark: Callable[[], int] = lambda: 0,
+) -> Injector:
+    """An injector with no process to reach: for placing and judging crash points. One offer
+    is one batch (batch id = offer + 1)."""
+    handles = RunHandles(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,
+        Path("."),
+        "spec",
+        {},
+        Path("log"),
+        lambda offer: offer + 1,
+        next_offer,
+        lambda timeout_s: True,
+        last_offer,
+        watermark,
+    )
+    return Injector(handles)
