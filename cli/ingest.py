@@ -32,11 +32,14 @@ def _stop_on_signals() -> threading.Event:
 
 
 def crash_at(text: str | None) -> Any:
-    """The :class:`runtime.faults.CrashAt` of a hidden ``--crash-at POINT:N`` (None without)."""
-    from runtime.faults import CrashAt, parse_crash_at
+    """The :class:`runtime.faults.CrashAt` of a hidden ``--crash-at POINT:N`` (None without);
+    ``--crash-at @FILE``: a :class:`runtime.faults.CrashAtFile` armed by that file."""
+    from runtime.faults import CrashAt, CrashAtFile, parse_crash_at
 
     if not text:
         return None
+    if text.startswith("@"):
+        return CrashAtFile(Path(text[1:]))
     try:
         return CrashAt(*parse_crash_at(text))
     except ValueError as exc:

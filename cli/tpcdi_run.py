@@ -22,6 +22,8 @@ from cli.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, write_json
 from streamdi.errors import StreamdiError
 from streamdi.settings import StreamdiSettings
 
+#: ``streamdi tpcdi phase`` steps (tpcdi.run.resume.PHASE_ACTIONS, not imported at start-up).
+_PHASE_ACTIONS = ("begin", "end", "visibility", "audit")
 _TARGETS = {"duckdb": ("duckdb",), "postgres": ("postgres",), "both": ("duckdb", "postgres")}
 
 
@@ -71,12 +73,18 @@ def _run(args: argparse.Namespace, settings: StreamdiSettings) -> int:
         days=args.days,
         day_seconds=args.day_seconds,
         audit_every=args.audit_every,
+        stop_after=args.stop_after,
     )
     try:
         record = run_tpcdi(options, settings)
     except StreamdiError as exc:
         print(f"streamdi tpcdi run: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    if options.stop_after is not None:
+        historical = record.phases.get("historical")
+        seconds = f" in {historical.seconds:.1f} s" if historical is not None else ""
+        print(f"streamdi tpcdi run: stopped after the {options.stop_after} load{seconds}")
+        return EXIT_OK
     out = sys.stderr if args.json == "-" else sys.stdout
     document = phases.report(record, args.json, args.png, out)
     workdir = options.workdir or settings.streamdi.state_dir / "tpcdi"
@@ -130,6 +138,35 @@ def _memory_lines(record: Any, out: Any) -> None:
             f"  facts moved in pieces; the largest: {largest['rows']:,} rows of "
             f"{largest['table']} ({largest['bytes'] / (1 << 20):,.1f} MB)\n"
         )
+
+
+def _phase(args: argparse.Namespace, settings: StreamdiSettings) -> int:
+    from tpcdi.run.resume import run_phase_step
+
+    _quiet_clients(args)
+    try:
+        audits = run_phase_step(
+            args.action,
+            args.batch,
+            settings,
+            Path(args.workdir),
+            _TARGETS[args.target],
+            data=Path(args.data) if args.data else None,
+            crash_at=args.crash_at,
+        )
+    except StreamdiError as exc:
+        print(f"streamdi tpcdi phase: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if audits is None:
+        return EXIT_OK
+    if args.json:
+        write_json(audits, args.json)
+    for target, verdicts in audits.items():
+        print(f"audit on {target}: {verdicts['ok']} OK, {verdicts['fail']} FAIL")
+        for check in verdicts["checks"]:
+            if not check["ok"]:
+                print(f"  FAIL {check['name']}: {check['detail']}")
+    return EXIT_OK if all(v["fail"] == 0 for v in audits.values()) else EXIT_FAILED
 
 
 def _stream(args: argparse.Namespace, settings: StreamdiSettings) -> int:
@@ -225,12 +262,45 @@ def register(sub: Any) -> None:
     )
     run.add_argument("--serve", action="store_true", help="keep the query API up after the run")
     run.add_argument(
+        "--stop-after",
+        choices=("historical",),
+        help="end after this phase: 'historical' leaves the loaded warehouse and the seeded "
+        "staging file in the workdir for the incremental updates to run under streamdi serve, "
+        "their phases driven by 'streamdi tpcdi phase'",
+    )
+    run.add_argument(
         "--upgrade-between",
         action="store_true",
         help="upgrade the incremental dataflow between the two updates (DimCustomer gains "
         "displayname, a new customer_changes sink; docs/evolution.md)",
     )
     run.set_defaults(handler=_run)
+    phase = sub.add_parser(
+        "phase",
+        help="one step of an incremental phase of a run whose updates go through streamdi "
+        "serve (begin, end, visibility, audit); safe to run again after a kill",
+        description="The bookkeeping of the incremental phases when the updates run under "
+        "streamdi serve (after 'streamdi tpcdi run --stop-after historical'): 'end B' the "
+        "Prospect messages, a last Visibility_2, the batch validation and the PCR of phase B "
+        "('end 1' completes the historical load); 'begin B' its Phase started row (and the first "
+        "Visibility_1); 'visibility B' a Visibility_2; 'audit B' the final Visibility_1, the "
+        "answer keys and the audit. Run them with serve stopped and the warehouses merged "
+        "(streamdi migrate push --merge). Each writes its rows once per target: run again "
+        "after a kill, it completes what is missing.",
+    )
+    phase.add_argument("action", choices=_PHASE_ACTIONS)
+    phase.add_argument("batch", type=int, help="the phase's BatchID (1: historical, 2..: updates)")
+    phase.add_argument("--workdir", required=True, help="the run's files (its --workdir)")
+    phase.add_argument("--data", help="the run's staging area (end: BatchDate; audit: answer keys)")
+    phase.add_argument(
+        "--target",
+        choices=sorted(_TARGETS),
+        default="duckdb",
+        help="the run's warehouse(s): duckdb (default), postgres (POSTGRES__DSN) or both",
+    )
+    phase.add_argument("--json", metavar="PATH", help="audit: write the verdicts as JSON")
+    phase.add_argument("--crash-at", help=argparse.SUPPRESS)  # fault injection (tpcdi.run.resume)
+    phase.set_defaults(handler=_phase)
     stream = sub.add_parser(
         "stream",
         help="Batch1's trades, cash and holdings as an event stream through the incremental "

@@ -29,6 +29,11 @@ real ``kill -9``: nothing flushed, nothing closed) the moment it reaches the nam
 * the migration (:mod:`migration.migrator`; ``N``: the N-th time the target reaches it):
   ``migrate-PHASE-TARGET`` with PHASE one of :data:`MIGRATION_PHASES` and TARGET ``postgres``
   or ``duckdb``, e.g. ``migrate-committed-postgres:3``.
+
+``--crash-at @FILE`` (:class:`CrashAtFile`) arms the running process from a file instead: it
+holds ``POINT:N`` or nothing, and each point looks at it when reached, so a harness arms (or
+disarms) a live service by replacing the file, without restarting it; a count starts again at
+each arming.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 #: Steps of the staging commit a ``commit-STEP`` point names (:meth:`StagingStore.commit`).
 COMMIT_STEPS = ("state", "outputs", "progress", "ledger", "commit")
@@ -179,3 +185,84 @@ class CrashAt(PipelineFaults):
                 kill_self()
 
         return hook
+
+
+class CrashAtFile(PipelineFaults):
+    """A :class:`CrashAt` read from ``path`` (``POINT:N``; empty or missing: not armed), read
+    again whenever the file was replaced: a harness arms a running process by writing a new
+    file and renaming it over the old one. Every point looks at the file when it is reached
+    (one ``stat``), so a point armed before its batch arrives is never passed; a count (a
+    checkpoint's or a migration round's N) starts at the arming. A file that does not parse
+    disarms."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+        self._armed: CrashAt | None = None
+        self._lock = threading.Lock()
+
+    def armed(self) -> CrashAt | None:
+        """The point the file holds now (None: not armed)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    text = self.path.read_text().strip()
+                    self._armed = CrashAt(*parse_crash_at(text)) if text else None
+                except (OSError, ValueError):
+                    self._armed = None
+            return self._armed
+
+    def before_execute(self, batch_id: int) -> None:
+        armed = self.armed()
+        if armed is not None:
+            armed.before_execute(batch_id)
+
+    def commit_hook(self, first_id: int, last_id: int) -> Callable[[str], None] | None:
+        armed = self.armed()
+        return None if armed is None else armed.commit_hook(first_id, last_id)
+
+    def after_commit(self, first_id: int, last_id: int) -> None:
+        armed = self.armed()
+        if armed is not None:
+            armed.after_commit(first_id, last_id)
+
+    def collector_hook(self, stream: str) -> CollectorHook | None:
+        def hook(point: str, batch_id: int) -> None:
+            armed = self.armed()
+            inner = None if armed is None else armed.collector_hook(stream)
+            if inner is not None:
+                inner(point, batch_id)
+
+        return hook
+
+    def checkpoint_hook(self) -> Callable[[str], None] | None:
+        def hook(point: str) -> None:
+            armed = self.armed()
+            inner = None if armed is None else armed.checkpoint_hook()
+            if inner is not None:
+                inner(point)
+
+        return hook
+
+    def migration_hook(self) -> MigrationHook | None:
+        def hook(phase: str, target: str) -> None:
+            armed = self.armed()
+            inner = None if armed is None else armed.migration_hook()
+            if inner is not None:
+                inner(phase, target)
+
+        return hook
+
+
+def write_armed(path: Path, crash_at: str | None) -> None:
+    """Arm the process watching ``path`` (:class:`CrashAtFile`) with ``crash_at`` (None:
+    disarm): written beside and renamed over, so the process reads all of it or none."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(crash_at or "")
+    os.replace(tmp, path)

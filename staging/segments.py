@@ -42,6 +42,7 @@ import contextlib
 import logging
 import os
 import secrets
+import stat
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -256,12 +257,21 @@ class SegmentFolder:
 
 def staging_disk_bytes(path: Path) -> int:
     """Bytes the staging file at ``path`` takes on disk: the file, its WAL and its segment
-    folder."""
-    size = sum(p.stat().st_size for p in (path, Path(f"{path}.wal")) if p.is_file())
-    folder = Path(f"{path}.segments")
-    if folder.is_dir():
-        size += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    return size
+    folder. A file deleted while it is counted (a merge retiring segments, a checkpoint of the
+    WAL) counts as gone: ``GET /status`` asks this while the pipeline runs."""
+    files = [path, Path(f"{path}.wal")]
+    for root, _, names in os.walk(f"{path}.segments"):  # a folder gone meanwhile is skipped
+        files += (Path(root, name) for name in names)
+    return sum(_file_bytes(p) for p in files)
+
+
+def _file_bytes(path: Path) -> int:
+    """The size of the regular file ``path``; 0 when it is not one, or no longer exists."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def _row(s: Segment) -> tuple[object, ...]:

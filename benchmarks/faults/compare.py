@@ -12,8 +12,10 @@ either: wall-clock times (``*_at``, durations), how a batch reached a warehouse 
 push of the pipeline or of ``streamdi migrate``), and relations that record the physical
 history of a run rather than its data (staging's segment catalog and meta table, whose Kafka log
 id names the run's own broker; the warehouses' merge log: how many merges ran depends on
-timing, what they merged does not, and the full tables compared show it). Everything else must be
-equal: a row missing, extra or different is a :class:`Difference`.
+timing, what they merged does not, and the full tables compared show it). A workload may add
+its own (:class:`Rules`: the TPC-DI workload leaves out DImessages' wall-clock
+``messagedateandtime`` and its visibility rows, whose counts depend on when they were taken).
+Everything else must be equal: a row missing, extra or different is a :class:`Difference`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import datetime
 import decimal
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,28 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _duckdb_snapshot(path: Path, store: str, schemas: Sequence[str] | None) -> Snapshot:
+@dataclass(frozen=True)
+class Rules:
+    """A workload's own exceptions, by relation (``schema.table``): ``volatile`` columns left
+    out besides :data:`VOLATILE`, and ``where`` the rows compared (an SQL condition both DuckDB
+    and PostgreSQL read)."""
+
+    volatile: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    where: Mapping[str, str] = field(default_factory=dict)
+
+    def left_out(self, name: str) -> frozenset[str]:
+        return VOLATILE.get(name, frozenset()) | self.volatile.get(name, frozenset())
+
+    def condition(self, name: str) -> str:
+        return f" WHERE {self.where[name]}" if name in self.where else ""
+
+
+NO_RULES = Rules()
+
+
+def _duckdb_snapshot(
+    path: Path, store: str, schemas: Sequence[str] | None, rules: Rules = NO_RULES
+) -> Snapshot:
     out: Snapshot = {}
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -131,27 +154,30 @@ def _duckdb_snapshot(path: Path, store: str, schemas: Sequence[str] | None) -> S
                     "AND table_name = ? ORDER BY ordinal_position",
                     [schema, table],
                 ).fetchall()
-                if c not in VOLATILE.get(name, frozenset())
+                if c not in rules.left_out(name)
             ]
             select = ", ".join(_quote(c) for c in columns)
-            rows = con.execute(f"SELECT {select} FROM {_quote(schema)}.{_quote(table)}").fetchall()
+            rows = con.execute(
+                f"SELECT {select} FROM {_quote(schema)}.{_quote(table)}{rules.condition(name)}"
+            ).fetchall()
             out[f"{store}:{name}"] = Relation(columns, _rows(rows))
     finally:
         con.close()
     return out
 
 
-def staging_snapshot(path: Path) -> Snapshot:
+def staging_snapshot(path: Path, rules: Rules = NO_RULES) -> Snapshot:
     """Every compared relation of the staging file at ``path`` (no pipeline may hold it)."""
-    return _duckdb_snapshot(path, "staging", None)
+    return _duckdb_snapshot(path, "staging", None, rules)
 
 
-def duckdb_warehouse_snapshot(path: Path, schema: str) -> Snapshot:
+def duckdb_warehouse_snapshot(path: Path, schema: str, rules: Rules = NO_RULES) -> Snapshot:
     """Every compared relation of the DuckDB warehouse file for the dataflow schema ``schema``."""
-    return _duckdb_snapshot(path, "duckdb", (schema, f"{schema}_delta", "streamdi_migration"))
+    schemas = (schema, f"{schema}_delta", "streamdi_migration")
+    return _duckdb_snapshot(path, "duckdb", schemas, rules)
 
 
-def postgres_snapshot(dsn: str, schema: str) -> Snapshot:
+def postgres_snapshot(dsn: str, schema: str, rules: Rules = NO_RULES) -> Snapshot:
     """Every compared relation of the PostgreSQL warehouse for the dataflow schema ``schema``."""
     import psycopg2
 
@@ -173,10 +199,10 @@ def postgres_snapshot(dsn: str, schema: str) -> Snapshot:
                     "AND table_name = %s ORDER BY ordinal_position",
                     (table_schema, table),
                 )
-                columns = [c for (c,) in cur.fetchall() if c not in VOLATILE.get(name, frozenset())]
+                columns = [c for (c,) in cur.fetchall() if c not in rules.left_out(name)]
                 cur.execute(
                     f"SELECT {', '.join(_quote(c) for c in columns)} "
-                    f"FROM {_quote(table_schema)}.{_quote(table)}"
+                    f"FROM {_quote(table_schema)}.{_quote(table)}{rules.condition(name)}"
                 )
                 out[f"postgres:{name}"] = Relation(columns, _rows(cur.fetchall()))
     finally:

@@ -3,10 +3,11 @@
 :meth:`Injector.inject` performs one :class:`~benchmarks.faults.kinds.Fault` and returns its
 :class:`Injection`: when the disturbance began and ended (monotonic s), whether the fault
 *landed* (the process was really killed at that point, the server really stopped, the disk
-really full) and what happened. Crash points are armed through the supervisor: serve's next
-start carries ``--crash-at`` (:meth:`Injector.arm`); a point fault whose serve was not started
-armed kills serve first (an *arming* kill, itself a kill -9 at a random moment) so the
-supervisor starts it armed.
+really full) and what happened. Crash points are armed in serve's arm file (``--crash-at
+@FILE``, :class:`runtime.faults.CrashAtFile`): a running serve is armed where it is, without a
+restart, and the supervisor starts a dead one armed with what :meth:`Injector.arm` says. (A
+point fault once killed a serve started unarmed first, so that it came back armed: a third of the
+TPC-DI campaign's serve restarts, and the point's own restart came right after it.)
 """
 
 from __future__ import annotations
@@ -33,8 +34,27 @@ logger = logging.getLogger(__name__)
 
 #: How long an armed crash point may take to be reached before the fault counts as missed.
 POINT_TIMEOUT_S = 90.0
+#: A counted point whose input has all been offered is given up this long after (no commit
+#: will come to reach it).
+DRY_S = 15.0
 #: Kinds whose point is a batch id (armed ahead, when serve starts before the fault is due).
 BATCH_POINT_KINDS = frozenset({"commit_point", "collector_point"})
+
+
+def arms_ahead(fault: Fault, following: Fault | None) -> bool:
+    """Whether ``following`` (a crash point at a batch) is armed as ``fault`` is injected, its
+    batch placed from the input then (the run keeps the input short of it meanwhile). Not after
+    a point counted in commits (its input runs past the following's batch), nor after a
+    ``migrate_kill`` (it needs input to flow, so that staging holds a batch the warehouses have
+    not when serve is killed: with the input held at the following's offer, ``streamdi migrate
+    push`` found nothing to push and its point was never reached)."""
+    counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
+    return (
+        following is not None
+        and following.kind in BATCH_POINT_KINDS
+        and not counted
+        and fault.kind != "migrate_kill"
+    )
 
 
 @dataclass
@@ -46,7 +66,6 @@ class Injection:
     ended: float
     landed: bool
     detail: str = ""
-    arming_kill: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +86,10 @@ class RunHandles:
     next_offer: Callable[[], int]
     #: Wait (at most this long) until staging holds a batch some warehouse has not.
     wait_pending: Callable[[float], bool]
+    #: The input's last offer (None: no end to keep a point before).
+    last_offer: int | None = None
+    #: The last batch staging committed, as last seen.
+    watermark: Callable[[], int] = lambda: 0
 
 
 class Injector:
@@ -83,28 +106,64 @@ class Injector:
         self.unplanned: list[ServeExit] = []
         """Exits of serve nobody asked for (neither a kill nor an armed point)."""
         self.upcoming: Fault | None = None
-        """The next fault when it is a crash point at a batch: the restart after the fault in
-        hand starts serve armed for it (no arming kill then)."""
+        """The next fault when it is a crash point at a batch: armed as the fault in hand is
+        injected (its batch placed from the input then; the run keeps the input short of it)."""
+        self.anchor: tuple[int, int] | None = None
+        """``(fault index, offer)``: place that fault's batch after this offer rather than after
+        the first offer not taken yet (the run holds the input there while it arms the point,
+        so the input cannot pass the batch before serve is armed for it)."""
+        self.on_armed: Callable[[], None] | None = None
+        """Called once a point fault's serve is armed (or killed to start armed): the run lets
+        the input go on to the point's batch then."""
+        self.on_waiting: Callable[[], bool] | None = None
+        """Called once a second while a point fault waits to be reached: the run lets a point
+        counted in commits have more input; False when none is left to give."""
 
     # -- arming ------------------------------------------------------------------------------------
+
+    def point_offer(self, fault: Fault) -> int:
+        """The offer whose batch a crash point at a batch is placed at: ``after`` offers past
+        the one it is due at or the input's next (the anchor, when the run holds the input
+        there), but never past the input's last offer (a point placed past it waited 90 s for
+        a batch that never came: ``commit-ledger:534`` of 533 at the end of the TPC-DI
+        campaign)."""
+        taken = self.h.next_offer()
+        if self.anchor is not None and self.anchor[0] == fault.index:
+            taken = self.anchor[1]
+        offer = max(fault.at_offer, taken) + fault.after
+        return offer if self.h.last_offer is None else min(offer, self.h.last_offer)
+
+    def reachable(self, fault: Fault) -> bool:
+        """Whether the batch of ``fault`` (a crash point at a batch, armed) may still come: not
+        once its offer was acknowledged (a collector point) or its batch committed (a commit
+        point). A point counted in commits is given up by the run (``on_waiting``)."""
+        spec = self.pending_spec
+        if fault.kind not in BATCH_POINT_KINDS or spec is None:
+            return True
+        batch = int(spec.rpartition(":")[2])
+        if fault.kind == "collector_point":
+            return batch > self.h.next_offer()  # logical batch ids: offer + 1
+        return batch > self.h.watermark()
 
     def crash_spec(self, fault: Fault) -> str:
         """``--crash-at`` of a point fault, placed after the offers it is due at."""
         assert fault.point is not None
         if fault.kind == "commit_point":
-            offer = max(fault.at_offer, self.h.next_offer()) + fault.after
-            return f"{fault.point}:{self.h.batch_of(offer)}"
+            return f"{fault.point}:{self.h.batch_of(self.point_offer(fault))}"
         if fault.kind == "collector_point":
-            offer = max(fault.at_offer, self.h.next_offer()) + fault.after
-            return f"{fault.point}:{offer + 1}"  # logical batch ids of the stream: offer + 1
+            # logical batch ids of the stream: offer + 1
+            return f"{fault.point}:{self.point_offer(fault) + 1}"
         return f"{fault.point}:{fault.after}"
 
     def set_pending(self, fault: Fault | None) -> None:
-        """Arm serve's next start with ``fault`` (a point fault), or with nothing."""
-        with self.h.supervisor.lock:
+        """Arm serve with ``fault`` (a point fault), or with nothing: the running serve now, or
+        its next start."""
+        sup = self.h.supervisor
+        with sup.lock:
             self.pending = fault
             self.pending_spec = None if fault is None else self.crash_spec(fault)
             self.landed = None
+            sup.serve.arm(self.pending_spec)
 
     def arm(self) -> str | None:
         """The ``--crash-at`` for serve's next start (the supervisor asks)."""
@@ -114,7 +173,8 @@ class Injector:
         """serve ended (the supervisor tells, before it starts it again)."""
         if exit_.by_campaign:
             return
-        if exit_.armed is not None and exit_.armed == self.pending_spec:
+        at_point = exit_.code == -signal.SIGKILL  # a point kills with SIGKILL, nothing else does
+        if at_point and exit_.armed is not None and exit_.armed == self.pending_spec:
             landed = self.pending
             self.set_pending(self.upcoming if self.upcoming is not landed else None)
             self.landed = exit_
@@ -125,10 +185,7 @@ class Injector:
 
     def inject(self, fault: Fault, upcoming: Fault | None = None) -> Injection:
         """Inject ``fault``; ``upcoming``: the fault after it (armed ahead when it can be)."""
-        counted = fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS
-        # a counted point lets the input run past the next fault's batch: never armed ahead then
-        ahead = upcoming is not None and upcoming.kind in BATCH_POINT_KINDS and not counted
-        self.upcoming = upcoming if ahead else None
+        self.upcoming = upcoming if arms_ahead(fault, upcoming) else None
         if fault.kind not in POINT_KINDS:
             self.set_pending(self.upcoming)  # a restart this fault causes starts serve armed
         action = getattr(self, f"_{fault.kind}")
@@ -151,31 +208,34 @@ class Injector:
     def _point(self, fault: Fault) -> Injection:
         sup = self.h.supervisor
         started = time.monotonic()
-        arming = False
         with sup.lock:
-            armed = (
-                self.pending is fault
-                and sup.serve.running()
-                and sup.serve.armed == self.pending_spec
-            )
-            if not armed:
+            if self.pending is not fault:  # not armed ahead: arm it now (a dead serve at start)
                 self.set_pending(fault)
-                arming = sup.kill_serve()  # the supervisor starts it armed
             spec = self.pending_spec
+        if self.on_armed is not None:
+            self.on_armed()
         deadline = time.monotonic() + POINT_TIMEOUT_S
+        next_step = time.monotonic() + 1.0
+        dry_since: float | None = None
         while time.monotonic() < deadline:
             landed = self.landed
             if landed is not None:
                 self.landed = None
                 detail = f"serve died at {spec} (code {landed.code})"
-                return Injection(
-                    fault, started, landed.at, landed.code == -signal.SIGKILL, detail, arming
-                )
+                return Injection(fault, started, landed.at, landed.code == -signal.SIGKILL, detail)
+            if not self.reachable(fault):
+                break  # the input passed its batch (or ended before it): it will not come
             time.sleep(0.05)
-        with sup.lock:  # never reached: start serve again, armed for the next fault if it can be
-            self.set_pending(self.upcoming)
-            sup.kill_serve()
-        return Injection(fault, started, time.monotonic(), False, f"{spec} not reached", arming)
+            if self.on_waiting is not None and time.monotonic() >= next_step:
+                if self.on_waiting():
+                    dry_since = None
+                elif dry_since is None:
+                    dry_since = time.monotonic()
+                elif time.monotonic() - dry_since > DRY_S:
+                    break  # all its input is in and it was not reached: it will not be
+                next_step += 1.0
+        self.set_pending(self.upcoming)  # never reached: disarmed, or armed for the next fault
+        return Injection(fault, started, time.monotonic(), False, f"{spec} not reached")
 
     _commit_point = _point
     _collector_point = _point

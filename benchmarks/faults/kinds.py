@@ -36,7 +36,10 @@ Input faults are part of the workload itself, the same in the reference run: eve
 jumps (:mod:`benchmarks.faults.ledger`). ``reprocess_kill`` (``streamdi upgrade reprocess``
 killed at one of its phases or at a random moment, then run again) is not drawn: the reprocess
 runs at a fixed offer in both runs, as it adds a batch of its own, and only the faulted run's
-first attempt is killed.
+first attempt is killed. Nor is ``phase_kill`` (the TPC-DI workload: ``streamdi tpcdi phase``,
+the bookkeeping at the end of a phase and the audit, killed at one of its points or at a random
+moment, then run again): the phases end at fixed offers in both runs, and the faulted run kills
+the first attempt of each.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ FaultKind = Literal[
     "postgres_slow",
     "disk_full",
     "reprocess_kill",
+    "phase_kill",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "serve_kill",
@@ -110,10 +114,16 @@ MIGRATION_POINTS = tuple(
 )
 #: Faults are at least this many offers apart (a crash point lands a few offers after its due).
 SPACING = 4
+#: Points at a batch (armed with the batch id, placed after the input of the moment).
+BATCH_KINDS: frozenset[FaultKind] = frozenset({"commit_point", "collector_point"})
 #: Points counted in checkpoints or migration rounds: reached only while commits go on...
 COUNTED_KINDS: frozenset[FaultKind] = frozenset({"checkpoint_point", "migration_point"})
 #: ...so none is scheduled in the last this many offers.
 COUNTED_TAIL = 50
+#: A point at a batch is placed a few offers after the input when it is injected: none in the
+#: last this many offers before a stop (the input halts there until the faults before it
+#: recovered, so a batch past it would not come in time).
+BATCH_TAIL = 10
 #: ``streamdi migrate push --crash-at PHASE:TARGET`` phases (None: a kill at a random moment).
 MIGRATE_PHASES = ("copy", "loaded", "rejects", "committed", "acked", "merge", "merged", None)
 
@@ -189,10 +199,14 @@ def schedule(
     lead: int = 10,
     tail: int = 10,
     skip: frozenset[int] = frozenset(),
+    stops: frozenset[int] = frozenset(),
 ) -> list[Fault]:
     """``count`` faults spread over offers ``lead..offers - tail``, at least :data:`SPACING`
     offers apart and not at the offers in ``skip``, drawn by ``seed``: every kind once before
-    any twice (in a seeded order), then by :data:`WEIGHTS`."""
+    any twice (in a seeded order), then by :data:`WEIGHTS`. ``stops``: offers before which the
+    input halts (the TPC-DI workload's phase ends): like the end of the input, no point counted
+    in commits is scheduled in the :data:`COUNTED_TAIL` offers before one, nor a point at a
+    batch in the :data:`BATCH_TAIL` offers before one."""
     if count <= 0:
         return []
     candidates = [o for o in range(lead, offers - tail) if all(abs(o - k) >= SPACING for k in skip)]
@@ -211,14 +225,28 @@ def schedule(
         chosen.append(rng.choices(kinds, weights)[0])
     picked = sorted(rng.sample(range(room), count))
     at = [candidates[slot + SPACING * i] for i, slot in enumerate(picked)]
+    ends = sorted({*stops, offers})
+
+    def tail_of(kind: FaultKind) -> int:
+        return COUNTED_TAIL if kind in COUNTED_KINDS else BATCH_TAIL
+
+    def fits(kind: FaultKind, offer: int) -> bool:
+        if kind not in COUNTED_KINDS and (kind not in BATCH_KINDS or not stops):
+            return True
+        return offer <= next(e for e in ends if e > offer) - tail_of(kind)
+
     # a point counted in checkpoints or migration rounds needs input after it: none near the end
+    # (or a stop); nor a point at a batch just before a stop
     for i in reversed(range(count)):
-        if chosen[i] in COUNTED_KINDS and at[i] > offers - COUNTED_TAIL:
+        if not fits(chosen[i], at[i]):
             swap = next(
                 (
                     j
-                    for j in reversed(range(i))
-                    if chosen[j] not in COUNTED_KINDS and at[j] <= offers - COUNTED_TAIL
+                    for j in reversed(range(count))
+                    if j != i
+                    and fits(chosen[j], at[i])
+                    and fits(chosen[i], at[j])
+                    and chosen[j] not in COUNTED_KINDS
                 ),
                 None,
             )

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from etl_dataflows.testing import ledger_dataflow
 from ingest.ledger import ledger_events
@@ -40,6 +41,8 @@ from runtime import RunSpec, bind
 #: 2025-01-01T00:00:00Z in µs: the workload's event time starts here (well inside the bounds).
 BASE_US = 1_735_689_600_000_000
 STREAM = "txns"
+JSON = "application/json"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
 #: The tables and sinks ``streamdi upgrade reprocess`` recomputes in the campaign.
 REPROCESSED = ("accounts", "book", "balances")
 #: Event-time jumps an offer may carry (µs), by name.
@@ -57,13 +60,22 @@ def run() -> RunSpec:
 
 @dataclass(frozen=True)
 class Offer:
-    """Offer ``index``: its events (JSON objects) from position ``first_pos``; ``note`` names
-    its input fault, if any."""
+    """Offer ``index``: its events (JSON objects, or an Arrow table sent as an Arrow IPC stream)
+    from position ``first_pos``; ``note`` names its input fault, if any."""
 
     index: int
     first_pos: int
-    events: list[dict[str, Any]]
+    events: list[dict[str, Any]] | pa.Table
     note: str | None = None
+
+    def body(self) -> tuple[bytes, str]:
+        """The HTTP body of the offer and its content type."""
+        if isinstance(self.events, pa.Table):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.events.schema) as writer:
+                writer.write_table(self.events)
+            return sink.getvalue().to_pybytes(), ARROW_STREAM
+        return json.dumps({"events": self.events}).encode(), "application/json"
 
 
 def ledger_offers(
@@ -128,20 +140,26 @@ class HttpClient:
         self._con: http.client.HTTPConnection | None = None
 
     def request(
-        self, method: str, path: str, body: Any = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: tuple[bytes, str] | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
+        """``body`` is sent as JSON; ``raw`` as ``(bytes, content type)``."""
         if self._con is None:
             self._con = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
-        data = None if body is None else json.dumps(body).encode()
+        data, kind = raw or (None if body is None else json.dumps(body).encode(), JSON)
         try:
-            self._con.request(method, path, body=data, headers={"content-type": "application/json"})
+            self._con.request(method, path, body=data, headers={"content-type": kind})
             response = self._con.getresponse()
-            raw = response.read()
+            answer = response.read()
         except (OSError, http.client.HTTPException):
             self.close()
             raise
         try:
-            parsed = json.loads(raw) if raw else None
+            parsed = json.loads(answer) if answer else None
         except ValueError:
             parsed = None
         return response.status, parsed
@@ -186,6 +204,7 @@ class Pusher:
     port: int
     offers: list[Offer]
     rate: float
+    stream: str = STREAM
     gate: int = -1
     acked: list[Acked] = field(default_factory=list)
     failures: int = 0
@@ -256,12 +275,13 @@ class Pusher:
             client.close()
 
     def _push(self, client: HttpClient, offer: Offer) -> Acked:
-        path = f"/streams/{STREAM}/events?expect_pos={offer.first_pos}"
+        path = f"/streams/{self.stream}/events?expect_pos={offer.first_pos}"
+        raw = offer.body()
         attempts = 0
         while not self._stop.is_set():
             attempts += 1
             try:
-                status, body = client.request("POST", path, {"events": offer.events})
+                status, body = client.request("POST", path, raw=raw)
             except (OSError, http.client.HTTPException):
                 status, body = 0, None
             if status == 200 and body is not None:

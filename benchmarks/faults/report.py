@@ -44,25 +44,39 @@ def render(data: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for kind, entry in data["faults"]["by_kind"].items():
-        landed = f"{entry['landed']}"
-        if entry.get("arming"):
-            landed += f" ({entry['arming']} arming)"
         lines.append(
-            f"| {kind} | {entry['scheduled']} | {landed} | {_fmt(entry['recovery_p50_s'])} | "
+            f"| {kind} | {entry['scheduled']} | {entry['landed']} | "
+            f"{_fmt(entry['recovery_p50_s'])} | "
             f"{_fmt(entry['recovery_p99_s'])} |"
         )
     inputs = ", ".join(f"{k} {v}" for k, v in sorted(data["input_faults"].items()))
     faulted = data["runs"]["faulted"]
+    if data.get("workload") == "tpcdi":
+        audits = "; ".join(
+            f"{target} {a['ok']} OK, {a['fail']} FAIL" for target, a in data["audits"].items()
+        )
+        lines += [
+            "",
+            f"TPC-DI SF {data['sf']:g}, Batch2 and Batch3 into both warehouses; the historical "
+            f"load both runs start from took {data['prepare_seconds']:.0f} s (in the campaign's "
+            f"time, in neither run's). The faulted run's audit: {audits or 'none'}; each "
+            "warehouse's audit is compared with the reference's check by check.",
+        ]
+    else:
+        lines += ["", f"Input faults in both runs (offers): {inputs or 'none'}."]
     lines += [
-        "",
-        f"Input faults in both runs (offers): {inputs or 'none'}.",
         "",
         f"Faulted run: serve started {faulted['serve_starts']} times, PostgreSQL restarted "
         f"{faulted['postgres_restarts']} times; {faulted['push_attempts']:,} push attempts for "
         f"{data['offers']:,} offers, {faulted['push_conflicts']} retries found already taken "
         f"(409); answers retried, by status (0: none): "
-        f"{faulted['push_retries_by_status'] or '-'}; reprocess exit codes "
-        f"{faulted['reprocess_codes'] or '-'}.",
+        f"{faulted['push_retries_by_status'] or '-'}"
+        + (
+            ""
+            if data.get("workload") == "tpcdi"
+            else f"; reprocess exit codes {faulted['reprocess_codes'] or '-'}"
+        )
+        + ".",
         "",
         f"## Compared: {data['compared']['relations']} relations, "
         f"{data['compared']['rows']:,} rows",

@@ -38,9 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.faults import compare
-from benchmarks.faults.injector import BATCH_POINT_KINDS, Injection, Injector, RunHandles
+from benchmarks.faults.injector import (
+    BATCH_POINT_KINDS,
+    Injection,
+    Injector,
+    RunHandles,
+    arms_ahead,
+)
 from benchmarks.faults.kinds import POINT_KINDS, Fault
-from benchmarks.faults.ledger import REPROCESSED, Acked, HttpClient, Offer, Pusher
+from benchmarks.faults.ledger import REPROCESSED, STREAM, Acked, HttpClient, Offer, Pusher
 from benchmarks.faults.processes import (
     PostgresService,
     ServeProcess,
@@ -60,6 +66,12 @@ LEAD = 3
 #: ...and past the next milestone while a crash point counted in checkpoints or migration rounds
 #: waits to be reached (those need commits to go on for a while).
 COUNTED_LEAD = 60
+#: Offers past the input a ``migrate_kill`` lets in while it waits for a batch staged and not
+#: yet in the warehouses (serve is killed then).
+MIGRATE_LEAD = 8
+#: A counted point's lead is released this many offers at a time, one step a second while it
+#: waits, so a point reached early leaves the input to the ones after it.
+COUNTED_STEP = 4
 #: Longest wait for a recovery before it counts as none (a finding).
 RECOVERY_TIMEOUT_S = 240.0
 #: ``upgrade reprocess --crash-at`` phases of the faulted run's first attempt (None: a kill after
@@ -142,6 +154,18 @@ def _holds(sample: Sample, batch: int) -> bool:
 
 
 @dataclass
+class Live:
+    """A run's processes while it runs (what :meth:`LedgerRun._walk` and the hooks work with):
+    serve's supervisor, the sampler of ``/status``, the pusher of the input, and the environment
+    of every streamdi process of the run."""
+
+    supervisor: Supervisor
+    sampler: Sampler
+    pusher: Pusher
+    env: dict[str, str]
+
+
+@dataclass
 class RunConfig:
     """What a run does: its ``name`` and folder, its input, faults and reprocess offer."""
 
@@ -214,7 +238,17 @@ def run_env(state: Path, staging: Path, port: int, dsn: str) -> dict[str, str]:
 
 
 class LedgerRun:
-    """One run (see the module docstring); :meth:`execute` returns its :class:`RunResult`."""
+    """One run (see the module docstring); :meth:`execute` returns its :class:`RunResult`.
+
+    Another workload subclasses it (:class:`benchmarks.faults.tpcdi_run.TpcdiRun`): its spec,
+    warehouse schema and stream, and the hooks :meth:`_setup` (before PostgreSQL starts),
+    :meth:`_prepare` (before serve's first start),
+    :meth:`_pause` (a planned stop at an offer of :meth:`pause_offers`), :meth:`_between` (before
+    each milestone) and :meth:`_after_merge` (after the last merge, before the snapshot)."""
+
+    spec = SPEC
+    schema = SCHEMA
+    stream = STREAM
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -247,9 +281,12 @@ class LedgerRun:
         sampler: Sampler | None = None
         pusher: Pusher | None = None
         try:
+            self._setup(staging)
             dsn = postgres.start()
-            env = run_env(self.state, staging, port, dsn)
-            serve = ServeProcess(SPEC, env, port, self.log)
+            env = {**run_env(self.state, staging, port, dsn), **self.extra_env()}
+            self._prepare(env, staging)
+            arm_file = self.state / "crash-at" if config.faults else None
+            serve = ServeProcess(self.spec, env, port, self.log, arm_file)
 
             def arm() -> str | None:
                 return None if injector is None else injector.arm()
@@ -260,26 +297,29 @@ class LedgerRun:
 
             supervisor = Supervisor(serve, postgres, arm, on_exit)
             sampler = Sampler(port)
-            pusher = Pusher(port, config.offers, config.rate)
+            pusher = Pusher(port, config.offers, config.rate, self.stream)
             injector = Injector(
                 RunHandles(
                     supervisor,
                     postgres,
                     disk,
                     self.state,
-                    SPEC,
+                    self.spec,
                     env,
                     self.log,
                     self.batch_of,
                     lambda: pusher.next_index if pusher is not None else 0,
                     lambda timeout_s: self._wait(sampler.pending, timeout_s),
+                    len(config.offers) - 1,
+                    lambda: sampler.samples[-1].watermark if sampler.samples else 0,
                 )
             )
             supervisor.start()
             self._wait_ready(port)
             sampler.start()
-            self._walk(injector, supervisor, sampler, pusher, env)
-            self._finish(supervisor, sampler, pusher, serve, env, dsn, staging)
+            live = Live(supervisor, sampler, pusher, env)
+            self._walk(injector, live)
+            self._finish(live, serve, dsn, staging)
         finally:
             if injector is not None:
                 result.unplanned = list(injector.unplanned)
@@ -306,22 +346,38 @@ class LedgerRun:
             client.close()
         raise RuntimeError(f"streamdi serve was not ready in {timeout_s:.0f} s; see {self.log}")
 
+    def extra_env(self) -> dict[str, str]:
+        """The workload's own settings for every streamdi process of the run."""
+        return {}
+
+    def pause_offers(self) -> list[int]:
+        """The offers at which the run stops for a planned step (:meth:`_pause`): the ledger's
+        reprocess."""
+        return [] if self.config.reprocess_at is None else [self.config.reprocess_at]
+
+    def _setup(self, staging: Path) -> None:
+        """Before anything starts (the state directory is empty, staging's disk mounted):
+        nothing for the ledger."""
+
+    def _prepare(self, env: dict[str, str], staging: Path) -> None:
+        """Before serve's first start (PostgreSQL is up): nothing for the ledger."""
+
+    def _between(self, live: Live) -> None:
+        """Before each milestone (the one before it recovered): nothing for the ledger."""
+
+    def _after_merge(self, env: dict[str, str], dsn: str) -> None:
+        """After serve stopped and the last merge, before the snapshot: nothing for the ledger."""
+
     def _milestones(self) -> list[tuple[int, Fault | None]]:
-        """``(offer, fault)`` in input order; a fault of None is the reprocess."""
+        """``(offer, fault)`` in input order; a fault of None is a planned pause (the ledger's
+        reprocess)."""
         items: list[tuple[int, Fault | None]] = [(f.at_offer, f) for f in self.config.faults]
-        if self.config.reprocess_at is not None:
-            items.append((self.config.reprocess_at, None))
+        items += [(offer, None) for offer in self.pause_offers()]
         items.sort(key=lambda item: (item[0], item[1] is not None))
         return items
 
-    def _walk(
-        self,
-        injector: Injector,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        env: dict[str, str],
-    ) -> None:
+    def _walk(self, injector: Injector, live: Live) -> None:
+        sampler, pusher = live.sampler, live.pusher
         items = self._milestones()
         last = len(self.config.offers) - 1
         gates, hard = milestone_gates(items, last)
@@ -334,12 +390,30 @@ class LedgerRun:
             if pusher.error is not None:
                 break
             following = items[i + 1][1] if i + 1 < len(items) else None
+            self._between(live)
             if fault is None:
-                self._reprocess(supervisor, sampler, pusher, env)
+                self._pause(offer, live)
                 pusher.set_gate(gates[i + 1])
                 continue
-            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
-            pusher.set_gate(during)
+            taken = pusher.next_index
+            injector.on_armed = None
+            if fault.kind in BATCH_POINT_KINDS:
+                # hold the input (one offer may be in flight) while the point is armed after it,
+                # then let it run to the point's batch: it cannot pass the batch before serve is
+                # armed (a point placed after the input had moved on was never reached)
+                pusher.set_gate(min(pusher.gate, taken))
+                taken += 1
+                injector.anchor = (fault.index, taken)
+            during, _ = fault_gates(fault, following, gates[i + 1], hard[i + 1], taken)
+            injector.on_waiting = None
+            if fault.kind in BATCH_POINT_KINDS:
+                injector.on_armed = partial(pusher.set_gate, during)
+            elif fault.kind in POINT_KINDS:
+                start, step = counted_steps(gates[i + 1], taken, during)
+                pusher.set_gate(start)
+                injector.on_waiting = partial(step, pusher)
+            else:
+                pusher.set_gate(during)
             injection = injector.inject(fault, following)
             self.result.injections.append(injection)
             _, after = fault_gates(fault, following, gates[i + 1], hard[i + 1], pusher.next_index)
@@ -376,17 +450,20 @@ class LedgerRun:
                 f"it (batch {target or '?'}) did not reach staging and both warehouses"
             )
 
-    def _reprocess(
-        self, supervisor: Supervisor, sampler: Sampler, pusher: Pusher, env: dict[str, str]
-    ) -> None:
+    def _pause(self, offer: int, live: Live) -> None:
+        """The planned step at ``offer``: the ledger's reprocess."""
+        self._reprocess(live)
+
+    def _reprocess(self, live: Live) -> None:
         """``streamdi upgrade reprocess`` of the ledger's tables at the reprocess offer: serve
         stopped (SIGTERM), the reprocess run (in the faulted run first killed at a phase or a
         random moment, then run again to its end), serve started again."""
+        supervisor, sampler, env = live.supervisor, live.sampler, live.env
         assert self.config.reprocess_at is not None
         before = self.batch_of(self.config.reprocess_at - 1)
         if not self._wait(lambda: sampler.caught_up(before, 0.0) is not None, 300):
             self.result.findings.append(f"batch {before} never reached both warehouses")
-        args = ["upgrade", "reprocess", SPEC, *REPROCESSED]
+        args = ["upgrade", "reprocess", self.spec, *REPROCESSED]
         started = time.monotonic()
         with supervisor.held("serve"):
             code = supervisor.terminate_serve()
@@ -419,17 +496,9 @@ class LedgerRun:
 
     # -- 5. ----------------------------------------------------------------------------------------
 
-    def _finish(
-        self,
-        supervisor: Supervisor,
-        sampler: Sampler,
-        pusher: Pusher,
-        serve: ServeProcess,
-        env: dict[str, str],
-        dsn: str,
-        staging: Path,
-    ) -> None:
+    def _finish(self, live: Live, serve: ServeProcess, dsn: str, staging: Path) -> None:
         result = self.result
+        supervisor, sampler, pusher, env = live.supervisor, live.sampler, live.pusher, live.env
         if not pusher.wait_done(1800) or pusher.error is not None:
             raise RuntimeError(f"the input was not offered: {pusher.error!r}")
         result.push_attempts = sum(a.attempts for a in pusher.acked)
@@ -444,14 +513,19 @@ class LedgerRun:
             result.findings.append(f"serve exited {result.serve_exit} on SIGTERM at the end")
         sampler.stop()
         result.merge_exit = run_command(
-            ["migrate", "push", SPEC, "--merge"], env, self.log, timeout_s=600
+            ["migrate", "push", self.spec, "--merge"], env, self.log, timeout_s=600
         )
         if result.merge_exit != 0:
             result.findings.append(f"streamdi migrate push --merge exited {result.merge_exit}")
+        self._after_merge(env, dsn)
+        result.snapshot = self._snapshot(staging, dsn)
+
+    def _snapshot(self, staging: Path, dsn: str) -> compare.Snapshot:
+        """Every compared relation of staging and both warehouses (step 5)."""
         snap = compare.staging_snapshot(staging)
-        snap.update(compare.duckdb_warehouse_snapshot(self.state / "warehouse.duckdb", SCHEMA))
-        snap.update(compare.postgres_snapshot(dsn, SCHEMA))
-        result.snapshot = snap
+        snap.update(compare.duckdb_warehouse_snapshot(self.state / "warehouse.duckdb", self.schema))
+        snap.update(compare.postgres_snapshot(dsn, self.schema))
+        return snap
 
     def _stop_all(
         self,
@@ -523,19 +597,48 @@ def fault_gates(
 ) -> tuple[int, int]:
     """How far the input may go while ``fault`` is injected, and after it (``gate`` and
     ``hard``: the next milestone's). A crash point at a batch needs that batch to come; one
-    counted in checkpoints or migration rounds needs commits to go on a while. A following crash
-    point at a batch is armed ahead by the restart this fault causes (unless this one is a
-    counted point), so its batch must not come before it is due."""
+    counted in checkpoints or migration rounds needs commits to go on a while, a ``migrate_kill``
+    a batch staged and not yet pushed. A following crash point at a batch armed ahead
+    (:func:`~benchmarks.faults.injector.arms_ahead`) must not see its batch come before it is
+    due; and it needs offers after the
+    first one not yet taken when it is armed, so the input never runs that close to its end (or
+    to a stop). A crash point at a batch always gets its own batch (the one after it is armed
+    when it lands). (A counted point gets its lead step by step: :func:`counted_steps`.)"""
     during = gate
     if fault.kind in BATCH_POINT_KINDS:
         during = max(during, next_index + fault.after + 1)
     elif fault.kind in POINT_KINDS:
         during += COUNTED_LEAD
+    elif fault.kind == "migrate_kill":
+        during = max(during, next_index + MIGRATE_LEAD)
     cap = hard
-    armed_ahead = following is not None and following.kind in BATCH_POINT_KINDS
-    if armed_ahead and not (fault.kind in POINT_KINDS and fault.kind not in BATCH_POINT_KINDS):
+    if arms_ahead(fault, following):
         cap = min(cap, gate)
-    return min(during, cap), min(max(gate, next_index), cap)
+    if following is not None and following.kind in BATCH_POINT_KINDS:
+        # its batch is the first offer not taken plus its ``after``: that offer must still come
+        # before the input ends (or halts), or the point is never reached
+        cap = min(cap, max(gate, hard - following.after - 1))
+    during = min(during, cap)
+    if fault.kind in BATCH_POINT_KINDS:
+        # never below its own batch: a following point is armed when this one lands, from the
+        # input then, so it cannot be passed; capped at the following's due, a point that came
+        # late (the input ahead of the schedule) waited for a batch that never came
+        during = max(during, min(next_index + fault.after + 1, hard))
+    return during, min(max(gate, next_index), cap)
+
+
+def counted_steps(gate: int, next_index: int, during: int) -> tuple[int, Callable[[Pusher], bool]]:
+    """The first gate of a point counted in commits, and the step that moves it on while the
+    point waits: :data:`COUNTED_STEP` offers past the input (or to ``gate``), then that many
+    more a second, up to ``during``; the step says whether input is left to give (the injector
+    gives the point up a while after it is not). Its whole lead at once carried the input to the
+    end of the SF 1 TPC-DI campaign, and the counted points after it saw no commit."""
+
+    def step(pusher: Pusher) -> bool:
+        pusher.set_gate(min(during, max(pusher.gate, pusher.next_index) + COUNTED_STEP))
+        return pusher.next_index <= min(during, len(pusher.offers) - 1)  # input left to give
+
+    return min(during, max(gate, next_index + COUNTED_STEP)), step
 
 
 def _first_after(acked: list[Acked], at: float) -> Acked | None:

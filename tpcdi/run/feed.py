@@ -28,6 +28,7 @@ its time split is its own.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from dataclasses import dataclass
@@ -36,11 +37,12 @@ from typing import Any
 
 from tpcdi.incremental.changes import ChangesSource
 from tpcdi.run import phases
+from tpcdi.run.exceptions import UpdateFailed
 from tpcdi.run.feed_record import DayRecord, FeedRecord
 from tpcdi.run.memory import MemorySampler
 from tpcdi.run.record import PhaseTimer, RunRecord
 from tpcdi.run.updates import UpdateStream
-from tpcdi.warehouse.warehouse import Warehouse
+from tpcdi.warehouse.warehouse import Target, Warehouse
 
 logger = logging.getLogger(__name__)
 
@@ -69,25 +71,65 @@ def audited_after(batch_id: int, last_batch: int, every: int) -> bool:
     return every > 0 and batch_id < last_batch and (batch_id - 1) % every == 0
 
 
-def status_row(warehouse: Warehouse, batch_id: int, text: str, data: str) -> None:
-    """A ``Status`` row in DImessages of every target."""
+def status_row(
+    warehouse: Warehouse, batch_id: int, text: str, data: str, target: Target | None = None
+) -> None:
+    """A ``Status`` row of this job in DImessages of ``target`` (default every target), written
+    once: a target that holds it already (a phase step run again after a crash) keeps the one it
+    has. One statement per target, so the check and the insert cannot be split by a kill."""
     warehouse.execute(
-        "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
-        [phases.now(), batch_id, JOB, text, "Status", data],
+        "INSERT INTO dimessages SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM dimessages "
+        "WHERE batchid = ? AND messagesource = ? AND messagetext = ? AND messagetype = 'Status')",
+        [phases.now(), batch_id, JOB, text, "Status", data, batch_id, JOB, text],
+        target,
     )
 
 
+def prospects_before(warehouse: Warehouse, batch_id: int, target: Target | None = None) -> int:
+    """Prospect's rows in ``target`` (default the first) when the phase of ``batch_id`` began:
+    the count the previous phase's batch validation recorded (nothing changes Prospect between
+    two phases), so a phase step run again after a crash finds the same number however far the
+    update went."""
+    rows = warehouse.query(
+        "SELECT messagedata AS n FROM dimessages WHERE batchid = "
+        f"{int(batch_id) - 1} AND messagetype = 'Validation' AND messagesource = 'Prospect' "
+        "AND messagetext = 'Row count' LIMIT 1",
+        target,
+    ).to_pylist()
+    value = rows[0]["n"] if rows else None
+    if value is None:
+        raise UpdateFailed(
+            f"no batch validation of phase {batch_id - 1}: Prospect's rows before phase "
+            f"{batch_id} are unknown"
+        )
+    return int(value)
+
+
 def prospect_status(
-    warehouse: Warehouse, batch_id: int, source: ChangesSource, before: int
+    warehouse: Warehouse,
+    batch_id: int,
+    batch_date: datetime.date,
+    before: int | None = None,
+    target: Target | None = None,
 ) -> None:
-    """The three Status messages of clause 4.6.14.2, counted in the warehouse after the update
-    (``before``: Prospect's rows before it)."""
-    day = source.batch_date
+    """The three Status messages of clause 4.6.14.2 in ``target`` (default every target),
+    counted in that target's warehouse after the update (``before``: Prospect's rows before it;
+    default :func:`prospects_before`), each written once per target (as :func:`status_row`)."""
+    for chosen in [target] if target else warehouse.targets:
+        _prospect_status(warehouse, batch_id, batch_date, before, chosen)
+
+
+def _prospect_status(
+    warehouse: Warehouse, batch_id: int, day: datetime.date, before: int | None, target: Target
+) -> None:
+    if before is None:
+        before = prospects_before(warehouse, batch_id, target)
     sk = day.year * 10000 + day.month * 100 + day.day
     counts = warehouse.query(
         f"SELECT count(*) FILTER (WHERE sk_recorddateid = {sk}) AS source_rows, "
         f"count(*) FILTER (WHERE sk_updatedateid = {sk}) AS changed, count(*) AS total "
-        "FROM prospect"
+        "FROM prospect",
+        target,
     ).to_pylist()[0]
     inserted = int(counts["total"]) - before
     updated = int(counts["changed"]) - inserted
@@ -97,8 +139,11 @@ def prospect_status(
         ("Updated rows", updated),
     ):
         warehouse.execute(
-            "INSERT INTO dimessages VALUES (?, ?, ?, ?, ?, ?)",
-            [phases.now(), batch_id, "Prospect", text, "Status", str(value)],
+            "INSERT INTO dimessages SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM "
+            "dimessages WHERE batchid = ? AND messagesource = 'Prospect' AND messagetext = ? "
+            "AND messagetype = 'Status')",
+            [phases.now(), batch_id, "Prospect", text, "Status", str(value), batch_id, text],
+            target,
         )
 
 
@@ -162,7 +207,6 @@ class DailyFeed:
         timer = PhaseTimer(self.record, name, batch_id, self.bar, self.memory)
         # 2.
         status_row(self.warehouse, batch_id, "Phase started", name)
-        before_prospects = self.warehouse.count("prospect")
         timer.step("status")
         # 3.
         source = ChangesSource(self.data / f"Batch{batch_id}", batch_id)
@@ -171,7 +215,7 @@ class DailyFeed:
         offered = updates.offer(source)
         timer.step("update")
         # 4.
-        prospect_status(self.warehouse, batch_id, source, before_prospects)
+        prospect_status(self.warehouse, batch_id, source.batch_date)
         if batch_id == self.last_batch:
             self.visibility.stop()  # the last Visibility_2 comes before the last PCR
         elif self.sampled(batch_id):

@@ -17,6 +17,12 @@ Phases, in order (each one's wall time, rows and steps go into the :class:`RunRe
 5. **Audit**: answer keys into Audit, the automated audit over every batch.
 
 Then the report: TPC_DI_RPS, the JSON (``--json``), peak memory of the process tree.
+
+With ``--stop-after historical`` the run ends after the historical load, before its batch
+validation and PCR: the work directory holds the loaded warehouse and the seeded staging file,
+ready for the incremental updates to run under ``streamdi serve`` with each phase's bookkeeping
+(phase 1's completion first) done by ``streamdi tpcdi phase`` (:mod:`tpcdi.run.resume`:
+resumable after a kill, as the fault campaign drives them).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from tqdm import tqdm
 
@@ -81,6 +87,9 @@ class RunOptions:
     day_seconds: float | None = None
     #: audit the warehouse after every this many days as well as at the end (0: at the end)
     audit_every: int = 0
+    #: end the run after this phase: ``historical`` leaves a warehouse and a seeded staging file
+    #: for the incremental updates to be driven from outside (:mod:`tpcdi.run.resume`)
+    stop_after: Literal["historical"] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -269,6 +278,9 @@ def run_tpcdi(
         phase.done()
         # 3. historical load
         _historical(options, settings, flow, layout, warehouse, data, record, bar, memory)
+        if options.stop_after == "historical":
+            record.peak_mem_mb = memory.peak_mb
+            return record
         release_free_memory()  # the historical load's freed buffers, before the updates' state
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
@@ -379,8 +391,11 @@ def _historical(
     ) as store:
         store.seed(result.seed)
     phase.step("seed_staging")
-    phases.batch_complete(warehouse, 1)
-    phase.step("validation")
+    if options.stop_after != "historical":
+        # stopped after it, the phase is completed when the updates are about to start (a
+        # visibility query must follow CT1 within five minutes): ``streamdi tpcdi phase end 1``
+        phases.batch_complete(warehouse, 1)
+        phase.step("validation")
     phase.phase.rows = result.source_rows
     phase.phase.dw_rows = sum(counts.values())
     phase.phase.details = {

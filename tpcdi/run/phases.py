@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -67,18 +67,47 @@ def _connections(warehouse: Warehouse) -> Iterator[list[WarehouseConnection]]:
             conn.close()
 
 
+def recorded(conn: WarehouseConnection, batch_id: int, message_type: str) -> bool:
+    """Whether ``conn``'s DImessages holds a ``message_type`` row of ``batch_id``."""
+    return bool(
+        conn.scalar(
+            "SELECT count(*) FROM {dimessages} WHERE batchid = ? AND messagetype = ?",
+            [batch_id, message_type],
+        )
+    )
+
+
+def complete_phase(
+    conn: WarehouseConnection, batch_id: int, hook: Callable[[str], None] | None = None
+) -> datetime.datetime:
+    """The end of phase ``batch_id`` in one target: its batch validation, then its PCR, each
+    written once (see :func:`batch_complete`); ``hook`` is told ``validation`` once the 24 rows
+    are there. Returns CT_batch_id."""
+    from tpcdi.audit.pcr import PCR, completion_times, write_pcr
+    from tpcdi.audit.validation import VALIDATION, write_batch_validation
+
+    if not recorded(conn, batch_id, VALIDATION):
+        write_batch_validation(conn, batch_id)
+    if hook is not None:
+        hook("validation")
+    if recorded(conn, batch_id, PCR):
+        return completion_times(conn)[batch_id]
+    return write_pcr(conn, batch_id)
+
+
 def batch_complete(warehouse: Warehouse, batch_id: int) -> datetime.datetime:
     """The end of a phase (clauses 7.2.3.5, 7.2.4.2, 7.2.5.3) in every target, the targets at
     once (a thread each, each on its own connection): the batch validation query's 24 rows, then
-    the PCR. Returns CT_batch_id (of the last target)."""
+    the PCR. Returns CT_batch_id (of the last target).
+
+    Written once per phase and target, so a phase end run again after a crash completes it
+    exactly once: the 24 rows are one statement in one transaction (a target has all of them or
+    none) and are written only when the target has none of the phase; the PCR, its own
+    transaction after them, only when the target has none (its CT is then the one recorded)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tpcdi.audit.pcr import write_pcr
-    from tpcdi.audit.validation import write_batch_validation
-
     def complete(conn: WarehouseConnection) -> datetime.datetime:
-        write_batch_validation(conn, batch_id)
-        return write_pcr(conn, batch_id)
+        return complete_phase(conn, batch_id)
 
     with _connections(warehouse) as conns:
         if len(conns) == 1:

@@ -29,6 +29,7 @@ from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
 from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
 from etl_dataflows.executors.local.arrays import ArrayTable
+from etl_dataflows.executors.local.codegen import generate_kernel
 from etl_dataflows.executors.local.compiled_step import CompiledStep
 from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.executors.serial import SerialExecutor
@@ -98,6 +99,7 @@ class LocalExecutor(BaseExecutor):
     def _load_state(self, image: StateImage) -> None:
         self.compiled_tables, self.analysis = analyze(self.flow, self.extended_compilation)
         self.strings = StringPool()
+        self._reserve_literals()
         self.arrays: dict[str, ArrayTable] = {}
         for name in sorted(self.compiled_tables):
             table = self.flow.tables[name]
@@ -116,6 +118,19 @@ class LocalExecutor(BaseExecutor):
         self._cost: dict[str, StepCosts] = {}
         self._warm: set[tuple[str, str]] = set()
         self._compile_lock = threading.Lock()
+
+    def _reserve_literals(self) -> None:
+        """Give the string literals of every extended kernel their pool codes before any string
+        of the state gets one. A kernel holds a literal as its code, so codes that depended on
+        the state loaded would make a kernel's source, and so its name in the kernel cache,
+        differ from one process to the next: a restarted service would compile every kernel
+        again (tens of seconds on two cores) instead of loading it. Generating the sources here,
+        in step order, on the empty pool makes the codes, and the sources, the same in every
+        process."""
+        for step in self.flow.transactional_steps():
+            analysis = self.analysis[step.id]
+            if analysis.compiled and analysis.extended:
+                generate_kernel(self.flow, step, self.strings, analysis.pre_reads)
 
     def state_image(self) -> StateImage:
         image = self.serial.state_image()

@@ -1,5 +1,6 @@
 """Helpers of the durability tests: pushing numbered kv events over HTTP while keeping every
-receipt, finding a state directory's Kafka JVM, and reading what staging committed.
+receipt, finding a state directory's Kafka JVM, reading what staging committed, and running a
+fault campaign to what every campaign must show (:func:`passing_campaign`).
 
 Each pushed event carries a unique ``seq`` (its identity across restarts); a receipt that came
 back 2xx is an *acknowledged* offer. The checks: every acknowledged event is staged exactly once,
@@ -20,6 +21,9 @@ from typing import Any
 
 import duckdb
 import httpx
+
+from benchmarks.faults.campaign import CampaignOptions, run_campaign
+from benchmarks.faults.report import render, write
 
 #: The ``streamdi serve`` settings of the kill tests: partial batches close after 50 ms, and no
 #: lateness limit (every acknowledged event must be applied, none dead-lettered as late).
@@ -187,3 +191,20 @@ def wait_for(what: str, done: Callable[[], Any], timeout: float = 120) -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def passing_campaign(options: CampaignOptions, tmp_path: Path) -> dict[str, Any]:
+    """Run the fault campaign of ``options``, write its report under ``tmp_path / "report"``
+    (printed too) and check what every campaign must show: no difference, no other finding, at
+    least ten faults landed, a PNG timeline. Returns the report's JSON data."""
+    result = run_campaign(options)
+    paths = write(result, tmp_path / "report")
+    data: dict[str, Any] = json.loads(paths["json"].read_text())
+    report = render(data)
+    print(report)
+    assert not result.differences, report
+    assert not result.findings, report
+    assert data["passed"]
+    assert data["faults"]["landed"] >= 10, report
+    assert paths["png"].stat().st_size > 10_000
+    return data

@@ -265,6 +265,32 @@ def test_a_whole_run_matches_the_oracle_and_restarts_from_its_image() -> None:
     assert restarted.state_image().equals(oracle.final_state)
 
 
+def test_a_kernel_is_the_same_whatever_state_it_starts_from() -> None:
+    """A kernel holds its string literals as pool codes; they are given before the state's
+    strings, so a process that starts from another state (a restarted service after more
+    batches) generates the same kernel source and finds it in the kernel cache. Found by the
+    TPC-DI fault campaign: every restart of serve compiled the TPC-DI kernels again (40-70 s at
+    load 9-14), as the literal codes moved with the strings staging held."""
+    flow = shop_flow()
+    step = next(s for s in flow.build().transactional_steps() if s.id == "orders_step")
+    customers = [
+        {"customer_id": k, "name": n, "tier": 1, "_ts": 1}
+        for k, n in [(1, "zed"), (2, "yve"), (3, "CLOSED")]
+    ]
+    orders = [
+        {"action": "NEW", "order_id": k, "customer_id": 1, "status": s, "qty": 1, "day": 0,
+         "symbol": y, "_ts": 5}
+        for k, s, y in [(1, "HOLD", "QQ"), (2, "PENDING", "RR"), (3, "OPEN", "SS")]
+    ]  # fmt: skip
+    state = run_in_memory(
+        flow, [make_batch(flow, 1, customer_updates=customers, order_events=orders)]
+    ).final_state
+    fresh = LocalExecutor(flow)
+    restarted = LocalExecutor(flow, state)
+    assert len(restarted.strings) > len(fresh.strings)  # the state brought strings of its own
+    assert restarted.compiled_step(step).kernel.source == fresh.compiled_step(step).kernel.source
+
+
 def test_the_string_pool_round_trips_and_keeps_one_code_per_string() -> None:
     import pyarrow as pa
 

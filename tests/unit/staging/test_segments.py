@@ -270,3 +270,27 @@ def test_a_missing_segment_file_stops_the_opening(tmp_path: Path) -> None:
     victim.unlink()
     with pytest.raises(StagingMismatch, match="segment files are missing"):
         StagingStore(tmp_path / "s.duckdb", flow)
+
+
+def test_staging_disk_bytes_counts_a_file_deleted_meanwhile_as_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger fault campaign (seed 1, 1,000 offers), near fault 80: ``GET /status`` answered
+    500 with a FileNotFoundError when a merge deleted a segment file between the folder's listing
+    and its ``stat``. A file gone meanwhile now counts as 0 bytes."""
+    path = tmp_path / "staging.duckdb"
+    path.write_bytes(b"x" * 10)
+    folder = tmp_path / "staging.duckdb.segments"
+    (folder / "nested").mkdir(parents=True)
+    (folder / "a.parquet").write_bytes(b"x" * 100)
+    (folder / "nested" / "b.parquet").write_bytes(b"x" * 1000)
+    assert segments_module.staging_disk_bytes(path) == 1110
+    real_stat = Path.stat
+
+    def racing_stat(self: Path, **kwargs: bool) -> object:
+        if self.name == "a.parquet":  # listed, then deleted by a merge before its stat
+            self.unlink()
+        return real_stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", racing_stat)
+    assert segments_module.staging_disk_bytes(path) == 1010
