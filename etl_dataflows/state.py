@@ -33,13 +33,18 @@ def row_id_schema(table: StateTable) -> pa.Schema:
     return arrow_schema({name: columns[name] for name in table.row_id()})
 
 
-def row_id_getter(table: StateTable) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    """A function from a dict row of ``table`` to its row id, a tuple (made in C)."""
-    names = tuple(table.row_id())
+def columns_getter(names: Iterable[str]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function from a dict row to the tuple of its ``names`` columns (made in C for several)."""
+    names = tuple(names)
     if len(names) == 1:
         (name,) = names
         return lambda r: (r[name],)
     return operator.itemgetter(*names)
+
+
+def row_id_getter(table: StateTable) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function from a dict row of ``table`` to its row id."""
+    return columns_getter(table.row_id())
 
 
 def rows_to_table(

@@ -23,8 +23,6 @@ the batch fails as a whole.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,7 +31,7 @@ import pyarrow as pa
 from etl_dataflows.batch import TableDelta
 from etl_dataflows.executors.base import AbortRecord, BaseExecutor, TransactionOutcome
 from etl_dataflows.expressions import ExpressionError, ScalarFn, Scope, compile_scalar
-from etl_dataflows.state import StateImage, row_id_getter, rows_to_table
+from etl_dataflows.state import StateImage, columns_getter, row_id_getter, rows_to_table
 from etl_dataflows.stateless import DeadLetters, build_output, describe_error, event_rows
 from etl_dataflows.tables import (
     AT,
@@ -108,7 +106,7 @@ class SerialExecutor(BaseExecutor):
         self._entries: dict[str, dict[Key, list[Row]]] = {}
         self._sequences: dict[str, int] = {}
         for name, table in self.flow.tables.items():
-            keyof = _key_getter(table)
+            keyof = columns_getter(table.key_names)
             if isinstance(table, Table):
                 rows = image.rows(table)
                 self._rows[name] = {keyof(r): r for r in rows}
@@ -612,15 +610,6 @@ def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
             bottom = min(v for v, _ in present)
             result[name] = min(t for v, t in present if v == bottom)
     return result
-
-
-def _key_getter(table: StateTable) -> Callable[[Row], Key]:
-    names = tuple(table.key_names)
-    if len(names) == 1:
-        (name,) = names
-        return lambda r: (r[name],)
-    getter = operator.itemgetter(*names)  # a tuple already, made in C
-    return getter
 
 
 def _coerce(value: Any, kind: ColumnType | None, where: str) -> Any:
