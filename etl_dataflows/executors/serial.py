@@ -23,12 +23,14 @@ the batch fails as a whole.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
 from etl_dataflows.batch import TableDelta
+from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors.base import AbortRecord, BaseExecutor, TransactionOutcome
 from etl_dataflows.expressions import ExpressionError, ScalarFn, Scope, compile_scalar
 from etl_dataflows.state import StateImage, columns_getter, row_id_getter, rows_to_table
@@ -49,6 +51,19 @@ from etl_dataflows.types import POS, SRC, TS, ColumnType, coerce_value
 
 Key = tuple[Any, ...]
 Row = dict[str, Any]
+
+
+class RowStore(Protocol):
+    """Rows of a plain table that another executor holds (see ``shared_rows`` of
+    :class:`SerialExecutor`): a key -> row mapping that tracks its own changes and answers
+    ``update_where`` lookups."""
+
+    def get(self, key: Key, default: Row | None = None) -> Row | None: ...
+    def __contains__(self, key: object) -> bool: ...
+    def __setitem__(self, key: Key, row: Row) -> None: ...
+    def pop(self, key: Key, default: Row | None = None) -> Row | None: ...
+    def __delitem__(self, key: Key) -> None: ...
+    def keys_with(self, column: str, value: Any) -> list[Key]: ...
 
 
 class _Abort(Exception):
@@ -84,9 +99,26 @@ class _CompiledOp:
 
 
 class SerialExecutor(BaseExecutor):
-    """Plain-Python, one transaction at a time; the oracle (see the module docstring)."""
+    """Plain-Python, one transaction at a time; the oracle (see the module docstring).
+
+    ``shared_rows`` (for a composing executor, see :mod:`etl_dataflows.executors.local`) gives
+    plain tables whose rows another executor holds: this one reads and writes them through the
+    given :class:`RowStore` (undo included), leaves their change tracking, index and image to
+    their holder (no deltas or image rows of its own for them), and takes their surrogate-key
+    counters from the holder through :meth:`set_sequence` / :meth:`sequence`.
+    """
 
     name: ClassVar[str] = "serial"
+
+    def __init__(
+        self,
+        flow: Dataflow | CompiledDataflow,
+        state: StateImage | None = None,
+        *,
+        shared_rows: Mapping[str, RowStore] | None = None,
+    ) -> None:
+        self._shared: dict[str, RowStore] = dict(shared_rows or {})
+        super().__init__(flow, state)
 
     # -- state -------------------------------------------------------------------------------------
     # Every mutation goes through _set/_delete, which record undo entries; lists are replaced,
@@ -107,6 +139,12 @@ class SerialExecutor(BaseExecutor):
         self._sequences: dict[str, int] = {}
         for name, table in self.flow.tables.items():
             keyof = columns_getter(table.key_names)
+            if name in self._shared:
+                if not isinstance(table, Table):
+                    raise ValueError(f"only plain tables are shared, {name!r} is not one")
+                self._rows[name] = self._shared[name]  # type: ignore[assignment]
+                self._sequences[name] = image.sequences.get(name, table.surrogate_start)
+                continue
             if isinstance(table, Table):
                 rows = image.rows(table)
                 self._rows[name] = {keyof(r): r for r in rows}
@@ -137,6 +175,8 @@ class SerialExecutor(BaseExecutor):
             self._sequences[name] = max(image.sequences.get(name, start), floor)
         self._index: dict[str, dict[str, dict[Any, set[Key]]]] = {}
         for name, table in self.flow.tables.items():
+            if name in self._shared:
+                continue  # (their holder indexes them: RowStore.keys_with)
             if isinstance(table, Table | HistoryTable) and table.indexes:
                 self._index[name] = {column: {} for column in table.indexes}
                 for key in self._rows[name] if isinstance(table, Table) else self._current[name]:
@@ -148,10 +188,21 @@ class SerialExecutor(BaseExecutor):
         self._no_change: dict[str, TableDelta] = {}
 
     def state_image(self) -> StateImage:
+        """The image of every table this executor holds (shared tables: their holder's)."""
         tables = {}
         for name, table in self.flow.tables.items():
-            tables[name] = rows_to_table(table, self._all_rows(table))
-        return StateImage(tables, dict(self._sequences))
+            if name not in self._shared:
+                tables[name] = rows_to_table(table, self._all_rows(table))
+        sequences = {n: v for n, v in self._sequences.items() if n not in self._shared}
+        return StateImage(tables, sequences)
+
+    def set_sequence(self, table: str, value: int) -> None:
+        """Take a shared table's surrogate-key counter from its holder (before a step)."""
+        self._sequences[table] = value
+
+    def sequence(self, table: str) -> int:
+        """A table's surrogate-key counter (a shared table's, to hand back to its holder)."""
+        return self._sequences[table]
 
     def _all_rows(self, table: StateTable) -> list[Row]:
         if isinstance(table, Table):
@@ -171,6 +222,8 @@ class SerialExecutor(BaseExecutor):
         return list(self._entries[name].get(key, []))
 
     def _touch(self, table: StateTable, key: Key) -> None:
+        if table.name in self._shared:
+            return  # (its holder tracks changes)
         touched = self._touched.setdefault(table.name, {})
         if key not in touched:
             # a copy of each row is a full copy: row values are immutable scalars (int, float,
@@ -227,6 +280,8 @@ class SerialExecutor(BaseExecutor):
     def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
         deltas = {}
         for name, table in self.flow.tables.items():
+            if name in self._shared:
+                continue  # (its holder gives the delta)
             if not self._touched.get(name):
                 deltas[name] = self._unchanged(name, table)
                 continue
@@ -245,7 +300,8 @@ class SerialExecutor(BaseExecutor):
             )
         self._undo = []
         self._touched = {}
-        return deltas, dict(self._sequences)
+        sequences = {n: v for n, v in self._sequences.items() if n not in self._shared}
+        return deltas, sequences
 
     def _unchanged(self, name: str, table: StateTable) -> TableDelta:
         delta = self._no_change.get(name)
@@ -540,7 +596,11 @@ class SerialExecutor(BaseExecutor):
         value = cop.key[0](Scope(row, None, results))
         if value is None:
             return OpResult(None, None, None, 0)
-        candidates = self._index[table.name][column].get(value, ())
+        shared = self._shared.get(table.name)
+        if shared is not None:
+            candidates: Any = shared.keys_with(column, value)
+        else:
+            candidates = self._index[table.name][column].get(value, ())
         matches = sorted(
             k
             for k in candidates

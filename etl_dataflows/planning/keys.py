@@ -268,6 +268,10 @@ class StrKeyIndex:
             self.strings.append(value)
         return code
 
+    def find_one(self, value: str) -> int:
+        """The code of ``value``, -1 for a string never seen (gives none)."""
+        return self._code_of.get(value, -1)
+
     def codes(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """Codes and validity of a string array (Arrow dictionary encoding: Python touches each
         distinct string once); a null gets code 0 and validity False."""

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl_dataflows import coalesce, col, if_else, lit, old, udf
+from etl_dataflows.expressions import Expr
 from tpcdi.incremental import rules
 from tpcdi.incremental.builder import (
     ALERT_COLUMNS,
@@ -114,20 +115,11 @@ def add_prospects(b: FlowBuilder) -> None:
     rekeyed = if_else(worked, coalesce(saved["matchkey"] != key, True), lit(False))
     demographics = if_else(
         worked,
-        udf(
-            values_differ,
-            saved["agencyid"],
-            saved["creditrating"],
-            saved["networth"],
-            saved["marketingnameplate"],
-            saved["matchkey"],
-            col("AgencyID"),
-            col("CreditRating"),
-            col("NetWorth"),
-            col("marketingnameplate"),
-            key,
-            returns="bool",
-        ),
+        differs(saved["agencyid"], col("AgencyID"))
+        | differs(saved["creditrating"], col("CreditRating"))
+        | differs(saved["networth"], col("NetWorth"))
+        | differs(saved["marketingnameplate"], col("marketingnameplate"))
+        | differs(saved["matchkey"], key),
         lit(False),
     )
     matched = p.read(aux_customer_match, key, when=rekeyed | demographics)
@@ -149,8 +141,23 @@ def add_prospects(b: FlowBuilder) -> None:
         if_missing="insert",
         when=demographics,
     )
+    # The matching customer's re-versioning reads and writes history tables (interpreted): it is
+    # a step of its own, right after this one, fed only the rows whose demographics changed and
+    # that match a customer, so this step (every prospect of every batch) runs compiled. Between
+    # the two nothing else touches DimCustomer or DimAccount, and each runs its rows in the same
+    # order, so the effect is the one of doing both in one transaction per row.
     owner = matched["customerid"]
-    current = p.read(dimcustomer, owner, when=demographics & owner.not_null())
+    p.emit(
+        owner=owner,
+        AgencyID=col("AgencyID"),
+        CreditRating=col("CreditRating"),
+        NetWorth=col("NetWorth"),
+        marketingnameplate=col("marketingnameplate"),
+        batchid=col("batchid"),
+        when=demographics & owner.not_null(),
+    )
+    r = flow.transact("reversion_prospect_customer", input="apply_prospect")
+    current = r.read(dimcustomer, "owner")
     demographics_change = coalesce(current.found, False) & udf(
         values_differ,
         current["agencyid"],
@@ -163,9 +170,9 @@ def add_prospects(b: FlowBuilder) -> None:
         col("marketingnameplate"),
         returns="bool",
     )
-    reversioned = p.update(
+    reversioned = r.update(
         dimcustomer,
-        owner,
+        "owner",
         set={
             "agencyid": col("AgencyID"),
             "creditrating": col("CreditRating"),
@@ -175,13 +182,19 @@ def add_prospects(b: FlowBuilder) -> None:
         },
         when=demographics_change,
     )
-    p.update_where(
+    r.update_where(
         dimaccount,
         "customerid",
-        owner,
+        col("owner"),
         set={"sk_customerid": reversioned["sk_customerid"], "batchid": batchid},
         when=demographics_change,
     )
+
+
+def differs(saved: Expr, new: Expr) -> Expr:
+    """Whether two values differ, a null equal to a null only (a state value compared in a
+    kernel: ``!=``, and which side is null)."""
+    return coalesce(saved != new, saved.is_null() != new.is_null())
 
 
 def add_customers(b: FlowBuilder) -> None:

@@ -7,7 +7,7 @@ conditions depend on the event only, and every value that depends on state is nu
 (strings and Python functions may appear only in parts that depend on the event alone, and a Python
 function must declare its result type with ``udf(..., returns=...)``). A table is compiled when
 every step touching it is; the rest run on the serial executor's code, which is the oracle itself,
-so the local executor is exact either way.
+so the local executor is exact either way (extended compilation relaxes the rule, see below).
 
 Event-only subexpressions (no ``old(...)`` and no operation result inside) are *hoisted*: evaluated
 column-at-a-time before the kernel runs, so the kernel only sees arrays.
@@ -26,6 +26,12 @@ also takes:
   the rows are looked up for the whole batch before the kernel starts and passed in as arrays.
 
 A step that needs any of these is marked ``extended`` and runs sequentially or in waves.
+
+Extended compilation also *shares* tables: a compilable plain table with one key column that some
+compiled step uses stays compiled even when interpreted steps touch it too; those steps reach its
+arrays through :class:`~etl_dataflows.executors.local.shared_rows.SharedRows` (so one interpreted
+step, such as TPC-DI's ``apply_customer`` setting IsCustomer on a few prospects, no longer makes
+every step over ``prospect`` interpreted). A table no compiled step uses goes to the serial code.
 """
 
 from __future__ import annotations
@@ -264,13 +270,31 @@ def analyze_step(
     return StepAnalysis(step.id, not reasons, reasons, bool(uses), frozenset(pre_reads))
 
 
+def is_shareable(table: StateTable) -> bool:
+    """Whether interpreted steps can reach ``table`` when it is compiled (extended form only)."""
+    return isinstance(table, Table) and len(table.key) == 1
+
+
+def shared_tables(
+    flow: CompiledDataflow, compiled: set[str], results: Mapping[str, StepAnalysis]
+) -> set[str]:
+    """The compiled tables some interpreted step touches (see the module docstring)."""
+    return {
+        op.table
+        for step in flow.transactional_steps()
+        if not results[step.id].compiled
+        for op in step.operations
+        if op.table in compiled
+    }
+
+
 def analyze(
     flow: CompiledDataflow, extended: bool = False
 ) -> tuple[set[str], dict[str, StepAnalysis]]:
     """The compiled tables and, per transactional step, whether (and why not) it is compiled
-    (``extended``: with the extensions of the module docstring). A step's reasons start with
-    those that first kept it from compiling (a later round, with its tables demoted, would only
-    say "table ... is not compiled")."""
+    (``extended``: with the extensions of the module docstring, shared tables included). A step's
+    reasons start with those that first kept it from compiling (a later round, with its tables
+    demoted, would only say "table ... is not compiled")."""
     compiled = {name for name, table in flow.tables.items() if table_is_compilable(table, extended)}
     steps = flow.transactional_steps()
     first: dict[str, list[str]] = {}
@@ -279,7 +303,22 @@ def analyze(
         for step_id, result in results.items():
             if result.reasons:
                 first.setdefault(step_id, result.reasons)
-        demoted = {op.table for s in steps if not results[s.id].compiled for op in s.operations}
+        demoted = {
+            op.table
+            for s in steps
+            if not results[s.id].compiled
+            for op in s.operations
+            if not (extended and is_shareable(flow.tables[op.table]))
+        }
+        if extended:  # a table no compiled step uses is the serial code's
+            used = {
+                op.table
+                for s in steps
+                if results[s.id].compiled
+                for op in s.operations
+                if op.index not in results[s.id].pre_reads
+            }
+            demoted |= compiled - used
         if not (demoted & compiled):
             for step_id, result in results.items():
                 if not result.compiled:

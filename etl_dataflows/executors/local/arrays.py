@@ -167,6 +167,15 @@ class ArrayTable:
             self._extend_ranks(before, after)
         return slots
 
+    def slot_of(self, key: Any) -> int:
+        """The slot of ``key`` (a table with one key column), -1 if it has none; makes none."""
+        index = self.index
+        if isinstance(index, StrKeyIndex):
+            return index.find_one(key)
+        if isinstance(index, IntKeyIndex):
+            return int(index.find(np.array([key], dtype=np.int64))[0])
+        raise ValueError(f"table {self.table.name!r} has several key columns")
+
     def _ranks_kept(self) -> bool:
         return len(self.key_parts) == 1 and self.key_type == "int64"
 
@@ -298,6 +307,11 @@ class ArrayTable:
             parts["v:" + c] = self.values[c][slots]
             parts["m:" + c] = self.valid[c][slots]
         self._before_parts.append(parts)
+
+    def remember_slot(self, slot: int) -> None:
+        """:meth:`remember` for one slot (a write from outside the kernels)."""
+        if not self._remembered[slot]:
+            self.remember(np.array([slot], dtype=np.int64))
 
     def _all_remembered(self) -> np.ndarray:
         """Every slot remembered in this batch; their remembered values in :attr:`_before`."""

@@ -877,7 +877,8 @@ class KernelGenerator:
     def argument_names(self, kernel_outputs: list[tuple[str, str]]) -> list[str]:
         names: list[str] = []
         for h in self.hoisted:
-            if h.type in KERNEL_TYPES or (h.type == "string" and h.in_kernel and self.pool):
+            coded = h.type == "string" and h.in_kernel and self.pool is not None
+            if h.type in KERNEL_TYPES or coded:
                 names += [f"h{h.index}", f"hv{h.index}"]
             names.append(f"he{h.index}")
         names += [f"hw{k}" for k in sorted({w for w in self.when_hoist if w is not None})]

@@ -172,7 +172,9 @@ class CompiledStep:
             for op in step.operations
         ]
         self._coded = [
-            h.index for h in self.kernel.hoisted if h.type == "string" and h.in_kernel and pool
+            h.index
+            for h in self.kernel.hoisted
+            if h.type == "string" and h.in_kernel and pool is not None
         ]
         self._source_names = pa.array(list(flow.sources), type=pa.string())
 

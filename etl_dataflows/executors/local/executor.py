@@ -5,7 +5,8 @@ generated numba kernel (:mod:`.codegen`), either as one sequential pass in times
 parallel waves of conflict-free transactions; the choice is made per batch from cheap statistics
 (:mod:`etl_dataflows.scheduling.decision`) and recorded in the batch result's ``decisions``. Other
 steps run on an embedded serial executor (the oracle's own code) over the tables the compiler does
-not take. Either way the batch result equals the serial executor's.
+not take, and over the compiled tables they share with compiled steps through
+:class:`~.shared_rows.SharedRows`. Either way the batch result equals the serial executor's.
 
 The embedded serial executor is driven only through the batch protocol of
 :class:`~etl_dataflows.executors.base.BaseExecutor` (``begin_batch``, ``run_transactions``,
@@ -27,10 +28,11 @@ from etl_dataflows.batch import StepDecision, TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import BaseExecutor, TransactionOutcome
-from etl_dataflows.executors.local.analysis import StepAnalysis, analyze
+from etl_dataflows.executors.local.analysis import StepAnalysis, analyze, shared_tables
 from etl_dataflows.executors.local.arrays import ArrayTable
 from etl_dataflows.executors.local.codegen import generate_kernel
 from etl_dataflows.executors.local.compiled_step import CompiledStep
+from etl_dataflows.executors.local.shared_rows import SharedRows
 from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.scheduling.decision import (
@@ -113,7 +115,18 @@ class LocalExecutor(BaseExecutor):
             {n: t for n, t in image.tables.items() if n not in self.compiled_tables},
             {n: v for n, v in image.sequences.items() if n not in self.compiled_tables},
         )
-        self.serial = SerialExecutor(self.flow, rest)
+        #: Compiled tables that interpreted steps reach through the serial code (see .analysis).
+        self.shared: dict[str, SharedRows] = {
+            name: SharedRows(self.arrays[name])
+            for name in sorted(shared_tables(self.flow, self.compiled_tables, self.analysis))
+        }
+        self.serial = SerialExecutor(self.flow, rest, shared_rows=self.shared)
+        # per step: the shared tables it touches (interpreted: counters to hand over; compiled:
+        # writes the shared rows' indexes must catch up with)
+        self._shares: dict[str, list[str]] = {
+            step.id: sorted({op.table for op in step.operations if op.table in self.shared})
+            for step in self.flow.transactional_steps()
+        }
         self._steps: dict[str, CompiledStep] = {}
         self._cost: dict[str, StepCosts] = {}
         self._warm: set[tuple[str, str]] = set()
@@ -154,6 +167,8 @@ class LocalExecutor(BaseExecutor):
         self.serial.rollback_batch()
         for arrays in self.arrays.values():
             arrays.restore()
+        for rows in self.shared.values():
+            rows.stale()
 
     def end_batch(self) -> tuple[dict[str, TableDelta], dict[str, int]]:
         deltas, sequences = self.serial.end_batch()
@@ -209,7 +224,12 @@ class LocalExecutor(BaseExecutor):
     ) -> TransactionOutcome:
         if not self.analysis[step.id].compiled:
             started = time.perf_counter()
+            shares = self._shares[step.id]
+            for name in shares:  # the holder's counter is the table's
+                self.serial.set_sequence(name, self.arrays[name].sequence)
             outcome = self.serial.run_transactions(step, events, dead)
+            for name in shares:
+                self.arrays[name].sequence = self.serial.sequence(name)
             outcome.decision = StepDecision(
                 step.id,
                 "interpreted",
@@ -236,6 +256,8 @@ class LocalExecutor(BaseExecutor):
         )
         strategy, why = self._decide(stats, compiled, prepared)
         outputs, info = compiled.execute(prepared, strategy, self._workers)
+        for name in self._shares[step.id]:
+            self.shared[name].stale()
 
         finish_started = time.perf_counter()
         outcome = compiled.finish(prepared, outputs, dead)

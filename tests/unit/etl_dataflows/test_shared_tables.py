@@ -1,0 +1,155 @@
+"""A compiled table that interpreted steps touch too (shared, see
+``etl_dataflows.executors.local.shared_rows``): a compiled step moves items between groups and
+inserts them; an interpreted step inserts items, bumps whole groups through ``update_where`` and
+then aborts when its guard is missing (its writes to the shared arrays undone); the local executor
+must equal the serial oracle batch by batch (deltas, aborts, outputs, sequences) and a plain
+model, from an empty state and from a state image loaded midway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from etl_dataflows import Dataflow, coalesce, col, old
+from etl_dataflows.executors.local import LocalExecutor
+from etl_dataflows.testing import make_batch, run_in_memory
+from etl_dataflows.testing.harness import assert_same_results
+
+GUARDS = range(5)
+DAY = 86_400_000_000
+
+
+def shared_flow(key: str) -> Dataflow:
+    """``items`` (id -> grp, v, tag; surrogate sk; indexed by grp) written by the compiled
+    ``move`` and the interpreted ``bump`` (``update_where`` is interpreted)."""
+    flow = Dataflow("shared")
+    items = flow.table(
+        "items",
+        key={"id": key},
+        columns={"grp": "int64", "v": "int64", "tag": "string"},
+        surrogate="sk",
+        indexes=("grp",),
+    )
+    guards = flow.table("guards", key={"id": "int64"}, columns={"ok": "bool"})
+    flow.source(
+        "events",
+        schema={
+            "id": key,
+            "to": "int64",
+            "add": key,
+            "bump": "int64",
+            "guard": "int64",
+            "tag": "string",
+            "seed": "bool",
+        },
+    )
+    move = flow.transact("move", input="events")
+    move.update(
+        items,
+        "id",
+        set={"grp": col("to"), "v": coalesce(old("v"), 0), "tag": col("tag")},
+        if_missing="insert",
+        when=col("to").not_null() & ~col("seed"),
+    )
+    bump = flow.transact("bump", input="events")
+    bump.update(guards, "guard", set={"ok": col("seed")}, if_missing="insert", when=col("seed"))
+    bump.update(
+        items,
+        "add",
+        set={"grp": coalesce(col("to"), 0), "v": coalesce(old("v"), 0)},
+        if_missing="insert",
+        when=col("add").not_null() & ~col("seed"),
+    )
+    bump.update_where(items, "grp", col("bump"), set={"v": old("v") + 1, "tag": col("tag")})
+    bump.update(
+        guards,
+        "guard",
+        set={"ok": old("ok")},
+        if_missing="abort",
+        when=col("guard").not_null() & ~col("seed"),
+    )
+    bump.emit(id=col("id"))
+    flow.sink("bumped", input="bump")
+    return flow
+
+
+def model(batches: list[list[dict[str, Any]]]) -> dict[Any, tuple[int, int]]:
+    """id -> (grp, v): per batch, every move first (the compiled step), then every bump, each
+    bump all or nothing."""
+    items: dict[Any, tuple[int, int]] = {}
+    for rows in batches:
+        for e in rows:
+            if e["to"] is not None:
+                items[e["id"]] = (e["to"], items.get(e["id"], (0, 0))[1])
+        for e in rows:
+            after = dict(items)
+            if e["add"] is not None:
+                after[e["add"]] = (
+                    e["to"] if e["to"] is not None else 0,
+                    after.get(e["add"], (0, 0))[1],
+                )
+            if e["bump"] is not None:
+                after = {i: (g, v + 1) if g == e["bump"] else (g, v) for i, (g, v) in after.items()}
+            if e["guard"] is None or e["guard"] in GUARDS:
+                items = after
+    return items
+
+
+def runs(flow: Dataflow, batches: list[list[dict[str, Any]]], executor: str) -> Any:
+    seed = [{"id": None, "guard": g, "seed": True, "_ts": DAY} for g in GUARDS]
+    made = [make_batch(flow, 1, events=seed)]
+    for i, rows in enumerate(batches, start=2):
+        made.append(
+            make_batch(flow, i, events=[{**r, "seed": False, "_ts": (i + 1) * DAY} for r in rows])
+        )
+    half = len(made) // 2 + 1
+    first = run_in_memory(flow, made[:half], executor=executor)
+    second = run_in_memory(flow, made[half:], executor=executor, state=first.final_state)
+    return first, second
+
+
+def keys(key: str) -> st.SearchStrategy[Any]:
+    ids = st.integers(0, 12)
+    return ids if key == "int64" else ids.map(lambda i: f"k{i}")
+
+
+def events(key: str) -> st.SearchStrategy[list[dict[str, Any]]]:
+    return st.lists(
+        st.fixed_dictionaries(
+            {
+                "id": keys(key),
+                "to": st.none() | st.integers(0, 3),
+                "add": st.none() | keys(key),
+                "bump": st.none() | st.integers(0, 3),
+                "guard": st.none() | st.integers(0, 9),
+                "tag": st.none() | st.sampled_from(["a", "b", "c"]),
+            }
+        ),
+        min_size=1,
+        max_size=40,
+    )
+
+
+@pytest.mark.parametrize("key", ["int64", "string"])
+def test_the_table_is_shared(key: str) -> None:
+    executor = LocalExecutor(shared_flow(key))
+    assert executor.explain()["move"].compiled
+    assert not executor.explain()["bump"].compiled
+    assert set(executor.shared) == {"items"}  # (guards: only the interpreted step uses it)
+
+
+@pytest.mark.parametrize("key", ["int64", "string"])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_shared_table_matches_the_oracle_and_the_model(key: str, data: st.DataObject) -> None:
+    batches = data.draw(st.lists(events(key), min_size=1, max_size=4))
+    flow = shared_flow(key)
+    serial = runs(flow, batches, "serial")
+    local = runs(flow, batches, "local")
+    for expected, actual in zip(serial, local, strict=True):
+        assert_same_results(expected, actual)
+    table = local[1].final_state.tables["items"].to_pylist()
+    assert {r["id"]: (r["grp"], r["v"]) for r in table} == model(batches)
