@@ -280,7 +280,10 @@ class StrKeyIndex:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
         encoded = pc.dictionary_encode(array)
         uniques: list[Any] = encoded.dictionary.to_pylist()
-        mapped = np.fromiter((self.code(s) for s in uniques), dtype=np.int64, count=len(uniques))
+        known: list[Any] = list(map(self._code_of.get, uniques))  # (in C: no call per string)
+        if None in known:  # strings never seen get new codes, in order of first appearance
+            known = [self.code(s) if c is None else c for s, c in zip(uniques, known, strict=True)]
+        mapped = np.array(known, dtype=np.int64)
         valid = np.asarray(encoded.indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
         codes = mapped[indices] if len(mapped) else np.zeros(n, dtype=np.int64)

@@ -31,7 +31,19 @@ def add_prospects(b: FlowBuilder) -> None:
     one already saved: such a row only gets the batch's SK_RecordDateID and BatchID (a two-column
     update). Whether a row changed is one comparison of its fields as one string
     (:func:`rules.prospect_values`, kept in the state as ``prospectvalues``); only a new or
-    changed row takes the full update and the IsCustomer and customer work after it."""
+    changed row takes the full update and the IsCustomer and customer work after it.
+
+    Three steps, so that the work per row is what the row needs:
+
+    1. ``seen_prospect`` (compiled; every row): a row the state already holds, whose key no other
+       row of the batch has, gets the two-column update; every other row goes on. Such a row
+       commutes with the rest of the batch (nothing else reads or writes its key), so taking it
+       first is taking it in its place.
+    2. ``apply_prospect`` (compiled; new, changed and repeated rows): the full logic, which still
+       compares each row with the state as it is then.
+    3. ``reversion_prospect_customer`` (interpreted: history tables; rows whose demographics
+       changed and that match a customer): the customer's new version and its accounts.
+    """
     flow = b.flow
     kind_rows = b.kind_rows
     batchid = b.batchid
@@ -51,6 +63,7 @@ def add_prospects(b: FlowBuilder) -> None:
         "matchkey": "string",
         "marketingnameplate": "string",
         "prospect_values": "string",
+        "repeated": "bool",
     }
 
     def prepare_prospect(t: pa.Table) -> pa.Table:
@@ -75,11 +88,23 @@ def add_prospects(b: FlowBuilder) -> None:
         out["prospect_values"] = rules.prospect_values(
             [t.column(src) for _, src in prospect_fields]
         )
+        out["repeated"] = rules.repeated(t.column("AgencyID"))
         return pa.table(out)
 
     kind_rows("Prospect")
     flow.map("prospect_prepared", prepare_prospect, schema=prospect_in)
-    p = flow.transact("apply_prospect", input="prospect_prepared")
+    seen = flow.transact("seen_prospect", input="prospect_prepared")
+    held = seen.read(prospect, "AgencyID")
+    same = coalesce(held["prospectvalues"] == col("prospect_values"), False) & ~col("repeated")
+    seen.update(
+        prospect,
+        "AgencyID",
+        set={"sk_recorddateid": sk_batch, "batchid": batchid},
+        if_missing="skip",
+        when=same,
+    )
+    seen.emit(include_input=True, when=~same)
+    p = flow.transact("apply_prospect", input="seen_prospect")
     key = col("matchkey")
     has_key = key.not_null()
     saved = p.read(prospect, "AgencyID")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -158,6 +159,18 @@ def prospect_values(columns: Sequence[Array]) -> Array:
     so "did any value change" is one comparison."""
     texts = [pc.fill_null(pc.cast(c, pa.string()), _NULL_FIELD) for c in columns]
     return pc.binary_join_element_wise(*texts, _FIELD_SEPARATOR)
+
+
+def repeated(values: Array) -> Array:
+    """Whether each row's value occurs in another row of ``values`` too (False for a null)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not len(values):
+        return pa.array([], type=pa.bool_())
+    indices = pc.dictionary_encode(values).indices
+    codes = np.asarray(indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    counts = np.bincount(codes[codes >= 0], minlength=1)
+    return pa.array((codes >= 0) & (counts[np.maximum(codes, 0)] > 1))
 
 
 def lookup(codes: Array, mapping: Mapping[str, Any], value_type: pa.DataType) -> Array:

@@ -27,6 +27,7 @@ from typing import Any
 import numba
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl_dataflows.batch import TableDelta
 from etl_dataflows.executors.local.strings import StringPool
@@ -423,4 +424,6 @@ def _counting_order(ranks: np.ndarray, upper: int) -> np.ndarray:
 
 
 def _string_order(keys: np.ndarray) -> np.ndarray:
-    return np.array(sorted(range(len(keys)), key=lambda i: keys[i]), dtype=np.int64)
+    """The order of distinct strings (UTF-8 byte order is code point order: Python's)."""
+    order = pc.sort_indices(pa.array(keys, type=pa.string()))
+    return np.asarray(order.to_numpy(), dtype=np.int64)
