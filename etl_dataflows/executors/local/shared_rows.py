@@ -174,16 +174,23 @@ class SharedRows:
 
 
 class _ColumnIndex:
-    """Slots by value of one indexed column (see :meth:`SharedRows.keys_with`): entries are only
-    added, so a batch undone cannot lose one; ``_indexed`` holds the value (code) each slot was
-    last indexed under, so re-indexing visits only slots whose value moved since."""
+    """Slots by value of one indexed column (see :meth:`SharedRows.keys_with`).
+
+    A *base* built in one pass of numpy (the values of every row, sorted, beside their slots)
+    and an *overlay* of slots indexed since (value -> slots), both allowed to name slots whose
+    value has moved on (the caller checks). ``_indexed`` holds the value (code) each slot was
+    last indexed under, so catching up after a write that bypassed the mapping visits only the
+    slots whose value differs from it; when they are many, the base is rebuilt instead."""
 
     def __init__(self, rows: SharedRows, column: str) -> None:
         self._rows = rows
         self._column = column
         self._string = dict(rows.arrays.table.columns)[column] == "string"
-        self._slots: dict[Any, set[int]] = {}
-        self._indexed = np.zeros(0, dtype=rows.arrays.values[column].dtype)
+        dtype = rows.arrays.values[column].dtype
+        self._base_values = np.zeros(0, dtype=dtype)
+        self._base_slots = np.zeros(0, dtype=np.int64)
+        self._overlay: dict[Any, set[int]] = {}
+        self._indexed = np.zeros(0, dtype=dtype)
         self._indexed_valid = np.zeros(0, dtype=np.bool_)
         self.fresh = False
 
@@ -202,15 +209,24 @@ class _ColumnIndex:
         moved = np.flatnonzero(
             valid & (~self._indexed_valid[:size] | (values != self._indexed[:size]))
         )
-        for slot in moved:
-            self._add(int(slot), values[slot])
+        if len(moved) > len(self._base_slots) // 8 + _OVERLAY_MIN:
+            slots = np.flatnonzero(valid)
+            order = np.argsort(values[slots], kind="stable")
+            self._base_slots = slots[order]
+            self._base_values = values[self._base_slots]
+            self._overlay = {}
+            self._indexed[:size] = values
+            self._indexed_valid[:size] = valid
+        else:
+            for slot in moved.tolist():
+                self._add(slot, values[slot])
         self.fresh = True
 
     def _add(self, slot: int, raw: Any) -> None:
-        value = self._rows.strings[int(raw)] if self._string else raw.item()
-        slots = self._slots.get(value)
+        key = raw.item()
+        slots = self._overlay.get(key)
         if slots is None:
-            self._slots[value] = {slot}
+            self._overlay[key] = {slot}
         else:
             slots.add(slot)
         self._indexed[slot] = raw
@@ -230,4 +246,15 @@ class _ColumnIndex:
     def keys_with(self, value: Any) -> list[Key]:
         if not self.fresh:
             self._refresh()
-        return [self._rows.key_of(slot) for slot in self._slots.get(value, ())]
+        raw = self._rows.arrays.pool.find_one(value) if self._string else value
+        if self._string and raw < 0:
+            return []  # a string never seen is in no row
+        lo = int(np.searchsorted(self._base_values, raw, side="left"))
+        hi = int(np.searchsorted(self._base_values, raw, side="right"))
+        slots = set(self._base_slots[lo:hi].tolist())
+        slots |= self._overlay.get(raw, set())
+        return [self._rows.key_of(slot) for slot in slots]
+
+
+#: Slots moved since the base was built that go to the overlay, beyond an eighth of the base.
+_OVERLAY_MIN = 1024

@@ -8,13 +8,14 @@ model, from an empty state and from a state image loaded midway."""
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl_dataflows import Dataflow, coalesce, col, old
-from etl_dataflows.executors.local import LocalExecutor
+from etl_dataflows.executors.local import LocalExecutor, shared_rows
 from etl_dataflows.testing import make_batch, run_in_memory
 from etl_dataflows.testing.harness import assert_same_results
 
@@ -142,13 +143,19 @@ def test_the_table_is_shared(key: str) -> None:
 
 
 @pytest.mark.parametrize("key", ["int64", "string"])
+@pytest.mark.parametrize("overlay", [0, 1024], ids=["rebuilt", "overlaid"])
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_shared_table_matches_the_oracle_and_the_model(key: str, data: st.DataObject) -> None:
+def test_shared_table_matches_the_oracle_and_the_model(
+    key: str, overlay: int, data: st.DataObject
+) -> None:
+    """``overlay``: moved slots the index takes one by one before it rebuilds (0: rebuilt at
+    every catch-up with anything moved)."""
     batches = data.draw(st.lists(events(key), min_size=1, max_size=4))
     flow = shared_flow(key)
     serial = runs(flow, batches, "serial")
-    local = runs(flow, batches, "local")
+    with patch.object(shared_rows, "_OVERLAY_MIN", overlay):
+        local = runs(flow, batches, "local")
     for expected, actual in zip(serial, local, strict=True):
         assert_same_results(expected, actual)
     table = local[1].final_state.tables["items"].to_pylist()
