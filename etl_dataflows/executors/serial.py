@@ -622,13 +622,18 @@ class SerialExecutor(BaseExecutor):
             raise _Abort("error", f"{cop.op.label()}: window time is null")
         entries = self._entries[table.name].get(key, [])
         found = bool(entries)
-        latest = max((e[AT] for e in entries), default=None)
+        latest = entries[-1][AT] if entries else None  # (a key's entries are in (at, entry) order)
         if latest is not None and at < latest:
             raise _Abort(
                 "condition",
                 f"{cop.op.label()}: window entry at {at} is older than the key's latest ({latest})",
             )
         self._check(cop, row, None, results)
+        # at is at or after every entry: the visible entries are those after at - span, a suffix
+        floor = at - table.span
+        start = 0
+        while start < len(entries) and entries[start][AT] <= floor:
+            start += 1
         if cop.values:
             computed = {name: fn(scope) for name, fn in cop.values.items()}
             entry: Row = dict(zip(table.key_names, key, strict=True))
@@ -636,39 +641,45 @@ class SerialExecutor(BaseExecutor):
             entry[AT] = at
             for name, kind in table.value_types.items():
                 entry[name] = _coerce(computed.get(name), kind, f"{cop.op.label()} column {name!r}")
-            kept = [e for e in [*entries, entry] if e[AT] > at - table.span]
+            kept = entries[start:]
+            kept.append(entry)  # (at > floor: the span is positive)
             self._touch(table, key)
             self._set(self._entries[table.name], key, kept)
-            entries = kept
-        visible = [e for e in entries if at - table.span < e[AT] <= at]
-        return OpResult(None, _aggregate(table, visible), found)
+            return OpResult(None, _aggregate(table, kept), found)
+        return OpResult(None, _aggregate(table, entries[start:]), found)
 
 
 def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
-    """The window's aggregates over ``entries`` (nulls ignored; empty gives null, count 0)."""
+    """The window's aggregates over ``entries`` (in time order; nulls ignored; empty gives null,
+    count 0). The time of the max (min) is the earliest entry's that holds it."""
     result: Row = {}
+    by_column: dict[str, tuple[list[Row], list[Any]]] = {}
     for name, agg in table.aggregates.items():
-        present = [(e[agg.column], e[AT]) for e in entries if e[agg.column] is not None]
-        if agg.kind == "count":
-            result[name] = len(present)
-        elif not present:
+        column = agg.column
+        got = by_column.get(column)
+        if got is None:
+            present = [e for e in entries if e[column] is not None]
+            got = by_column[column] = (present, [e[column] for e in present])
+        present, values = got
+        kind = agg.kind
+        if kind == "count":
+            result[name] = len(values)
+        elif not values:
             result[name] = None
-        elif agg.kind == "max":
-            result[name] = max(v for v, _ in present)
-        elif agg.kind == "min":
-            result[name] = min(v for v, _ in present)
-        elif agg.kind == "sum":
-            result[name] = sum(v for v, _ in present)
-        elif agg.kind == "first":
-            result[name] = present[0][0]
-        elif agg.kind == "last":
-            result[name] = present[-1][0]
-        elif agg.kind == "argmax":
-            top = max(v for v, _ in present)
-            result[name] = min(t for v, t in present if v == top)
+        elif kind == "max":
+            result[name] = max(values)
+        elif kind == "min":
+            result[name] = min(values)
+        elif kind == "sum":
+            result[name] = sum(values)
+        elif kind == "first":
+            result[name] = values[0]
+        elif kind == "last":
+            result[name] = values[-1]
+        elif kind == "argmax":
+            result[name] = present[values.index(max(values))][AT]
         else:
-            bottom = min(v for v, _ in present)
-            result[name] = min(t for v, t in present if v == bottom)
+            result[name] = present[values.index(min(values))][AT]
     return result
 
 
