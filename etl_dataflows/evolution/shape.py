@@ -334,8 +334,10 @@ def _data_digest(obj: Any, depth: int) -> list[str] | None:
 def canonical(obj: Any, depth: int = _DEPTH) -> Any:
     """A JSON value that is equal for two objects doing the same thing: expressions by structure,
     Python functions by their code (bytecode, constants, names, defaults and closed-over
-    values), dataclasses and steps by their fields; a state table by its name. Line numbers and
-    file names do not count, so moving a function in its file changes nothing."""
+    values), dataclasses and steps by their fields; a state table by its name; an object with a
+    ``content_digest`` string attribute by that digest (lookup data that states its own, e.g.
+    TPC-DI's reference data read from a warehouse). Line numbers and file names do not count,
+    so moving a function in its file changes nothing."""
     if depth <= 0:
         return type(obj).__qualname__
     down = depth - 1
@@ -347,6 +349,9 @@ def canonical(obj: Any, depth: int = _DEPTH) -> Any:
         return hashlib.sha256(obj).hexdigest()
     if isinstance(obj, BaseStateTableTypes):
         return ["table", obj.name]
+    content = getattr(obj, "content_digest", None)
+    if isinstance(content, str):  # an object that states a digest of its own contents
+        return ["data", content]
     if isinstance(obj, Call):
         return [
             "call",
