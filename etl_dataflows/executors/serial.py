@@ -226,9 +226,10 @@ class SerialExecutor(BaseExecutor):
             return  # (its holder tracks changes)
         touched = self._touched.setdefault(table.name, {})
         if key not in touched:
-            # a copy of each row is a full copy: row values are immutable scalars (int, float,
-            # bool, str, None; see etl_dataflows.types.coerce_value)
-            touched[key] = [dict(row) for row in self._key_rows(table, key)]
+            # the rows themselves, not copies: a stored row is never changed in place (a change
+            # stores a new dict, see the state comment above), so a row still stored at the end
+            # of the batch is the very object taken here
+            touched[key] = self._key_rows(table, key)
 
     def _set(self, container: dict[Any, Any], key: Any, value: Any) -> None:
         had = key in container
@@ -289,10 +290,14 @@ class SerialExecutor(BaseExecutor):
             before: dict[Key, Row] = {}
             after: dict[Key, Row] = {}
             for key, rows in self._touched.get(name, {}).items():
+                now = self._key_rows(table, key)
+                kept = {id(r) for r in rows} & {id(r) for r in now}  # the same object: unchanged
                 for r in rows:
-                    before[row_id(r)] = r
-                for r in self._key_rows(table, key):
-                    after[row_id(r)] = r
+                    if id(r) not in kept:
+                        before[row_id(r)] = r
+                for r in now:
+                    if id(r) not in kept:
+                        after[row_id(r)] = r
             upserts = [r for rid, r in after.items() if before.get(rid) != r]
             deletes = [r for rid, r in before.items() if rid not in after]
             deltas[name] = TableDelta(
