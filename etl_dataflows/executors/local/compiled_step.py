@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl_dataflows.batch import ABORT_SCHEMA
 from etl_dataflows.dataflow import CompiledDataflow
@@ -309,7 +310,12 @@ class CompiledStep:
             keys: list[Any] = []
             for k, (_, kind) in zip(parts, table.table.key, strict=True):
                 key = ready[k]
-                if kind == "string":
+                if kind == "string" and key.column is not None:  # (no Python string per row)
+                    column = key.column.combine_chunks()
+                    if pa.types.is_dictionary(column.type):
+                        column = column.cast(pa.string())
+                    keys.append(pc.if_else(pa.array(usable), column, pa.scalar(None, column.type)))
+                elif kind == "string":
                     masked = [v if ok else None for v, ok in zip(key.values, usable, strict=True)]
                     keys.append(pa.array(masked, type=pa.string()))
                 else:
@@ -333,6 +339,9 @@ class CompiledStep:
         if self.pool is not None:
             for k in self._coded:
                 hv = ready[k]
+                if hv.column is not None:  # nulls where not valid, as below
+                    codes[k] = self.pool.encode(hv.column)[0]
+                    continue
                 codes[k] = self.pool.encode(
                     pa.array(hv.values, type=pa.string(), mask=~hv.valid, from_pandas=True)
                 )[0]
