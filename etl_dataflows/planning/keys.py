@@ -282,7 +282,11 @@ class StrKeyIndex:
         uniques: list[Any] = encoded.dictionary.to_pylist()
         known: list[Any] = list(map(self._code_of.get, uniques))  # (in C: no call per string)
         if None in known:  # strings never seen get new codes, in order of first appearance
-            known = [self.code(s) if c is None else c for s, c in zip(uniques, known, strict=True)]
+            fresh = [s for s, c in zip(uniques, known, strict=True) if c is None]
+            start = len(self.strings)
+            self.strings.extend(fresh)  # (distinct: the uniques of one dictionary)
+            self._code_of.update(zip(fresh, range(start, start + len(fresh)), strict=True))
+            known = list(map(self._code_of.get, uniques))
         mapped = np.array(known, dtype=np.int64)
         valid = np.asarray(encoded.indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
