@@ -12,7 +12,8 @@ pid of the streamdi that owns it, the cluster id).
 1. Take ``start.lock`` (an exclusive file lock): two streamdi processes on one state directory
    start one broker.
 2. If ``broker.json`` names a live process that is a Kafka of this folder (its command line names
-   this ``server.properties``): reuse it once it answers (within :data:`REUSE_ANSWER_S`). Its
+   this ``server.properties``): reuse it once it answers (within
+   ``KAFKA__EMBEDDED_REUSE_TIMEOUT_S``, 10 s by default). Its
    owner (the streamdi that started it) still alive: *share* it (the owner stops it). Its owner
    gone (killed): *adopt* it (this process owns it now and stops it at the end). A broker of this
    folder that does not answer in that time is killed; its log is recovered by the next step.
@@ -61,8 +62,6 @@ logger = logging.getLogger(__name__)
 RESTART_PORT_WAIT_S = 10.0
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
-#: How long a running broker of the folder may take to answer before it is replaced.
-REUSE_ANSWER_S = 10.0
 
 
 def _server_properties(log_dir: Path, port: int, controller_port: int) -> str:
@@ -184,7 +183,7 @@ class EmbeddedKafka:
         with (self.folder / "start.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # 2.
-            if self._reuse(min(timeout, REUSE_ANSWER_S)):
+            if self._reuse(min(timeout, self.kafka.embedded_reuse_timeout_s)):
                 how = "adopted" if self.owned else "shared"
                 logger.info(
                     "embedded Kafka %s pid=%s bootstrap=%s", how, self._pid, self.bootstrap_servers
