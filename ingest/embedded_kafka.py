@@ -44,6 +44,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ingest.class_archive import archive_options
 from ingest.exceptions import BrokerStartFailed, BrokerUnavailable
 from ingest.kafka_client import BrokerHandle, free_port, pid_alive, wait_until_answering
 from ingest.kafka_dist import (
@@ -147,6 +148,9 @@ class EmbeddedKafka:
         self.log_file = self.folder / "broker.log"
         self.record = self.folder / "broker.json"
         self.wanted_port = port
+        #: Extra options of the broker's JVM; when set, they replace the class archive's (see
+        #: :mod:`ingest.class_archive`, which sets the option that writes it).
+        self.jvm_options: list[str] = []
         self.port = 0
         self.controller_port = 0
         self.cluster_id = ""
@@ -165,6 +169,11 @@ class EmbeddedKafka:
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of the broker this process launched, once it ended (else None)."""
+        return self._process.poll() if self._process is not None else None
 
     def alive(self) -> bool:
         if self._process is not None:
@@ -354,6 +363,7 @@ class EmbeddedKafka:
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={log4j}",
                 f"-Dkafka.logs.dir={self.folder}",
+                *(self.jvm_options or archive_options(java, classpath)),
                 "-cp",
                 classpath,
                 KAFKA_MAIN,
