@@ -295,10 +295,27 @@ class TableInfo(BaseModel):
     targets: dict[str, dict[str, Any]]
 
 
+def each_once(names: list[str] | None) -> list[str] | None:
+    """``names`` if none is named twice: a round that names a target twice is a mistake in the
+    request, refused with the names repeated rather than taken once in silence."""
+    if names is not None:
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"each target may be named once; named more than once: {', '.join(twice)}"
+            )
+    return names
+
+
 class MigrateBody(BaseModel):
+    """A migration round (``POST /migration/push|pull``): ``targets`` (default: every
+    configured one), each named at most once, and how to ``merge``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    targets: list[Literal["postgres", "duckdb"]] | None = Field(default=None, max_length=2)
+    targets: Annotated[list[Literal["postgres", "duckdb"]] | None, AfterValidator(each_once)] = (
+        Field(default=None, max_length=2)
+    )
     merge: Literal["auto", "force", "never"] | None = None
 
 

@@ -27,7 +27,10 @@ BENCH_MODULES: tuple[str, ...] = (
 )
 
 
-def register(commands: Commands) -> None:
+def register(commands: Commands, *, benchmarks: bool = True) -> None:
+    """``streamdi bench``, with a subcommand per benchmark; without ``benchmarks`` the command
+    alone (the benchmarks' modules are not imported: ``cli.main`` asks for them only when the
+    command line runs ``bench``)."""
     bench = commands.add_parser(
         "bench",
         help="run a benchmark (JSON and a readable report; numbers come from here)",
@@ -35,5 +38,7 @@ def register(commands: Commands) -> None:
         "with their baselines in one run, and write JSON plus a readable report.",
     )
     benches = bench.add_subparsers(dest="bench", metavar="BENCHMARK")
+    if not benchmarks:
+        return
     for name in BENCH_MODULES:
         importlib.import_module(name).register(benches)

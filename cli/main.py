@@ -43,7 +43,22 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The module of ``streamdi bench``: its benchmarks' modules import most of streamdi (the query
+#: service's FastAPI, every executor), about 0.4 s of CPU that no other command needs, so they
+#: are registered only when the command line runs ``bench`` or names no command (``--help``).
+BENCH_MODULE = "benchmarks.cli"
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs: its first word that is not an option (the top-level options
+    take no value); None when there is none."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; with ``command`` (the subcommand about to run) other than
+    ``bench``, ``streamdi bench`` is registered without its benchmarks (see
+    :data:`BENCH_MODULE`)."""
     parser = argparse.ArgumentParser(
         prog="streamdi",
         description="Streaming ETL into a warehouse: Kafka ingest, a transactional dataflow "
@@ -55,13 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(commands)
+        module = importlib.import_module(name)
+        if name == BENCH_MODULE:
+            module.register(commands, benchmarks=command in (None, "bench"))
+        else:
+            module.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``streamdi`` console script."""
-    parser = build_parser()
+    parser = build_parser(command_word(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

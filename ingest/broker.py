@@ -39,24 +39,20 @@ __all__ = [
     "wait_until_answering",
 ]
 
-#: How long an external Kafka may take to answer at start before streamdi gives up.
-EXTERNAL_START_TIMEOUT_S = 10.0
 
-
-def external_handle(
-    kafka: KafkaSettings, timeout_s: float = EXTERNAL_START_TIMEOUT_S
-) -> BrokerHandle:
+def external_handle(kafka: KafkaSettings, timeout_s: float | None = None) -> BrokerHandle:
     """The external Kafka of ``KAFKA__BOOTSTRAP_SERVERS`` once it answers; a Kafka that does not
-    answer within ``timeout_s`` is :class:`BrokerUnavailable`, naming the address and the
-    setting."""
+    answer within ``timeout_s`` (default ``KAFKA__EXTERNAL_START_TIMEOUT_S``) is
+    :class:`BrokerUnavailable`, naming the address and the setting."""
     servers = kafka.bootstrap_servers
     assert servers, "external_handle needs KAFKA__BOOTSTRAP_SERVERS"
+    timeout = timeout_s if timeout_s is not None else kafka.external_start_timeout_s
     try:
-        wait_until_answering(servers, timeout_s, kafka=kafka)
+        wait_until_answering(servers, timeout, kafka=kafka)
     except BrokerUnavailable as exc:
         raise BrokerUnavailable(
             f"{exc}; check that Kafka runs there, or fix KAFKA__BOOTSTRAP_SERVERS (unset it to "
-            "run the embedded broker)"
+            "run the embedded broker), or give it longer (KAFKA__EXTERNAL_START_TIMEOUT_S)"
         ) from exc
     return BrokerHandle(servers, f"external:{servers}", False)
 

@@ -12,7 +12,8 @@ pid of the streamdi that owns it, the cluster id).
 1. Take ``start.lock`` (an exclusive file lock): two streamdi processes on one state directory
    start one broker.
 2. If ``broker.json`` names a live process that is a Kafka of this folder (its command line names
-   this ``server.properties``): reuse it once it answers (within :data:`REUSE_ANSWER_S`). Its
+   this ``server.properties``): reuse it once it answers (within
+   ``KAFKA__EMBEDDED_REUSE_TIMEOUT_S``, 10 s by default). Its
    owner (the streamdi that started it) still alive: *share* it (the owner stops it). Its owner
    gone (killed): *adopt* it (this process owns it now and stops it at the end). A broker of this
    folder that does not answer in that time is killed; its log is recovered by the next step.
@@ -43,6 +44,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ingest.class_archive import archive_options
 from ingest.exceptions import BrokerStartFailed, BrokerUnavailable
 from ingest.kafka_client import BrokerHandle, free_port, pid_alive, wait_until_answering
 from ingest.kafka_dist import (
@@ -61,8 +63,6 @@ logger = logging.getLogger(__name__)
 RESTART_PORT_WAIT_S = 10.0
 #: Lines of ``broker.log`` quoted when the broker fails to start.
 LOG_TAIL_LINES = 20
-#: How long a running broker of the folder may take to answer before it is replaced.
-REUSE_ANSWER_S = 10.0
 
 
 def _server_properties(log_dir: Path, port: int, controller_port: int) -> str:
@@ -148,6 +148,9 @@ class EmbeddedKafka:
         self.log_file = self.folder / "broker.log"
         self.record = self.folder / "broker.json"
         self.wanted_port = port
+        #: Extra options of the broker's JVM; when set, they replace the class archive's (see
+        #: :mod:`ingest.class_archive`, which sets the option that writes it).
+        self.jvm_options: list[str] = []
         self.port = 0
         self.controller_port = 0
         self.cluster_id = ""
@@ -167,6 +170,11 @@ class EmbeddedKafka:
     def pid(self) -> int | None:
         return self._pid
 
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code of the broker this process launched, once it ended (else None)."""
+        return self._process.poll() if self._process is not None else None
+
     def alive(self) -> bool:
         if self._process is not None:
             return self._process.poll() is None
@@ -184,7 +192,7 @@ class EmbeddedKafka:
         with (self.folder / "start.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # 2.
-            if self._reuse(min(timeout, REUSE_ANSWER_S)):
+            if self._reuse(min(timeout, self.kafka.embedded_reuse_timeout_s)):
                 how = "adopted" if self.owned else "shared"
                 logger.info(
                     "embedded Kafka %s pid=%s bootstrap=%s", how, self._pid, self.bootstrap_servers
@@ -355,6 +363,7 @@ class EmbeddedKafka:
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={log4j}",
                 f"-Dkafka.logs.dir={self.folder}",
+                *(self.jvm_options or archive_options(java, classpath)),
                 "-cp",
                 classpath,
                 KAFKA_MAIN,

@@ -16,6 +16,10 @@ from typing import Any
 from ingest.exceptions import BrokerUnavailable
 from streamdi.settings import KafkaSettings
 
+#: The shortest bootstrap an attempt of :func:`wait_until_answering` is given (ms), however little
+#: of its time is left: enough for one round trip to a broker that answers.
+MIN_ATTEMPT_MS = 500
+
 
 @dataclass(frozen=True)
 class BrokerHandle:
@@ -60,21 +64,27 @@ def wait_until_answering(
     bootstrap_servers: str, timeout_s: float = 30.0, *, kafka: KafkaSettings | None = None
 ) -> None:
     """Block until a Kafka ApiVersions/Metadata round trip succeeds, or raise
-    :class:`BrokerUnavailable`. ``kafka`` gives the client security settings (TLS, SASL) of an
-    external cluster."""
+    :class:`BrokerUnavailable` once ``timeout_s`` has passed (each attempt's bootstrap is bounded
+    by the time left: kafka-python's own bootstrap wait, 30 s, would otherwise hold a broker that
+    does not answer for three times a 10 s timeout). ``kafka`` gives the client security settings
+    (TLS, SASL) of an external cluster."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
-    while time.monotonic() < deadline:
+    while (left := deadline - time.monotonic()) > 0:
         try:
             config = (
                 client_config(kafka, bootstrap_servers)
                 if kafka is not None
                 else {"bootstrap_servers": bootstrap_servers.split(",")}
             )
-            admin = KafkaAdminClient(**config, request_timeout_ms=2000)
+            admin = KafkaAdminClient(
+                **config,
+                request_timeout_ms=2000,
+                bootstrap_timeout_ms=max(MIN_ATTEMPT_MS, int(left * 1000)),
+            )
             try:
                 admin.list_topics()
                 return

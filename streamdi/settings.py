@@ -100,6 +100,19 @@ class KafkaSettings(BaseModel):
         gt=0,
         description="Longest wait for the embedded broker to answer at start.",
     )
+    embedded_reuse_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait for an embedded broker already running on the state "
+        "directory (left by a killed streamdi, or another process's) to answer before it is "
+        "killed and replaced on the same log.",
+    )
+    external_start_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait for the external Kafka of KAFKA__BOOTSTRAP_SERVERS to answer "
+        "at start before streamdi gives up.",
+    )
     client_id: str = Field(default="streamdi", description="Client id sent to the broker.")
     max_record_bytes: int = Field(
         default=900_000,

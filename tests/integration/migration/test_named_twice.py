@@ -1,9 +1,11 @@
-"""A round that names a target twice (``POST /migration/pull {"targets": ["postgres",
-"postgres"]}``) treats it once. It used to merge it twice at once, on two threads of the
+"""The migrator's own guard: a round that names a target twice (``Migrator.migrate(["postgres",
+"postgres"])``) treats it once. It used to merge it twice at once, on two threads of the
 migrator's pool sharing the target's one connection: psycopg2 interleaved the two transactions'
 statements on it and both threads waited forever, holding the migrator's lock (every later round,
 ``GET /migration`` and the service's shutdown waited behind them). The fuzz test found it as a
-``POST /migration/pull`` hanging past 120 s."""
+``POST /migration/pull`` hanging past 120 s. The API now refuses such a request before any round
+(422 ``invalid_request`` naming the target: tests/unit/api/test_app.py); the migrator keeps its
+guard for every other caller."""
 
 from __future__ import annotations
 

@@ -179,6 +179,29 @@ def test_tables_batches_migration_and_metrics(
     assert client.get("/docs").status_code == 200
 
 
+def test_a_round_naming_a_target_twice_is_refused_naming_it(
+    served: tuple[TestClient, ShopStage, QueryService, Migrator],
+) -> None:
+    client, _, _, migrator = served
+    before = client.get("/migration").json()
+    for route in ("/migration/pull", "/migration/push"):
+        for targets, twice in (
+            (["postgres", "postgres"], "postgres"),
+            (["duckdb", "duckdb"], "duckdb"),
+        ):
+            refused = client.post(route, json={"targets": targets, "merge": "force"})
+            assert refused.status_code == 422, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "invalid_request"
+            assert error["reason"].startswith("body.targets: ")
+            assert f"named more than once: {twice}" in error["reason"]
+    assert client.get("/migration").json() == before  # no round ran
+    # the migrator's own guard stays: called directly, it takes a name given twice once
+    assert list(migrator.migrate(["duckdb", "duckdb"], via="pull").targets) == ["duckdb"]
+    once = client.post("/migration/pull", json={"targets": ["duckdb"]})
+    assert once.status_code == 200 and list(once.json()["targets"]) == ["duckdb"]
+
+
 def test_bearer_token(tmp_path: Path) -> None:
     stage = ShopStage(tmp_path / "staging.duckdb")
     stage.stage_range(1, 2)
