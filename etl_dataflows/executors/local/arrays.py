@@ -33,7 +33,7 @@ from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.planning.keys import IntKeyIndex, StrKeyIndex, TupleKeyIndex
 from etl_dataflows.state import image_schema, row_id_schema
 from etl_dataflows.tables import Table
-from etl_dataflows.types import ColumnType, arrow_type
+from etl_dataflows.types import ColumnType, arrow_type, shared_objects
 from etl_dataflows.vectorized import column_from_arrow
 
 _DTYPES: dict[ColumnType, Any] = {
@@ -162,7 +162,13 @@ class ArrayTable:
             fresh = (slots >= before) & (slots >= 0)
             for c, part in enumerate(parts):
                 if isinstance(part, pa.Array | pa.ChunkedArray):
-                    part = np.asarray(part.to_numpy(zero_copy_only=False))
+                    # a string key's equal values as one object each: at load, TPC-DI's 18 M
+                    # open watches (SF 100) name a few thousand symbols
+                    part = (
+                        np.asarray(part.to_numpy(zero_copy_only=False))
+                        if pa.types.is_integer(part.type)
+                        else shared_objects(part)
+                    )
                 self.key_parts[c][slots[fresh]] = part[fresh]
             self._extend_ranks(before, after)
         return slots
