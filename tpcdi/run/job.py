@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
-from streamdi.memory import release_free_memory
+from streamdi.memory import limit_malloc_arenas, release_free_memory
 from streamdi.settings import StreamdiSettings
 from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
@@ -238,6 +238,7 @@ def run_tpcdi(
 ) -> RunRecord:
     """Run every phase (see the module docstring) and return the record."""
     out = out or sys.stderr
+    limit_malloc_arenas(base.tpcdi.malloc_arenas)  # before the run's threads start
     workdir = options.workdir or base.streamdi.state_dir / "tpcdi"
     settings = run_settings(base, workdir, options.targets)
     executor = options.executor or settings.engine.executor
