@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from etl_dataflows.tables import StateTable
-from etl_dataflows.types import arrow_array, arrow_schema, python_values
+from etl_dataflows.types import arrow_array, arrow_schema, shared_python_values
 
 
 def image_schema(table: StateTable) -> pa.Schema:
@@ -60,13 +60,15 @@ def rows_to_table(
 
 
 def table_to_rows(table: StateTable, data: pa.Table) -> list[dict[str, Any]]:
-    """Image rows as dicts of engine Python values."""
+    """Image rows as dicts of engine Python values; equal strings, dates and timestamps of a
+    column are one object (:func:`~etl_dataflows.types.shared_python_values`): the rows are an
+    executor's state, millions of them at scale."""
     columns = table.image_columns()
     missing = [n for n in columns if n not in data.column_names]
     if missing:
         raise ValueError(f"state image of {table.name!r} lacks columns {missing}")
     names = list(columns)
-    values = [python_values(data.column(n), columns[n]) for n in names]
+    values = [shared_python_values(data.column(n), columns[n]) for n in names]
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 

@@ -143,6 +143,12 @@ class ConsumingLoop:
         #: Seconds filling the assembler and cutting batches (step 3).
         self.assemble_s = 0.0
 
+    def release(self) -> None:
+        """Let go of the hand-off once the loop has run: it holds what runs the batches (the
+        pipeline's executor, with all the engine's state), which must not outlive the run while
+        the loop is kept for its counters. A released loop runs no more batches."""
+        self.hand_off = _released
+
     def run(self, stop: threading.Event) -> None:
         """Consume until one of the ends of the module docstring; see there for the order."""
         rules, assembler, feed, control = self.rules, self.assembler, self.feed, self.control
@@ -297,3 +303,10 @@ class ConsumingLoop:
             return False
         feed = self.feed
         return all(feed.position(tp) >= end for tp, end in feed.end_offsets().items())
+
+
+def _released(assembled: AssembledBatch) -> None:
+    raise RuntimeError(
+        f"batch {assembled.batch.batch_id} handed to a released loop (it ran; see "
+        "ConsumingLoop.release)"
+    )

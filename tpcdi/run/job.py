@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from migration.schema import WarehouseLayout
 from staging.store import StagingStore
-from streamdi.memory import release_free_memory
+from streamdi.memory import limit_malloc_arenas, release_free_memory
 from streamdi.settings import StreamdiSettings
 from tpcdi.exceptions import GeneratorError, SourceNotFound
 from tpcdi.incremental import build_flow
@@ -238,6 +238,7 @@ def run_tpcdi(
 ) -> RunRecord:
     """Run every phase (see the module docstring) and return the record."""
     out = out or sys.stderr
+    limit_malloc_arenas(base.tpcdi.malloc_arenas)  # before the run's threads start
     workdir = options.workdir or base.streamdi.state_dir / "tpcdi"
     settings = run_settings(base, workdir, options.targets)
     executor = options.executor or settings.engine.executor
@@ -281,7 +282,7 @@ def run_tpcdi(
         if options.stop_after == "historical":
             record.peak_mem_mb = memory.peak_mb
             return record
-        release_free_memory()  # the historical load's freed buffers, before the updates' state
+        free_after_historical(executor)
         # 4. incremental updates
         reference = Reference.from_warehouse(lambda sql: warehouse.query(sql))
         incremental = build_flow(reference).build()
@@ -325,6 +326,18 @@ def run_tpcdi(
     record.peak_mem_mb = memory.peak_mb
     record.memory = memory.as_json()
     return record
+
+
+def free_after_historical(executor: str) -> None:
+    """Give back what the historical load held and the updates do not need: the Spark session
+    and its JVM (0.85 GB resident at SF 100 through the updates, 2.4 GB at SF 10), unless the
+    engine runs on Spark (``executor`` ``spark`` or ``spark:<placement>``); then the allocators'
+    freed memory (:func:`release_free_memory`: 697 -> 381 MB at SF 3)."""
+    if executor.partition(":")[0] != "spark":
+        from etl_dataflows.executors.spark.session import stop_spark_session
+
+        stop_spark_session()
+    release_free_memory()
 
 
 def _upgrade_between(flow: Any, settings: StreamdiSettings) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from etl_dataflows.executors.local.strings import StringPool
 from etl_dataflows.planning.keys import IntKeyIndex, StrKeyIndex, TupleKeyIndex
 from etl_dataflows.state import image_schema, row_id_schema
 from etl_dataflows.tables import Table
-from etl_dataflows.types import ColumnType, arrow_type
+from etl_dataflows.types import ColumnType, arrow_type, shared_objects
 from etl_dataflows.vectorized import column_from_arrow
 
 _DTYPES: dict[ColumnType, Any] = {
@@ -71,6 +71,10 @@ def column_to_arrow(
             raise ValueError("string codes need the string pool that made them")
         return pool.decode(values, valid)
     return _to_arrow(values, valid, kind)
+
+
+#: An array table grows by ``capacity // GROWTH_DIVISOR`` slots at least (see ``_grow``).
+GROWTH_DIVISOR = 4
 
 
 class ArrayTable:
@@ -119,9 +123,14 @@ class ArrayTable:
     # -- storage --------------------------------------------------------------------------------
 
     def _grow(self, needed: int) -> None:
+        # By a quarter, not double, and one array at a time: a table loaded from a state image
+        # has no slack, so the first batch with a new key grows it, and doubling TPC-DI's
+        # 18 M open watches (SF 100) would add 1.35 GB of arrays the updates never fill, with
+        # old and new copies of every column alive at once while it ran. Growing by a quarter
+        # still copies each slot a bounded number of times (amortized O(1) per key).
         if needed <= self.capacity:
             return
-        capacity = max(needed, self.capacity * 2, 1024)
+        capacity = max(needed, self.capacity + self.capacity // GROWTH_DIVISOR, 1024)
 
         def grown(array: np.ndarray, fill: Any = 0) -> np.ndarray:
             out = (
@@ -132,11 +141,13 @@ class ArrayTable:
             out[: len(array)] = array
             return out
 
-        self.key_parts = [grown(part) for part in self.key_parts]
+        for i, part in enumerate(self.key_parts):
+            self.key_parts[i] = grown(part)
         self.exists = grown(self.exists, False)
         self.sk = grown(self.sk)
-        self.values = {c: grown(v) for c, v in self.values.items()}
-        self.valid = {c: grown(v, False) for c, v in self.valid.items()}
+        for c in self.values:
+            self.values[c] = grown(self.values[c])
+            self.valid[c] = grown(self.valid[c], False)
         self._remembered = grown(self._remembered, False)
         self._rank = grown(self._rank)
         self.capacity = capacity
@@ -163,7 +174,13 @@ class ArrayTable:
             fresh = (slots >= before) & (slots >= 0)
             for c, part in enumerate(parts):
                 if isinstance(part, pa.Array | pa.ChunkedArray):
-                    part = _objects(part)
+                    # a string key's equal values as one object each: at load, TPC-DI's 18 M
+                    # open watches (SF 100) name a few thousand symbols
+                    part = (
+                        np.asarray(part.to_numpy(zero_copy_only=False))
+                        if pa.types.is_integer(part.type)
+                        else shared_objects(part)
+                    )
                 self.key_parts[c][slots[fresh]] = part[fresh]
             self._extend_ranks(before, after)
         return slots
@@ -370,25 +387,6 @@ class ArrayTable:
             return self._no_ids
         slots = self._in_key_order(slots)
         return pa.Table.from_arrays(self._key_arrays(slots), schema=self._id_schema)
-
-
-def _objects(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """An Arrow key column as a numpy array; strings as objects, one per distinct string (a
-    table keyed by (customer, symbol) repeats each of its ~66 k symbols hundreds of times: 18 M
-    string objects at SF 100 took ~1 GB, shared ones take the array's pointers)."""
-    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
-        return np.asarray(array.to_numpy(zero_copy_only=False))
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    encoded = pc.dictionary_encode(array)
-    uniques = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
-    if not len(uniques):
-        return np.full(len(array), None, dtype=object)
-    indices = encoded.indices
-    shared: np.ndarray = uniques[np.asarray(indices.fill_null(0).to_numpy(), dtype=np.int64)]
-    if indices.null_count:
-        shared[np.asarray(indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = None
-    return shared
 
 
 @numba.njit(cache=True, nogil=True)

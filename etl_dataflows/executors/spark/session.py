@@ -18,6 +18,7 @@ import atexit
 import logging
 import os
 import re
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, replace
@@ -176,6 +177,44 @@ def _start(config: SparkConfig) -> Any:
     logger.info("spark session started master=%s partitions=%s", config.master, partitions)
     atexit.register(_stop, session)
     return session
+
+
+def stop_spark_session(timeout_s: float = 30.0) -> bool:
+    """Stop the process's Spark session and end the driver's JVM (pyspark's gateway process, GBs
+    resident after a large job), when a run needs Spark no more: a TPC-DI run whose engine is not
+    the ``spark`` executor stops it after the historical load. A later :func:`spark_session`
+    starts a new one. Returns whether a session was running."""
+    with _LOCK:
+        if not _SESSION:
+            return False
+        session = _SESSION.pop()
+    from pyspark import SparkContext
+
+    _stop(session)
+    # pyspark keeps the gateway (and its JVM) for the life of the process and has no public
+    # call to end it: shut the gateway down, forget it so that a new session launches another,
+    # and close the JVM's stdin, on whose end of file it exits (PythonGatewayServer)
+    with SparkContext._lock:  # noqa: SLF001 - see above
+        gateway = SparkContext._gateway  # noqa: SLF001
+        SparkContext._gateway = None  # noqa: SLF001
+        SparkContext._jvm = None  # noqa: SLF001
+    if gateway is None:
+        return True
+    process = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # the JVM may be gone already
+        logger.debug("spark gateway shutdown failed", exc_info=True)
+    if process is not None:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # still up: end it
+            process.kill()
+            process.wait(timeout=timeout_s)
+    logger.info("spark session stopped, its JVM ended")
+    return True
 
 
 def _stop(session: Any) -> None:
