@@ -102,13 +102,7 @@ def arrow_schema(schema: Mapping[str, ColumnType | None]) -> pa.Schema:
 
 def python_values(column: pa.Array | pa.ChunkedArray, column_type: ColumnType) -> list[Any]:
     """The column's values as engine Python scalars (timestamps and dates as integers)."""
-    if column_type == "timestamp":
-        column = column.cast(pa.timestamp("us")).cast(pa.int64())
-    elif column_type == "date":
-        column = column.cast(pa.date32()).cast(pa.int32())
-    elif column_type == "string" and pa.types.is_dictionary(column.type):
-        column = column.cast(pa.string())
-    values: list[Any] = column.to_pylist()
+    values: list[Any] = python_arrow(column, column_type).to_pylist()
     return values
 
 
@@ -128,16 +122,16 @@ def shared_python_values(column: pa.Array | pa.ChunkedArray, column_type: Column
     return list(shared_objects(python_arrow(column, column_type)))
 
 
-def python_arrow(column: pa.Array | pa.ChunkedArray, column_type: ColumnType) -> pa.Array:
-    """The column in the Arrow type whose ``to_pylist`` gives engine values (one chunk)."""
+def python_arrow(
+    column: pa.Array | pa.ChunkedArray, column_type: ColumnType
+) -> pa.Array | pa.ChunkedArray:
+    """The column in the Arrow type whose ``to_pylist`` gives engine values."""
     if column_type == "timestamp":
-        column = column.cast(pa.timestamp("us")).cast(pa.int64())
-    elif column_type == "date":
-        column = column.cast(pa.date32()).cast(pa.int32())
-    elif pa.types.is_dictionary(column.type):
-        column = column.cast(column.type.value_type)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        return column.cast(pa.timestamp("us")).cast(pa.int64())
+    if column_type == "date":
+        return column.cast(pa.date32()).cast(pa.int32())
+    if pa.types.is_dictionary(column.type):
+        return column.cast(column.type.value_type)
     return column
 
 

@@ -6,40 +6,28 @@ import ctypes
 import ctypes.util
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+def _libc(name: str, *argtypes: Any) -> Callable[..., int] | None:
+    """The C library's function ``name`` taking ``argtypes`` and returning an int, or None where
+    the C library has none (glibc's ``malloc_trim`` and ``mallopt``: not on musl or macOS)."""
+    library = ctypes.util.find_library("c")
+    if library is None:
         return None
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-    if trim is None:
+    function = getattr(ctypes.CDLL(library), name, None)
+    if function is None:
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim  # type: ignore[no-any-return]
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
 
 
 #: glibc's ``mallopt`` parameter of the number of malloc arenas.
 _M_ARENA_MAX = -8
-
-
-@functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    mallopt = getattr(ctypes.CDLL(name), "mallopt", None)
-    if mallopt is None:
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt  # type: ignore[no-any-return]
 
 
 def limit_malloc_arenas(arenas: int) -> bool:
@@ -52,7 +40,7 @@ def limit_malloc_arenas(arenas: int) -> bool:
     made earlier stay). Returns whether the limit was set (False without glibc, or for 0)."""
     if arenas <= 0:
         return False
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt", ctypes.c_int, ctypes.c_int)
     return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1
 
 
@@ -64,6 +52,6 @@ def release_free_memory() -> None:
     process: after TPC-DI's historical transform at SF 3 the process held 697 MB with nothing of
     Arrow's allocated any more, 381 MB after this. Cheap (milliseconds); safe at any time."""
     pa.default_memory_pool().release_unused()
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim", ctypes.c_size_t)
     if trim is not None:
         trim(0)

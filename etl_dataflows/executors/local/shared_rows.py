@@ -27,7 +27,6 @@ Tables with one key column only (the analysis shares no other kind).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -56,7 +55,6 @@ class SharedRows:
         if len(table.key) != 1:
             raise ValueError(f"table {table.name!r}: only tables with one key column are shared")
         self.arrays = arrays
-        self.name = table.name
         self._key_name, self._key_type = table.key[0]
         self._surrogate = table.surrogate
         self._columns: list[tuple[str, ColumnType]] = list(table.columns)
@@ -145,20 +143,6 @@ class SharedRows:
     def __delitem__(self, key: Key) -> None:
         if self.pop(key) is None:
             raise KeyError(key)
-
-    def _present(self) -> np.ndarray:
-        return np.flatnonzero(self.arrays.exists[: self.arrays.index.size])
-
-    def __iter__(self) -> Iterator[Key]:
-        return (self.key_of(int(slot)) for slot in self._present())
-
-    def __len__(self) -> int:
-        return len(self._present())
-
-    def values(self) -> Iterator[Row]:
-        for slot in self._present():
-            s = int(slot)
-            yield self._row(s, self.key_of(s))
 
     # -- update_where ---------------------------------------------------------------------------
 
