@@ -100,11 +100,6 @@ def display_name(first: str, last: str) -> Expr:
     )
 
 
-def values_differ(*values: Any) -> bool:
-    half = len(values) // 2
-    return tuple(values[:half]) != tuple(values[half:])
-
-
 def now_column(n: int) -> pa.Array:
     now = datetime.datetime.now().replace(microsecond=0)  # the run's clock (local time)
     return pa.array([now] * n, pa.timestamp("us"))

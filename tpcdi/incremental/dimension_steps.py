@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl_dataflows import coalesce, col, if_else, lit, old, udf
+from etl_dataflows import coalesce, col, if_else, lit, old
 from etl_dataflows.expressions import Expr
 from tpcdi.incremental import rules
 from tpcdi.incremental.builder import (
@@ -17,7 +17,6 @@ from tpcdi.incremental.builder import (
     display_name,
     problem_text,
     text_of,
-    values_differ,
     years_before,
 )
 from tpcdi.incremental.changes import CHANGE_COLUMNS
@@ -183,17 +182,11 @@ def add_prospects(b: FlowBuilder) -> None:
     )
     r = flow.transact("reversion_prospect_customer", input="apply_prospect")
     current = r.read(dimcustomer, "owner")
-    demographics_change = coalesce(current.found, False) & udf(
-        values_differ,
-        current["agencyid"],
-        current["creditrating"],
-        current["networth"],
-        current["marketingnameplate"],
-        col("AgencyID"),
-        col("CreditRating"),
-        col("NetWorth"),
-        col("marketingnameplate"),
-        returns="bool",
+    demographics_change = coalesce(current.found, False) & (
+        differs(current["agencyid"], col("AgencyID"))
+        | differs(current["creditrating"], col("CreditRating"))
+        | differs(current["networth"], col("NetWorth"))
+        | differs(current["marketingnameplate"], col("marketingnameplate"))
     )
     reversioned = r.update(
         dimcustomer,

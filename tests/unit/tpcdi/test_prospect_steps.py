@@ -110,3 +110,51 @@ def test_prospects_as_taken_in_stream_order(batches: list[list[list[dict[str, An
         for r in table
     }
     assert got == model(rows)
+
+
+def _day(day: int) -> dict[str, Any]:
+    date = START + datetime.timedelta(days=day)
+    micros = (date - datetime.date(1970, 1, 1)).days * MICROS_PER_DAY
+    return {"batchid": day + 2, "batchdate": date, "_ts": micros}
+
+
+PERSON = {
+    "FirstName": "Ann",
+    "LastName": "Ames",
+    "AddressLine1": "1 Main St",
+    "PostalCode": "10001",
+}
+CUSTOMER = {"C_F_NAME": "Ann", "C_L_NAME": "Ames", "C_ADLINE1": "1 Main St", "C_ZIPCODE": "10001"}
+
+
+def prospect_row(day: int, line: int, **values: Any) -> dict[str, Any]:
+    row = {"kind": "Prospect", "line": line, "AgencyID": "A1", **PERSON, **values, **_day(day)}
+    return {**row, "_pos": (day + 2) * 10**10 + line}
+
+
+def customer_row(day: int, line: int) -> dict[str, Any]:
+    row = {"kind": "Customer", "line": line, "C_ID": 7, "C_TIER": 1, **CUSTOMER, **_day(day)}
+    return {**row, "_pos": (day + 2) * 10**10 + 10**8 + line}
+
+
+def test_a_changed_prospect_reversions_its_customer() -> None:
+    """Day 0: the prospect, then a customer with the same name and address (who takes its
+    demographics). Day 1: the prospect's credit rating changes (a new customer version with it);
+    day 2: only its income changes (not a demographic DimCustomer holds: no new version)."""
+    flow = build_flow().build()
+    batches = [
+        [prospect_row(0, 1, CreditRating=600, Income=1), customer_row(0, 1)],
+        [prospect_row(1, 1, CreditRating=700, Income=1)],
+        [prospect_row(2, 1, CreditRating=700, Income=2)],
+    ]
+    made = [make_batch(flow, i, changes=rows) for i, rows in enumerate(batches, start=1)]
+    serial = run_in_memory(flow, made, executor="serial")
+    local = run_in_memory(flow, made, executor="local")
+    assert_same_results(serial, local)
+    versions = sorted(
+        local.final_state.tables["dimcustomer"].to_pylist(), key=lambda r: r["sk_customerid"]
+    )
+    assert [(v["agencyid"], v["creditrating"], v["iscurrent"]) for v in versions] == [
+        ("A1", 600, False),
+        ("A1", 700, True),
+    ]
