@@ -46,37 +46,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from benchmarks.engine_report import markdown, render, summarize
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from streamdi.arrow_digest import table_digest
 from streamdi.settings import StreamdiSettings
 
 DEFAULT_EXECUTORS = ("local", "serial", "lock", "pat", "tstream")
-
-
-def _column_digest(hasher: Any, column: pa.ChunkedArray | pa.Array) -> None:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    hasher.update(str(array.type).encode())
-    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
-    hasher.update(valid.tobytes())
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        hasher.update("\x00".join("" if v is None else v for v in array.to_pylist()).encode())
-    elif pa.types.is_null(array.type):
-        hasher.update(str(len(array)).encode())
-    else:
-        if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
-            array = array.cast(pa.int64())
-        filled = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
-        hasher.update(np.ascontiguousarray(filled.to_numpy(zero_copy_only=False)).tobytes())
-
-
-def table_digest(hasher: Any, table: pa.Table) -> None:
-    """Feed ``table``'s schema and values (independent of chunking) into ``hasher``."""
-    hasher.update(",".join(table.column_names).encode())
-    hasher.update(str(table.num_rows).encode())
-    for column in table.columns:
-        _column_digest(hasher, column)
 
 
 def _peak_rss_mb() -> float:

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.engine import _peak_rss_mb, table_digest
+from benchmarks.engine import _peak_rss_mb
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands, write_json
+from streamdi.arrow_digest import table_digest
 from streamdi.settings import StreamdiSettings
 
 BREAKDOWN = (

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from streamdi.arrow_digest import table_digest
+
 #: Runs a SQL query on the warehouse and returns Arrow.
 Query = Callable[[str], pa.Table]
 
@@ -82,22 +84,13 @@ class Reference:
             trade_types={r["tt_id"]: r["tt_name"] for r in types},
             tax_rates={r["tx_id"]: (r["tx_name"], r["tx_rate"]) for r in taxes},
             earnings=earnings,
-            content_digest=tables_digest(tables),
+            content_digest=_digest(tables),
         )
 
 
-def tables_digest(tables: list[pa.Table]) -> str:
-    """A SHA-256 of the contents of ``tables`` (in their row order): every column's values as
-    Arrow's IPC stream of one record batch, so no Python object is made per value."""
-    digest = hashlib.sha256()
+def _digest(tables: list[pa.Table]) -> str:
+    """A SHA-256 of the contents of ``tables`` (in their row order)."""
+    hasher = hashlib.sha256()
     for table in tables:
-        plain = pa.Table.from_arrays(
-            [column.combine_chunks() for column in table.columns],
-            names=table.column_names,
-        )
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, plain.schema) as writer:
-            for batch in plain.to_batches():
-                writer.write_batch(batch)
-        digest.update(sink.getvalue())
-    return digest.hexdigest()
+        table_digest(hasher, table)
+    return hasher.hexdigest()
