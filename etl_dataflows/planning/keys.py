@@ -142,6 +142,36 @@ def _empty_entries(size: int) -> np.ndarray:
     return entries
 
 
+@numba.njit(cache=True, nogil=True)
+def _direct_insert(
+    direct: np.ndarray,
+    low: int,
+    queries: np.ndarray,
+    valid: np.ndarray,
+    start: int,
+    next_slot: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """Slots of ``queries[start:]`` by direct addressing, new keys inside the array's range
+    getting the next slots; nulls get -1. Stops at the first valid key outside the range.
+    Returns the next free slot and where it stopped (``len(queries)``: at the end)."""
+    high = low + np.int64(direct.shape[0] - 1)
+    for i in range(start, queries.shape[0]):
+        if not valid[i]:
+            out[i] = -1
+            continue
+        key = queries[i]
+        if key < low or key > high:
+            return next_slot, i
+        slot = direct[key - low]
+        if slot < 0:
+            slot = next_slot
+            direct[key - low] = slot
+            next_slot += 1
+        out[i] = slot
+    return next_slot, queries.shape[0]
+
+
 class IntKeyIndex:
     """Maps int64 keys to slots (see the module docstring): open addressing with linear probing
     in a table at most half full, keys placed by a mixing hash (:func:`_home`), so a lookup costs
@@ -152,13 +182,17 @@ class IntKeyIndex:
     half a collision per key for random keys at this load; a hash that maps structured keys to
     a few positions makes it grow with the number of keys).
 
-    Dense keys are also kept in a direct-addressed array (the module docstring): a lookup whose
-    keys all have slots there is answered from it and counts no collisions; a batch with new keys
-    goes through the hash table, which stays the authority, and the array follows it."""
+    While the keys are dense (every key within a range of at most ``_DIRECT_SPAN`` times their
+    number plus ``_DIRECT_MIN``) the direct-addressed array (the module docstring) is the index
+    alone: lookups and new keys go through it, without hashing or collisions, and the hash table
+    is dropped (16 bytes per position, 32-64 per key: 0.5 GB for TPC-DI's 13 M trades at SF 100;
+    the array takes 8-16 per key). A key that leaves the range widens the array (amortized
+    doubling, within the limit) or, when the keys are no longer dense, puts them back into a
+    hash table, which then serves until they are dense again."""
 
     def __init__(self, capacity: int = 1024) -> None:
-        size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
-        self._entries = _empty_entries(size)
+        #: the hash table (see :func:`_probe`); None while :attr:`_direct` is the index
+        self._entries: np.ndarray | None = _empty_entries(_table_size(capacity))
         self.size = 0  # slots handed out
         self.collisions = 0
         self._low = 0  # the least and greatest key seen (when size > 0)
@@ -172,35 +206,60 @@ class IntKeyIndex:
         """Whether lookups of known keys go by direct addressing (the keys are dense)."""
         return self._direct is not None
 
-    def _follow(self, keys: np.ndarray, slots: np.ndarray, first: bool) -> None:
-        """Keep the direct array in step with new ``keys`` (just given ``slots``; ``first``: the
-        index had no keys before them)."""
-        if not len(keys):
-            return
-        low, high = int(keys.min()), int(keys.max())
-        if not first:
-            low, high = min(low, self._low), max(high, self._high)
-        self._low, self._high = low, high
-        limit = _DIRECT_SPAN * self.size + _DIRECT_MIN
-        if high - low + 1 > limit:
-            self._direct = None
-            return
-        direct = self._direct
-        if direct is not None and self._direct_low <= low and high < self._direct_low + len(direct):
-            direct[keys - self._direct_low] = slots
-            return
-        # (Re)build from the hash table, with room to grow both ways (amortized doubling: keys
-        # that keep arriving below the range, or above it, rebuild it O(log) times).
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays."""
+        return sum(a.nbytes for a in (self._entries, self._direct) if a is not None)
+
+    def _limit(self, keys: int) -> int:
+        """The widest key range direct addressing keeps for ``keys`` keys."""
+        return _DIRECT_SPAN * keys + _DIRECT_MIN
+
+    def _place_direct(self, low: int, high: int, limit: int) -> None:
+        """A direct array covering ``[low, high]`` with room to grow both ways (amortized
+        doubling: keys that keep arriving below the range, or above it, rebuild it O(log)
+        times), holding the slots of the hash table or of the array before it."""
         span = high - low + 1
-        length = max(min(max(2 * span, 2 * len(direct) if direct is not None else 0), limit), span)
+        old = self._direct
+        length = max(min(max(2 * span, 2 * len(old) if old is not None else 0), limit), span)
         start = max(low - (length - span) // 2, _INT64_MIN)
         length = min(length, _INT64_MAX - start + 1)
         direct = np.full(length, _EMPTY, dtype=np.int64)
-        used = self._entries[:, 1] != _EMPTY
-        direct[self._entries[used, 0] - start] = self._entries[used, 1]
+        if old is not None:
+            used = np.flatnonzero(old != _EMPTY)
+            direct[used + (self._direct_low - start)] = old[used]
+        else:
+            assert self._entries is not None
+            used_rows = self._entries[:, 1] != _EMPTY
+            direct[self._entries[used_rows, 0] - start] = self._entries[used_rows, 1]
         self._direct, self._direct_low = direct, start
+        self._entries = None
+
+    def _to_hash(self) -> None:
+        """Put the keys of the direct array into a hash table, which becomes the index."""
+        direct = self._direct
+        assert direct is not None
+        used = np.flatnonzero(direct != _EMPTY)
+        order = np.argsort(direct[used], kind="stable")  # slots 0 .. size - 1, in order
+        keys = np.ascontiguousarray(used[order].astype(np.int64) + np.int64(self._direct_low))
+        self._entries = _empty_entries(_table_size(self.size))
+        out = np.empty(len(keys), dtype=np.int64)
+        _, collisions = _probe(self._entries, keys, np.ones(len(keys), dtype=bool), 0, out)
+        self.collisions += int(collisions)
+        self._direct = None
+
+    def _seen(self, keys: np.ndarray, valid: np.ndarray, first: bool) -> None:
+        """Fold the valid ``keys`` (all in the index now) into the least and greatest key."""
+        if not valid.any():
+            return
+        low = int(np.min(keys, where=valid, initial=_INT64_MAX))
+        high = int(np.max(keys, where=valid, initial=_INT64_MIN))
+        if not first:
+            low, high = min(low, self._low), max(high, self._high)
+        self._low, self._high = low, high
 
     def _reserve(self, extra: int) -> None:
+        assert self._entries is not None
         needed = (self.size + extra) * 2
         if needed <= self._entries.shape[0]:
             return
@@ -220,18 +279,55 @@ class IntKeyIndex:
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         valid = np.ascontiguousarray(valid, dtype=np.bool_)
         out = np.empty(len(keys), dtype=np.int64)
-        direct = self._direct
-        if direct is not None and not _direct_slots(direct, self._direct_low, keys, valid, out):
-            return out
-        self._reserve(len(keys))
         before = self.size
-        size, collisions = _probe(self._entries, keys, valid, self.size, out)
+        if self._direct is not None:
+            self._slots_direct(keys, valid, out)
+        else:
+            self._probe_hash(keys, valid, 0, out)
+        if self.size > before:
+            self._seen(keys, valid, before == 0)
+            fits = self._high - self._low + 1 <= self._limit(self.size)
+            if self._direct is None and fits:
+                self._place_direct(self._low, self._high, self._limit(self.size))
+            elif self._direct is not None and not fits:
+                self._to_hash()
+        return out
+
+    def _probe_hash(self, keys: np.ndarray, valid: np.ndarray, start: int, out: np.ndarray) -> None:
+        """Slots of ``keys[start:]`` into ``out[start:]`` through the hash table."""
+        self._reserve(len(keys) - start)
+        assert self._entries is not None
+        part = np.empty(len(keys) - start, dtype=np.int64)
+        size, collisions = _probe(self._entries, keys[start:], valid[start:], self.size, part)
+        out[start:] = part
         self.size = int(size)
         self.collisions += int(collisions)
-        if self.size > before:
-            fresh = out >= before
-            self._follow(keys[fresh], out[fresh], before == 0)
-        return out
+
+    def _slots_direct(self, keys: np.ndarray, valid: np.ndarray, out: np.ndarray) -> None:
+        """Slots of ``keys`` by direct addressing, widening the array for keys outside it (or
+        going over to the hash table when even the widest array allowed could not hold them)."""
+        start = 0
+        while True:
+            assert self._direct is not None
+            size, stop = _direct_insert(
+                self._direct, self._direct_low, keys, valid, start, self.size, out
+            )
+            self.size = int(size)
+            if stop == len(keys):
+                return
+            rest = int(np.count_nonzero(valid[stop:]))
+            # the keys held before the batch, the batch's so far and the rest of it
+            low = min(int(np.min(keys, where=valid, initial=_INT64_MAX)), self._low)
+            high = max(int(np.max(keys, where=valid, initial=_INT64_MIN)), self._high)
+            # at most this many keys after the batch: the array may be too wide for the keys
+            # the batch really adds, which the check after it corrects
+            limit = self._limit(self.size + rest)
+            if high - low + 1 > limit:
+                self._to_hash()
+                self._probe_hash(keys, valid, stop, out)
+                return
+            self._place_direct(low, high, limit)
+            start = stop
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The slot of every key, -1 for keys never seen."""
@@ -240,6 +336,7 @@ class IntKeyIndex:
         if self._direct is not None:  # it holds every key: a miss is an absent key
             _direct_slots(self._direct, self._direct_low, keys, np.ones(len(keys), np.bool_), out)
             return out
+        assert self._entries is not None
         collisions = _find(self._entries, keys, out)
         self.collisions += int(collisions)
         return out
@@ -312,15 +409,18 @@ def _row_home(keys: np.ndarray, row: int, mask: np.int64) -> np.int64:
 
 @numba.njit(cache=True, nogil=True)
 def _probe_rows(
-    table_keys: np.ndarray,
-    table_slots: np.ndarray,
+    positions: np.ndarray,
+    keys: np.ndarray,
     queries: np.ndarray,
     valid: np.ndarray,
     next_slot: int,
     out: np.ndarray,
 ) -> tuple[int, int]:
-    """:func:`_probe` for keys of several int64 parts (a row of ``queries`` per key)."""
-    mask = np.int64(table_keys.shape[0] - 1)
+    """:func:`_probe` for keys of several int64 parts (a row of ``queries`` per key). The table
+    ``positions`` holds slots only (-1: empty); the key of slot ``s`` is row ``s`` of ``keys``
+    (dense, in slot order), where a new key is written. Returns the next free slot and the
+    collisions."""
+    mask = np.int64(positions.shape[0] - 1)
     width = queries.shape[1]
     collisions = 0
     for i in range(queries.shape[0]):
@@ -329,17 +429,17 @@ def _probe_rows(
             continue
         pos = _row_home(queries, i, mask)
         while True:
-            slot = table_slots[pos]
+            slot = np.int64(positions[pos])
             if slot == -1:
                 for c in range(width):
-                    table_keys[pos, c] = queries[i, c]
-                table_slots[pos] = next_slot
+                    keys[next_slot, c] = queries[i, c]
+                positions[pos] = next_slot
                 out[i] = next_slot
                 next_slot += 1
                 break
             same = True
             for c in range(width):
-                if table_keys[pos, c] != queries[i, c]:
+                if keys[slot, c] != queries[i, c]:
                     same = False
                     break
             if same:
@@ -350,13 +450,33 @@ def _probe_rows(
     return next_slot, collisions
 
 
+@numba.njit(cache=True, nogil=True)
+def _place_rows(positions: np.ndarray, keys: np.ndarray, count: int) -> int:
+    """Place slots ``0 .. count - 1`` (distinct keys, rows of ``keys``) in the empty table
+    ``positions``; the collisions."""
+    mask = np.int64(positions.shape[0] - 1)
+    collisions = 0
+    for slot in range(count):
+        pos = _row_home(keys, slot, mask)
+        while positions[pos] != -1:
+            pos = (pos + 1) & mask
+            collisions += 1
+        positions[pos] = slot
+    return collisions
+
+
 class TupleKeyIndex:
     """Maps keys of several columns (``int64``, or any other type through a dictionary of its
     values) to slots: each key becomes a row of int64 parts (an int64 column's value, another
     column's code, and a mask of the parts that are null) placed in an open-addressing table by
     a compiled loop, like :class:`IntKeyIndex` (a dictionary of Python tuples cost ~2.4 us per
     key: TPC-DI's 1.8 M watches took 4.3 s to load at SF 10). New keys take the next slots in
-    the order they first appear."""
+    the order they first appear.
+
+    The key rows are kept once, dense in slot order (growing by a quarter); the hash table, at
+    most half full, holds only int32 slots. Keeping the rows in the table itself cost 32 bytes
+    per position, and a table just doubled is a quarter full: TPC-DI's watches at SF 100 held
+    2.0 GB so; dense rows take ``8 * (parts + 1)`` bytes per key plus 8-16 per key of table."""
 
     def __init__(self, kinds: list[str], capacity: int = 1024) -> None:
         if len(kinds) > 62:
@@ -366,9 +486,8 @@ class TupleKeyIndex:
             None if kind == "int64" else StrKeyIndex() for kind in kinds
         ]
         width = len(kinds) + 1  # the parts and the null mask
-        size = 1 << max(10, int(np.ceil(np.log2(max(capacity, 1) * 2))))
-        self._keys = np.zeros((size, width), dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        self._keys = np.zeros((max(capacity, 16), width), dtype=np.int64)
+        self._positions = np.full(_table_size(capacity), -1, dtype=np.int32)
         self.size = 0  # slots handed out
         self.collisions = 0
 
@@ -401,31 +520,23 @@ class TupleKeyIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the table's arrays (the string columns' dictionaries not counted)."""
-        return int(self._keys.nbytes + self._slots.nbytes)
+        """Bytes of the index's arrays (the string columns' dictionaries not counted)."""
+        return int(self._keys.nbytes + self._positions.nbytes)
 
     def _reserve(self, extra: int) -> None:
-        needed = (self.size + extra) * 2
-        if needed <= self._slots.shape[0]:
-            return
-        size = self._slots.shape[0]
-        while size < needed:
-            size *= 2
-        used = self._slots != _EMPTY
-        keys, slots = self._keys[used], self._slots[used]
-        self._keys = np.zeros((size, keys.shape[1]), dtype=np.int64)
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
-        order = np.argsort(slots, kind="stable")
-        out = np.empty(len(slots), dtype=np.int64)
-        _, collisions = _probe_rows(
-            self._keys,
-            self._slots,
-            np.ascontiguousarray(keys[order]),
-            np.ones(len(slots), dtype=bool),
-            0,
-            out,
-        )
-        self.collisions += int(collisions)
+        """Room for ``extra`` more keys: the dense rows grow by a quarter at least, the table
+        doubles until it is at most half full (and is rebuilt from the rows)."""
+        needed = self.size + extra
+        if needed > self._keys.shape[0]:
+            grown = max(needed, self._keys.shape[0] + self._keys.shape[0] // 4)
+            keys = np.zeros((grown, self._keys.shape[1]), dtype=np.int64)
+            keys[: self.size] = self._keys[: self.size]
+            self._keys = keys
+        if needed * 2 > self._positions.shape[0]:
+            if needed >= 2**31:
+                raise ValueError("a key index of more than 2**31 keys")
+            self._positions = np.full(_table_size(needed), -1, dtype=np.int32)
+            self.collisions += int(_place_rows(self._positions, self._keys, self.size))
 
     def slots(self, parts: list[Any], valid: np.ndarray) -> np.ndarray:
         """The slot of every row's key, assigning new slots to new keys; -1 where ``valid`` is
@@ -435,11 +546,21 @@ class TupleKeyIndex:
         self._reserve(n)
         out = np.empty(n, dtype=np.int64)
         size, collisions = _probe_rows(
-            self._keys, self._slots, rows, np.ascontiguousarray(valid, dtype=bool), self.size, out
+            self._positions,
+            self._keys,
+            rows,
+            np.ascontiguousarray(valid, dtype=bool),
+            self.size,
+            out,
         )
         self.size = int(size)
         self.collisions += int(collisions)
         return out
+
+
+def _table_size(keys: int) -> int:
+    """Positions of a hash table holding ``keys`` at most half full (a power of two, >= 1024)."""
+    return 1 << max(10, int(np.ceil(np.log2(max(keys, 1) * 2))))
 
 
 KeyIndex = IntKeyIndex | StrKeyIndex | TupleKeyIndex
