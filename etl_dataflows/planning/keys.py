@@ -385,6 +385,10 @@ class StrKeyIndex:
             self._code_of.update(zip(fresh, range(start, start + len(fresh)), strict=True))
             known = list(map(self._code_of.get, uniques))
         mapped = np.array(known, dtype=np.int64)
+        if encoded.indices.null_count == 0:  # (no masks to build: the common case, ~2x faster)
+            if not len(mapped):
+                return np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.bool_)
+            return mapped[encoded.indices.to_numpy()], np.ones(n, dtype=np.bool_)
         valid = np.asarray(encoded.indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
         codes = mapped[indices] if len(mapped) else np.zeros(n, dtype=np.int64)
@@ -498,23 +502,27 @@ class TupleKeyIndex:
         rows = np.zeros((n, len(self.kinds) + 1), dtype=np.int64)
         nulls = np.zeros(n, dtype=np.int64)
         for c, (part, codes) in enumerate(zip(parts, self._codes, strict=True)):
+            null: np.ndarray | None = None  # None: no nulls
             if codes is None:
                 if isinstance(part, pa.Array | pa.ChunkedArray):
-                    null = np.asarray(part.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-                    values = np.asarray(
-                        pc.fill_null(part, 0).to_numpy(zero_copy_only=False), dtype=np.int64
-                    )
+                    if part.null_count:
+                        null = np.asarray(part.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+                        part = pc.fill_null(part, 0)
+                    values = np.asarray(part.to_numpy(zero_copy_only=False), dtype=np.int64)
                 else:
                     values = np.asarray(part, dtype=np.int64)
-                    null = np.zeros(n, dtype=bool)
             else:
                 array = part if isinstance(part, pa.Array | pa.ChunkedArray) else pa.array(part)
                 if isinstance(array, pa.ChunkedArray):
                     array = array.combine_chunks()
                 values, present = codes.codes(array)
-                null = ~present
-            rows[:, c] = np.where(null, 0, values)
-            nulls |= null.astype(np.int64) << np.int64(c)
+                if not present.all():
+                    null = ~present
+            if null is None:
+                rows[:, c] = values
+            else:
+                rows[:, c] = np.where(null, 0, values)
+                nulls |= null.astype(np.int64) << np.int64(c)
         rows[:, -1] = nulls
         return rows
 

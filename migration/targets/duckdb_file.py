@@ -30,13 +30,17 @@ import sqlalchemy as sa
 from migration.schema import WarehouseLayout, create_statements
 from migration.targets.base import BaseTarget, BaseWarehouseFile, Hook
 from staging.layout import q
-from warehouse.duckdb import DuckDBDriver, replace_file, writer_lock
+from warehouse.duckdb import DuckDBDriver, replace_file, wal_path, writer_lock
 
 if TYPE_CHECKING:
     import duckdb
 
     from migration.reader import ReaderOptions, WarehouseReader
 
+
+#: A merge leaving at least this much write-ahead log checkpoints it (DuckDB's own threshold, set
+#: to 256 MB at connect, is the backstop).
+CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 
 #: The layout's DDL compiled for DuckDB, once per layout (a layout is immutable): compiling it
 #: through SQLAlchemy costs ~15 ms, paid on every open (a bootstrap opens a twin of its peer).
@@ -152,10 +156,16 @@ class DuckDBTarget(BaseTarget):
         return self.execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u")
 
     def _after_merge(self) -> None:
-        """Checkpoint after a merge (loads leave it to the merges, see ``_connect``); skipped
-        while another transaction is open."""
-        with self._lock:
-            self._driver.reclaim([])
+        """Checkpoint after a merge once the write-ahead log holds
+        :data:`CHECKPOINT_WAL_BYTES` (loads leave it to the merges, see ``_connect``); skipped
+        while another transaction is open. A checkpoint after every merge cost more than the
+        merge itself on small ones (TPC-DI's daily feed at SF 3: 0.1-0.7 s against ~0.3 s, its
+        CPU taken from the other warehouse's merge); the row groups several merges touch are
+        rewritten once."""
+        wal = wal_path(self.path)
+        if wal.exists() and wal.stat().st_size >= CHECKPOINT_WAL_BYTES:
+            with self._lock:
+                self._driver.reclaim([])
 
     def mark_busy(self, seconds: float) -> None:
         """Count the warehouse as busy (a reader is working) for the next ``seconds``."""

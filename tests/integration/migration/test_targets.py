@@ -12,6 +12,7 @@ import pytest
 
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
+from migration.targets.base import BaseTarget
 from staging.handoff import StagedDeltas
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
@@ -126,5 +127,58 @@ def test_a_stopped_target_buffers_in_staging_and_catches_up(
     for target in migrator.targets.values():
         assert_target_equals_staging(target, state, outputs, current=False)
         assert [b for b, _, _ in target.ledger_rows()] == list(range(1, 13))
+    migrator.close()
+    store.close()
+
+
+def test_merges_of_one_batch_and_of_many_agree_with_staging(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge whose deltas hold one upsert per row id goes by ``UPDATE ... FROM`` and an insert
+    of the rest; one over batches that change a row twice, or delete one, by the newest delta of
+    each row id. Merged after every batch, then many batches at once, both warehouses equal
+    staging each time, and both ways were taken on each."""
+    taken: dict[str, list[str]] = {"duckdb": [], "postgres": []}
+    update_insert = BaseTarget._update_insert  # noqa: SLF001 - noting which way each merge went
+
+    def noted(self: BaseTarget, *args: Any) -> int:
+        taken[self.name].append(args[0])
+        return update_insert(self, *args)
+
+    monkeypatch.setattr(BaseTarget, "_update_insert", noted)
+    settings = _settings(tmp_path, postgres.database())
+    path = tmp_path / "staging.duckdb"
+    store = stage_shop(path, range(1, 2), events=150)
+    outputs = _outputs(store)
+    for batch in range(1, 6):  # a load and a merge per batch
+        if batch > 1:
+            store = _more(store, path, range(batch, batch + 1), outputs)
+        migrator = _migrator(store, settings)
+        migrator.migrate(via="push", merge="force")
+        state = store.load_state().tables
+        for target in migrator.targets.values():
+            assert target.watermark() == batch and target.delta_rows() == 0
+            assert_target_equals_staging(target, state, outputs, current=False)
+        migrator.close()
+    # the one-batch merges took the short way (accounts always have deletes: never)
+    assert all(taken.values()), taken
+    fast = {n: len(v) for n, v in taken.items()}
+    store = _more(store, path, range(6, 16), outputs)
+    migrator = _migrator(store, settings)
+    migrator.migrate(via="push", merge="never")
+    migrator.merge()  # ten batches at once: rows changed twice take the newest
+    state = store.load_state().tables
+    for target in migrator.targets.values():
+        assert target.delta_rows() == 0
+        assert_target_equals_staging(target, state, outputs, current=False)
+    merged_long = {n: len(v) - fast[n] for n, v in taken.items()}
+    stateful = [
+        n for n, t in migrator.targets["duckdb"].layout.tables.items() if t.kind != "output"
+    ]
+    assert all(merged_long[n] < len(stateful) for n in merged_long), merged_long
+    for name in ("customers", "accounts", "prices", "activity"):
+        assert migrator.targets["postgres"].table_rows(name) == migrator.targets[
+            "duckdb"
+        ].table_rows(name)
     migrator.close()
     store.close()
