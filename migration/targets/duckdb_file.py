@@ -155,6 +155,14 @@ class DuckDBTarget(BaseTarget):
         self.execute(f"DELETE FROM {full} AS f USING {rows} u WHERE {match}")
         return self.execute(f"INSERT INTO {full} ({cols}) SELECT {cols} FROM {rows} u")
 
+    def _merge_unique(
+        self, full: str, delta: str, columns: tuple[str, ...], row_id: tuple[str, ...]
+    ) -> int:
+        """The delta, its own newest, replaces rows by delete and insert as :meth:`_upsert`
+        does: DuckDB's ``UPDATE ... FROM`` of wide rows is slower still (TPC-DI's DimCustomer,
+        1,000 of 6,600 rows of 36 columns: ~1.2 s against ~12 ms)."""
+        return self._upsert(full, delta, columns, row_id)
+
     def _after_merge(self) -> None:
         """Checkpoint after a merge once the write-ahead log holds
         :data:`CHECKPOINT_WAL_BYTES` (loads leave it to the merges, see ``_connect``); skipped

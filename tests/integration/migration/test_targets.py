@@ -13,6 +13,8 @@ import pytest
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget
+from migration.targets.duckdb_file import DuckDBTarget
+from migration.targets.postgres import PostgresTarget
 from staging.handoff import StagedDeltas
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
@@ -134,18 +136,19 @@ def test_a_stopped_target_buffers_in_staging_and_catches_up(
 def test_merges_of_one_batch_and_of_many_agree_with_staging(
     tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A merge whose deltas hold one upsert per row id goes by ``UPDATE ... FROM`` and an insert
-    of the rest; one over batches that change a row twice, or delete one, by the newest delta of
-    each row id. Merged after every batch, then many batches at once, both warehouses equal
+    """A merge whose deltas hold one upsert per row id takes them as they are (PostgreSQL: an
+    update and an insert; DuckDB: a delete and an insert); one over batches that change a row
+    twice, or delete one, the newest delta of each row id. Merged after every batch, then many batches at once, both warehouses equal
     staging each time, and both ways were taken on each."""
     taken: dict[str, list[str]] = {"duckdb": [], "postgres": []}
-    update_insert = BaseTarget._update_insert  # noqa: SLF001 - noting which way each merge went
+    for kind in (DuckDBTarget, PostgresTarget):
+        merge_unique = kind._merge_unique  # noqa: SLF001 - noting which way each merge went
 
-    def noted(self: BaseTarget, *args: Any) -> int:
-        taken[self.name].append(args[0])
-        return update_insert(self, *args)
+        def noted(self: BaseTarget, *args: Any, _merge: Any = merge_unique) -> int:
+            taken[self.name].append(args[0])
+            return int(_merge(self, *args))
 
-    monkeypatch.setattr(BaseTarget, "_update_insert", noted)
+        monkeypatch.setattr(kind, "_merge_unique", noted)
     settings = _settings(tmp_path, postgres.database())
     path = tmp_path / "staging.duckdb"
     store = stage_shop(path, range(1, 2), events=150)
