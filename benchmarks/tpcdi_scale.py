@@ -9,7 +9,8 @@ its own embedded server; generated data comes from the run's cache, generated on
   the historical load, by part (driver process, Spark driver JVM, broker, PostgreSQL);
 * the largest piece the facts moved into the warehouse in;
 * the warehouse's size on disk (the DuckDB file; PostgreSQL's data directory), the audit, the
-  updates' freshness, and the load average before and after (the machine is shared);
+  updates' freshness, and the load average before, during (median, maximum) and after (the
+  machine is shared);
 * the engine's resume after the run, in another fresh process: what a restarted pipeline does
   before it reads Kafka again (open staging, load every state table, build and warm up the
   executor), with the state's rows (DuckDB target only: the reference data comes from it).
@@ -42,6 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load_average import LoadAverageSampler
 from cli.commands import EXIT_FAILED, EXIT_OK, Commands
 from streamdi.settings import StreamdiSettings
 
@@ -120,7 +122,7 @@ def run_one(
     generation = _fresh(prepare, sf)
     load_before = os.getloadavg()
     started = time.perf_counter()
-    with (state / "run.log").open("wb") as log:
+    with (state / "run.log").open("wb") as log, LoadAverageSampler() as loads:
         code = subprocess.run(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - started
     load_after = os.getloadavg()
@@ -138,6 +140,7 @@ def run_one(
         "wall_s": round(wall, 1),
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in load_after],
+        "load_avg_during": loads.summary(),
         "historical_s": historical["seconds"],
         "source_rows": historical["rows"],
         "rows_per_s": round(historical["rows"] / historical["seconds"])
@@ -258,6 +261,15 @@ def growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _load(run: dict[str, Any]) -> str:
+    """The load average column: at the start, then the median and maximum during the run."""
+    during = run.get("load_avg_during")
+    start = f"{run['load_avg_before'][0]:.1f}"
+    if not during:
+        return start
+    return f"{start}; during {during['median']:.1f} (max {during['max']:.1f})"
+
+
 def markdown(data: dict[str, Any]) -> str:
     rows = data["runs"]
     lines = [
@@ -284,7 +296,7 @@ def markdown(data: dict[str, Any]) -> str:
             f"{parts.get('children', 0) / 1024:.2f} / {parts.get('postgres', 0) / 1024:.2f} GiB | "
             f"{piece.get('rows', 0):,} rows ({piece.get('bytes', 0) / 2**20:.0f} MB) | "
             f"{(size or 0) / 1024:.2f} GiB | {fresh} | {r['audit']['ok']} OK, "
-            f"{r['audit']['fail']} FAIL | {r['load_avg_before'][0]:.1f} |"
+            f"{r['audit']['fail']} FAIL | {_load(r)} |"
         )
     g = data["growth"]
     lines.append("")

@@ -3,10 +3,12 @@ than linearly, and the report carries every run's figures with its load average.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from benchmarks.load_average import LoadAverageSampler
 from benchmarks.tpcdi_scale import exponent, fit_line, growth, markdown
 
 
@@ -62,3 +64,26 @@ def test_a_failed_run_is_a_row_of_its_own() -> None:
     assert "| 3 | failed (exit 1) |" in markdown(
         {"command": "c", "target": "duckdb", "spark": "local[2]", "runs": runs, "growth": found}
     )
+
+
+def test_the_report_gives_the_load_during_each_run_beside_the_one_at_its_start() -> None:
+    during = dict(run(3, 2.0, 3.0), load_avg_during={"median": 4.25, "max": 7.5, "samples": 9})
+    text = markdown(
+        {
+            "command": "c",
+            "target": "duckdb",
+            "spark": "local[2]",
+            "runs": [run(1, 2.0, 3.0), during],
+            "growth": growth([run(1, 2.0, 3.0), during]),
+        }
+    )
+    assert "| 0.9 |" in text  # a run recorded before the sampler: its start only
+    assert "| 0.9; during 4.2 (max 7.5) |" in text
+
+
+def test_the_sampler_reads_the_load_at_entry_exit_and_in_between() -> None:
+    with LoadAverageSampler(every_s=0.01) as loads:
+        time.sleep(0.1)
+    summary = loads.summary()
+    assert summary["samples"] >= 3
+    assert 0 <= summary["median"] <= summary["max"]
