@@ -66,8 +66,12 @@ def test_a_failed_run_is_a_row_of_its_own() -> None:
     )
 
 
-def test_the_report_gives_the_load_during_each_run_beside_the_one_at_its_start() -> None:
-    during = dict(run(3, 2.0, 3.0), load_avg_during={"median": 4.25, "max": 7.5, "samples": 9})
+def test_the_report_gives_the_load_during_each_run_and_the_resume_cpu() -> None:
+    during = dict(
+        run(3, 2.0, 3.0),
+        load_avg_during={"median": 4.25, "max": 7.5, "samples": 9},
+        resume={"seconds": 31.7, "cpu_s": 22.0, "state_rows": 22_431_207},
+    )
     text = markdown(
         {
             "command": "c",
@@ -79,6 +83,7 @@ def test_the_report_gives_the_load_during_each_run_beside_the_one_at_its_start()
     )
     assert "| 0.9 |" in text  # a run recorded before the sampler: its start only
     assert "| 0.9; during 4.2 (max 7.5) |" in text
+    assert "SF 3: 31.7 s (22.0 s of CPU) for 22,431,207 state rows" in text  # the resume, too
 
 
 def test_the_sampler_reads_the_load_at_entry_exit_and_in_between() -> None:
