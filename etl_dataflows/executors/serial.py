@@ -500,6 +500,16 @@ class SerialExecutor(BaseExecutor):
             return None if sk is None else self._versions[table.name][sk]
         return None
 
+    def current_rows(self, table: StateTable, keys: list[Key]) -> list[Row | None]:
+        """:meth:`current_row` of each of ``keys``, in order (one call for a batch's distinct
+        keys: the ``local`` executor's pre-reads)."""
+        if isinstance(table, Table):
+            return list(map(self._rows[table.name].get, keys))
+        if isinstance(table, HistoryTable):
+            current, versions = self._current[table.name], self._versions[table.name]
+            return [None if sk is None else versions[sk] for sk in map(current.get, keys)]
+        return [None] * len(keys)
+
     def _version_at(self, table: HistoryTable, key: Key, at: int) -> Row | None:
         for sk in self._keys[table.name].get(key, []):
             version = self._versions[table.name][sk]

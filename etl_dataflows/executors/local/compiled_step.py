@@ -110,8 +110,9 @@ class Prepared:
     pre: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-#: Looks up the current row of a key in a table the kernel does not hold (a pre-read).
-RowReader = Callable[[str, tuple[Any, ...]], "dict[str, Any] | None"]
+#: Looks up the current rows of keys in a table the kernel does not hold (a pre-read): one row
+#: (or None) per key, in order; one call per pre-read, not per key.
+RowReader = Callable[[str, list[tuple[Any, ...]]], "list[dict[str, Any] | None]"]
 
 
 class CompiledStep:
@@ -378,15 +379,11 @@ class CompiledStep:
             )
             keys = list(index)
         m = len(keys)
-        found_k = np.zeros(m, dtype=np.bool_)
-        values_k: dict[str, list[Any]] = {c: [None] * m for c in columns}
-        for u, key in enumerate(keys):
-            row = self.reader(table_name, key)
-            if row is None:
-                continue
-            found_k[u] = True
-            for c in columns:
-                values_k[c][u] = row.get(c)
+        held = self.reader(table_name, keys)
+        found_k = np.fromiter((r is not None for r in held), dtype=np.bool_, count=m)
+        values_k: dict[str, list[Any]] = {
+            c: [None if r is None else r.get(c) for r in held] for c in columns
+        }
         found = np.zeros(n, dtype=np.bool_)
         found[rows] = found_k[inverse]
         out = {f"p{j}_ex": found}

@@ -210,9 +210,9 @@ class LocalExecutor(BaseExecutor):
                 self.compiled_step(step).warm_up(empty_events(self.flow.schemas[step.input or ""]))
         logger.info("warmed up seconds=%.2f", time.perf_counter() - started)
 
-    def _read_current(self, table: str, key: tuple[Any, ...]) -> dict[str, Any] | None:
-        """The current row of ``key`` in a table the serial part holds (for pre-reads)."""
-        return self.serial.current_row(self.flow.tables[table], key)
+    def _read_current(self, table: str, keys: list[tuple[Any, ...]]) -> list[dict[str, Any] | None]:
+        """The current rows of ``keys`` in a table the serial part holds (for pre-reads)."""
+        return self.serial.current_rows(self.flow.tables[table], keys)
 
     def prepare_transactions(self, step: TransactionStep, events: pa.Table) -> Any:
         if not self.analysis[step.id].compiled:
