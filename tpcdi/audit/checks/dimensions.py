@@ -192,9 +192,11 @@ def _tax_pair(kind: str) -> str:
     )
 
 
+#: The fields that make a prospect and a customer the same person (4.6.4.3), compared without
+#: case, a null as the empty string.
+PERSON_COLUMNS = ("lastname", "firstname", "addressline1", "addressline2", "postalcode")
 SAME_PERSON = " AND ".join(
-    f"upper(coalesce(p.{col}, '')) = upper(coalesce(c.{col}, ''))"
-    for col in ("lastname", "firstname", "addressline1", "addressline2", "postalcode")
+    f"upper(coalesce(p.{col}, '')) = upper(coalesce(c.{col}, ''))" for col in PERSON_COLUMNS
 )
 
 CHECKS: tuple[Check, ...] = (
