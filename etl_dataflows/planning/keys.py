@@ -240,13 +240,19 @@ class IntKeyIndex:
         direct = self._direct
         assert direct is not None
         used = np.flatnonzero(direct != _EMPTY)
-        order = np.argsort(direct[used], kind="stable")  # slots 0 .. size - 1, in order
-        keys = np.ascontiguousarray(used[order].astype(np.int64) + np.int64(self._direct_low))
-        self._entries = _empty_entries(_table_size(self.size))
-        out = np.empty(len(keys), dtype=np.int64)
-        _, collisions = _probe(self._entries, keys, np.ones(len(keys), dtype=bool), 0, out)
-        self.collisions += int(collisions)
+        self._hash(used.astype(np.int64) + np.int64(self._direct_low), direct[used], self.size)
         self._direct = None
+
+    def _hash(self, keys: np.ndarray, slots: np.ndarray, keys_held: int) -> None:
+        """A new hash table, at most half full for ``keys_held`` keys, holding each of ``keys``
+        at its slot (``slots``: the handed-out slots 0 .. size - 1, in any order)."""
+        order = np.argsort(slots, kind="stable")  # probed in slot order, they get those slots
+        self._entries = _empty_entries(_table_size(keys_held))
+        out = np.empty(len(keys), dtype=np.int64)
+        _, collisions = _probe(
+            self._entries, np.ascontiguousarray(keys[order]), np.ones(len(keys), bool), 0, out
+        )
+        self.collisions += int(collisions)
 
     def _seen(self, keys: np.ndarray, valid: np.ndarray, first: bool) -> None:
         """Fold the valid ``keys`` (all in the index now) into the least and greatest key."""
@@ -260,19 +266,10 @@ class IntKeyIndex:
 
     def _reserve(self, extra: int) -> None:
         assert self._entries is not None
-        needed = (self.size + extra) * 2
-        if needed <= self._entries.shape[0]:
+        if (self.size + extra) * 2 <= self._entries.shape[0]:
             return
-        size = self._entries.shape[0]
-        while size < needed:
-            size *= 2
         used = self._entries[self._entries[:, 1] != _EMPTY]
-        self._entries = _empty_entries(size)
-        order = np.argsort(used[:, 1], kind="stable")
-        out = np.empty(len(used), dtype=np.int64)
-        keys = np.ascontiguousarray(used[order, 0])
-        _, collisions = _probe(self._entries, keys, np.ones(len(keys), dtype=bool), 0, out)
-        self.collisions += int(collisions)
+        self._hash(used[:, 0], used[:, 1], self.size + extra)
 
     def slots(self, keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """The slot of every key, assigning new slots to new keys; -1 where ``valid`` is False."""
