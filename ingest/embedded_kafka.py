@@ -46,7 +46,13 @@ from typing import Any
 
 from ingest.class_archive import archive_options
 from ingest.exceptions import BrokerStartFailed, BrokerUnavailable
-from ingest.kafka_client import BrokerHandle, free_port, pid_alive, wait_until_answering
+from ingest.kafka_client import (
+    BrokerHandle,
+    free_port,
+    pid_alive,
+    process_start_ticks,
+    wait_until_answering,
+)
 from ingest.kafka_dist import (
     KAFKA_MAIN,
     KAFKA_VERSION,
@@ -459,12 +465,16 @@ class EmbeddedKafka:
         logger.info("embedded Kafka stopped pid=%s", pid)
 
     def _wait_gone(self, pid: int, grace_s: float) -> bool:
+        """Whether ``pid`` ended within ``grace_s``. A broker this process did not start is
+        known by its start time, not its command line: an exiting JVM shows an empty command
+        line before it ends, and a pid taken by another process has another start time."""
         deadline = time.monotonic() + grace_s
+        started = process_start_ticks(pid)
         while time.monotonic() < deadline:
             if self._process is not None:
                 if self._process.poll() is not None:
                     return True
-            elif not pid_alive(pid) or not self._is_our_broker(pid):
+            elif not pid_alive(pid) or process_start_ticks(pid) != started:
                 return True
             time.sleep(0.05)
         return False

@@ -176,3 +176,14 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: the signal check is all there is
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22):
+    the same pid with another start is another process. None without ``/proc`` or the process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[19]) if len(fields) > 19 else None
