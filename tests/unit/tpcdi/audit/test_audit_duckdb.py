@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.tpcdi.audit.defects import DEFECTS, Defect
 from tests.unit.tpcdi.audit.tiny_dw import build
-from tpcdi.audit.checks import ALL_CHECKS, AuditResult, format_audit, run_audit
+from tpcdi.audit.checks import ALL_CHECKS, AuditResult, facts, format_audit, run_audit
 from tpcdi.audit.connection import WarehouseConnection
 
 
@@ -75,3 +75,17 @@ def test_every_check_is_exercised_by_a_defect_or_listed_here() -> None:
         )
     }  # fmt: skip
     assert len(untested - generic) < len(ALL_CHECKS) // 2, sorted(untested - generic)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_52_week_values_check_judged_in_parts_finds_what_one_piece_finds(
+    tmp_path: Path, broken: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defect = next(d for d in DEFECTS if d.id == "fifty_two_week_high_wrong_day")
+    monkeypatch.setattr(facts, "SECURITY_DAYS_PART_ROWS", 2)  # a part per two rows
+    result = audit(tmp_path, defect if broken else None)
+    check = next(c for c in result.checks if c.name == "FactMarketHistory 52-week values")
+    assert check.ok is not broken, check.detail
+    assert check.detail.startswith("1 rows" if broken else "0 rows"), check.detail
+    parts = int(check.detail.rsplit("; ", 1)[1].split()[0])
+    assert parts > 1, check.detail
