@@ -8,9 +8,10 @@ move, so a slot found once stays valid for the life of the executor.
 nanoseconds per key, whatever the keys' structure: they are placed by a mixing hash); while the keys
 are dense (sequential IDs, or IDs within a range at most twice their number) an array indexed by
 ``key - lowest key`` finds their slots too, a nanosecond or two per key with no hashing; ``string``
-keys go through Arrow dictionary encoding, so Python touches each distinct key of a batch once;
-keys of several columns (:class:`TupleKeyIndex`) become rows of int64 parts (string parts
-dictionary-coded) in a table probed by a compiled loop too.
+keys are coded by :class:`~etl_dataflows.planning.string_keys.StrKeyIndex` (a compiled loop over
+the bytes of the Arrow column: no Python object per string); keys of several columns
+(:class:`TupleKeyIndex`) become rows of int64 parts (string parts coded so) in a table probed by
+a compiled loop too.
 """
 
 from __future__ import annotations
@@ -22,18 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl_dataflows.planning.hashing import fmix64
+from etl_dataflows.planning.string_keys import StrKeyIndex
+
 _EMPTY = np.int64(-1)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _fmix64(x: np.uint64) -> np.uint64:
-    """murmur3's 64-bit finalizer: every bit of ``x`` moves every bit of the result."""
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xFF51AFD7ED558CCD)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(0xC4CEB9FE1A85EC53)
-    x ^= x >> np.uint64(33)
-    return x
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -42,7 +35,7 @@ def _home(key: np.int64, mask: np.int64) -> np.int64:
     murmur3's 64-bit finalizer (fmix64) of the key. Every bit of the key moves every bit of the
     hash, so keys that differ only in their high bits (multiples of 2**40, say) spread as well as
     random keys; a plain multiply-and-shift would send them all to one position."""
-    return np.int64(_fmix64(np.uint64(key)) & np.uint64(mask))
+    return np.int64(fmix64(np.uint64(key)) & np.uint64(mask))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -339,64 +332,6 @@ class IntKeyIndex:
         return out
 
 
-class StrKeyIndex:
-    """Maps string keys to slots (see the module docstring): the slot of a string is its
-    *code*, the order in which it was first seen. The local executor's string pool is the same
-    mapping (:class:`~etl_dataflows.executors.local.strings.StringPool`)."""
-
-    def __init__(self) -> None:
-        self._code_of: dict[str, int] = {}
-        self.strings: list[str] = []  # by code
-
-    @property
-    def size(self) -> int:
-        """Codes (slots) handed out."""
-        return len(self.strings)
-
-    def code(self, value: str) -> int:
-        """The code of ``value`` (a new one for a string never seen)."""
-        code = self._code_of.get(value)
-        if code is None:
-            code = len(self.strings)
-            self._code_of[value] = code
-            self.strings.append(value)
-        return code
-
-    def find_one(self, value: str) -> int:
-        """The code of ``value``, -1 for a string never seen (gives none)."""
-        return self._code_of.get(value, -1)
-
-    def codes(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """Codes and validity of a string array (Arrow dictionary encoding: Python touches each
-        distinct string once); a null gets code 0 and validity False."""
-        n = len(array)
-        if n == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
-        encoded = pc.dictionary_encode(array)
-        uniques: list[Any] = encoded.dictionary.to_pylist()
-        known: list[Any] = list(map(self._code_of.get, uniques))  # (in C: no call per string)
-        if None in known:  # strings never seen get new codes, in order of first appearance
-            fresh = [s for s, c in zip(uniques, known, strict=True) if c is None]
-            start = len(self.strings)
-            self.strings.extend(fresh)  # (distinct: the uniques of one dictionary)
-            self._code_of.update(zip(fresh, range(start, start + len(fresh)), strict=True))
-            known = list(map(self._code_of.get, uniques))
-        mapped = np.array(known, dtype=np.int64)
-        if encoded.indices.null_count == 0:  # (no masks to build: the common case, ~2x faster)
-            if not len(mapped):
-                return np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.bool_)
-            return mapped[encoded.indices.to_numpy()], np.ones(n, dtype=np.bool_)
-        valid = np.asarray(encoded.indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        codes = mapped[indices] if len(mapped) else np.zeros(n, dtype=np.int64)
-        return np.where(valid, codes, 0).astype(np.int64), valid
-
-    def slots(self, keys: pa.Array | np.ndarray, valid: np.ndarray) -> np.ndarray:
-        array = keys if isinstance(keys, pa.Array) else pa.array(keys, type=pa.string())
-        codes, present = self.codes(array)
-        return np.where(valid & present, codes, -1).astype(np.int64)
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _row_home(keys: np.ndarray, row: int, mask: np.int64) -> np.int64:
     """The first position of the key in row ``row`` of ``keys`` (one int64 per part): each part
@@ -404,7 +339,7 @@ def _row_home(keys: np.ndarray, row: int, mask: np.int64) -> np.int64:
     every bit of the position."""
     h = np.uint64(0x9E3779B97F4A7C15)
     for c in range(keys.shape[1]):
-        h = _fmix64(h ^ np.uint64(keys[row, c]))
+        h = fmix64(h ^ np.uint64(keys[row, c]))
     return np.int64(h & np.uint64(mask))
 
 
@@ -529,11 +464,13 @@ class TupleKeyIndex:
         return int(self._keys.nbytes + self._positions.nbytes)
 
     def _reserve(self, extra: int) -> None:
-        """Room for ``extra`` more keys: the dense rows grow by a quarter at least, the table
-        doubles until it is at most half full (and is rebuilt from the rows)."""
+        """Room for ``extra`` more keys: the dense rows grow by a quarter at least and keep an
+        eighth of room beyond what is needed (an index filled from a state image takes the
+        next batches' keys without a copy of every row), the table doubles until it is at
+        most half full (and is rebuilt from the rows)."""
         needed = self.size + extra
         if needed > self._keys.shape[0]:
-            grown = max(needed, self._keys.shape[0] + self._keys.shape[0] // 4)
+            grown = max(needed + needed // 8, self._keys.shape[0] + self._keys.shape[0] // 4)
             keys = np.zeros((grown, self._keys.shape[1]), dtype=np.int64)
             keys[: self.size] = self._keys[: self.size]
             self._keys = keys

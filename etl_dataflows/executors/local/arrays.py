@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 
 from etl_dataflows.batch import TableDelta
 from etl_dataflows.executors.local.strings import StringPool
-from etl_dataflows.planning.keys import IntKeyIndex, StrKeyIndex, TupleKeyIndex
+from etl_dataflows.planning.keys import IntKeyIndex, TupleKeyIndex
+from etl_dataflows.planning.string_keys import StrKeyIndex
 from etl_dataflows.state import image_schema, row_id_schema
 from etl_dataflows.tables import Table
 from etl_dataflows.types import ColumnType, arrow_type, shared_objects

@@ -58,7 +58,7 @@ class SharedRows:
         self._key_name, self._key_type = table.key[0]
         self._surrogate = table.surrogate
         self._columns: list[tuple[str, ColumnType]] = list(table.columns)
-        self.strings = arrays.pool.strings
+        self.pool = arrays.pool
         self._indexes = {column: _ColumnIndex(self, column) for column in table.indexes}
 
     # -- slots ----------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ class SharedRows:
             if not arrays.valid[name][slot]:
                 row[name] = None
             elif kind == "string":
-                row[name] = self.strings[int(arrays.values[name][slot])]
+                row[name] = self.pool.string(int(arrays.values[name][slot]))
             else:
                 row[name] = _PYTHON[kind](arrays.values[name][slot])
         return row

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl_dataflows.planning.keys import StrKeyIndex
+from etl_dataflows.planning.string_keys import StrKeyIndex
 
 
 class StringPool(StrKeyIndex):
@@ -26,7 +26,7 @@ class StringPool(StrKeyIndex):
 
     def __init__(self) -> None:
         super().__init__()
-        self._arrow: pa.Array = pa.array([], type=pa.string())
+        self._arrow: pa.Array = pa.array([], type=pa.large_string())
 
     def __len__(self) -> int:
         return self.size
@@ -49,8 +49,9 @@ class StringPool(StrKeyIndex):
         if not self.size:
             return pa.nulls(len(codes), type=pa.string())
         if len(self._arrow) != self.size:
-            self._arrow = pa.array(self.strings, type=pa.string())
+            self._arrow = self.arrow()
         taken = self._arrow.take(pa.array(np.where(valid, codes, 0), type=pa.int64()))
+        taken = taken.cast(pa.string())
         if bool(np.all(valid)):
             return taken
         return pc.if_else(pa.array(valid), taken, pa.scalar(None, pa.string()))
