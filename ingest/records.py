@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,22 +105,43 @@ def from_ipc(value: bytes) -> pa.Table:
         return reader.read_all()
 
 
+#: A record is filled to this share of the cap when its rows are sized from the last record's.
+_FILL = 0.9
+#: A record has at most this many times the rows of the record before it.
+_GROWTH = 4
+
+
 def _split(table: pa.Table, cap: int) -> tuple[list[bytes], list[int]]:
     """IPC payloads of consecutive row slices of ``table``, each at most ``cap`` bytes; and the
-    indices of single rows that do not fit under the cap on their own."""
-    payload = to_ipc(table)
-    if len(payload) <= cap or table.num_rows == 0:
-        return [payload], []
-    if table.num_rows == 1:
-        return [], [0]
-    pieces = max(2, math.ceil(len(payload) / (cap * 0.9)))
-    step = math.ceil(table.num_rows / pieces)
+    indices of single rows that do not fit under the cap on their own.
+
+    Each slice is encoded once when it fits: a table whose buffers fit under the cap is one
+    slice; else the first slice is sized by the uncompressed bytes per row (compressed, it is
+    smaller) and each next one by the bytes per row of the slice before it (at most
+    :data:`_GROWTH` times its rows), filled to :data:`_FILL` of the cap. A slice over the cap is
+    cut to the share that fits and encoded again; a single row over the cap is oversize."""
+    n = table.num_rows
+    if n == 0 or table.nbytes <= cap:
+        payload = to_ipc(table)
+        if len(payload) <= cap or n == 0:
+            return [payload], []
     payloads: list[bytes] = []
     oversize: list[int] = []
-    for start in range(0, table.num_rows, step):
-        part, bad = _split(table.slice(start, step), cap)
-        payloads.extend(part)
-        oversize.extend(start + i for i in bad)
+    rows = max(1, int(n * cap * _FILL / max(table.nbytes, 1)))
+    start = 0
+    while start < n:
+        rows = min(rows, n - start)
+        payload = to_ipc(table.slice(start, rows))
+        if len(payload) <= cap:
+            payloads.append(payload)
+            start += rows
+            fitting = int(rows * cap * _FILL / max(len(payload), 1))
+            rows = max(1, min(fitting, rows * _GROWTH))
+        elif rows == 1:
+            oversize.append(start)
+            start += 1
+        else:
+            rows = max(1, min(rows // 2, int(rows * cap * _FILL / len(payload))))
     return payloads, oversize
 
 

@@ -135,15 +135,23 @@ class ChangesSource(BaseSource):
                 chunk = events_of(
                     kind, index, piece.table, piece.rejects, self.batch, self.batch_date
                 )
-                keep = pc.greater_equal(chunk.events.column("_pos"), start)
-                chunk.events = chunk.events.filter(keep)
-                chunk.rejects = [r for r in chunk.rejects if r[0] >= start]
+                if start > position(self.batch, index, 0):  # a resume inside this file
+                    keep = pc.greater_equal(chunk.events.column("_pos"), start)
+                    chunk.events = chunk.events.filter(keep)  # (a copy of every column)
+                    chunk.rejects = [r for r in chunk.rejects if r[0] >= start]
                 if chunk.events.num_rows or chunk.rejects:
                     last = max(last, chunk.last_pos)
                     chunk.last_pos = last
                     yield chunk
             last = max(last, first)
         yield SourceChunk(self.schema.empty_table(), last_pos=last, punctuation=True)
+
+
+def _repeated_string(value: str, n: int) -> pa.Array:
+    """``value`` ``n`` times, built as a dictionary of one (``pa.repeat`` of a string, and a
+    Python list, cost ~50x as much)."""
+    indices = pa.array(np.zeros(n, dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(indices, pa.array([value])).cast(pa.string())
 
 
 def events_of(
@@ -158,13 +166,14 @@ def events_of(
     n = table.num_rows
     lines = table.column("_line").combine_chunks() if n else pa.array([], pa.int64())
     arrays: list[pa.Array] = []
+    nulls: dict[ColumnType, pa.Array] = {}  # one all-null array per type, shared by its columns
     for name, column_type in CHANGE_COLUMNS.items():
         if name == "kind":
-            arrays.append(pa.array([kind] * n, pa.string()))
+            arrays.append(_repeated_string(kind, n))
         elif name == "batchid":
             arrays.append(pa.array(np.full(n, batch, dtype=np.int64)))
         elif name == "batchdate":
-            arrays.append(pa.array([batch_date] * n, pa.date32()))
+            arrays.append(pa.repeat(pa.scalar(batch_date, pa.date32()), n))
         elif name == "line":
             arrays.append(lines)
         elif name in table.column_names:
@@ -172,7 +181,9 @@ def events_of(
         else:
             from etl_dataflows.types import arrow_type
 
-            arrays.append(pa.nulls(n, arrow_type(column_type)))
+            if column_type not in nulls:
+                nulls[column_type] = pa.nulls(n, arrow_type(column_type))
+            arrays.append(nulls[column_type])
     time_column = dict((k, t) for k, _, t in KINDS)[kind]
     midnight = (batch_date - datetime.date(1970, 1, 1)).days * MICROS_PER_DAY
     if time_column is None or n == 0:
