@@ -32,6 +32,7 @@ import pyarrow as pa
 from etl_dataflows.batch import TableDelta
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.executors.base import AbortRecord, BaseExecutor, TransactionOutcome
+from etl_dataflows.executors.window_summary import WindowSummary, aggregate_entries
 from etl_dataflows.expressions import ExpressionError, ScalarFn, Scope, compile_scalar
 from etl_dataflows.state import StateImage, columns_getter, row_id_getter, rows_to_table
 from etl_dataflows.stateless import DeadLetters, build_output, describe_error, event_rows
@@ -137,6 +138,8 @@ class SerialExecutor(BaseExecutor):
         self._current: dict[str, dict[Key, int]] = {}
         self._keys: dict[str, dict[Key, list[int]]] = {}
         self._entries: dict[str, dict[Key, list[Row]]] = {}
+        #: per window table and key, the running aggregates of its entries (.window_summary)
+        self._summaries: dict[str, dict[Key, WindowSummary]] = {}
         self._sequences: dict[str, int] = {}
         for name, table in self.flow.tables.items():
             keyof = columns_getter(table.key_names)
@@ -220,7 +223,7 @@ class SerialExecutor(BaseExecutor):
             return [] if row is None else [row]
         if isinstance(table, HistoryTable):
             return [self._versions[name][sk] for sk in self._keys[name].get(key, [])]
-        return list(self._entries[name].get(key, []))
+        return self._entries[name].get(key, [])  # (a stored list is never changed in place)
 
     def _touch(self, table: StateTable, key: Key) -> None:
         if table.name in self._shared:
@@ -287,6 +290,9 @@ class SerialExecutor(BaseExecutor):
             if not self._touched.get(name):
                 deltas[name] = self._unchanged(name, table)
                 continue
+            if isinstance(table, WindowTable):
+                deltas[name] = self._window_delta(table, self._touched[name])
+                continue
             row_id = row_id_getter(table)
             before: dict[Key, Row] = {}
             after: dict[Key, Row] = {}
@@ -308,6 +314,31 @@ class SerialExecutor(BaseExecutor):
         self._touched = {}
         sequences = {n: v for n, v in self._sequences.items() if n not in self._shared}
         return deltas, sequences
+
+    def _window_delta(self, table: WindowTable, touched: dict[Key, list[Row]]) -> TableDelta:
+        """The batch's delta of a window table: per touched key, the entries it dropped and those
+        it added. A key's entries only ever change by dropping a prefix and appending (see
+        :meth:`_window`; an undo puts back an earlier such list), so its list now is a suffix of
+        its list before the batch followed by new entries: found by identity from the first
+        entry kept, without comparing the entries the batch left alone."""
+        upserts: list[Row] = []
+        deletes: list[Row] = []
+        for key, before in touched.items():
+            now = self._key_rows(table, key)
+            dropped = len(before)
+            if now:
+                first = now[0]
+                for i, entry in enumerate(before):
+                    if entry is first:
+                        dropped = i
+                        break
+            kept = len(before) - dropped
+            deletes.extend(before[:dropped])
+            upserts.extend(now[kept:])
+            assert kept == 0 or now[kept - 1] is before[-1], "window entries changed in place"
+        return TableDelta(
+            rows_to_table(table, upserts), rows_to_table(table, deletes, ids_only=True)
+        )
 
     def _unchanged(self, name: str, table: StateTable) -> TableDelta:
         delta = self._no_change.get(name)
@@ -661,42 +692,22 @@ class SerialExecutor(BaseExecutor):
             kept.append(entry)  # (at > floor: the span is positive)
             self._touch(table, key)
             self._set(self._entries[table.name], key, kept)
-            return OpResult(None, _aggregate(table, kept), found)
-        return OpResult(None, _aggregate(table, entries[start:]), found)
+            return OpResult(None, self._summary(table, key, entries, kept).aggregates(table), found)
+        return OpResult(None, aggregate_entries(table, entries[start:]), found)
 
-
-def _aggregate(table: WindowTable, entries: list[Row]) -> Row:
-    """The window's aggregates over ``entries`` (in time order; nulls ignored; empty gives null,
-    count 0). The time of the max (min) is the earliest entry's that holds it."""
-    result: Row = {}
-    by_column: dict[str, tuple[list[Row], list[Any]]] = {}
-    for name, agg in table.aggregates.items():
-        column = agg.column
-        got = by_column.get(column)
-        if got is None:
-            present = [e for e in entries if e[column] is not None]
-            got = by_column[column] = (present, [e[column] for e in present])
-        present, values = got
-        kind = agg.kind
-        if kind == "count":
-            result[name] = len(values)
-        elif not values:
-            result[name] = None
-        elif kind == "max":
-            result[name] = max(values)
-        elif kind == "min":
-            result[name] = min(values)
-        elif kind == "sum":
-            result[name] = sum(values)
-        elif kind == "first":
-            result[name] = values[0]
-        elif kind == "last":
-            result[name] = values[-1]
-        elif kind == "argmax":
-            result[name] = present[values.index(max(values))][AT]
-        else:
-            result[name] = present[values.index(min(values))][AT]
-    return result
+    def _summary(
+        self, table: WindowTable, key: Key, entries: list[Row], kept: list[Row]
+    ) -> WindowSummary:
+        """The summary of ``kept``, the entries that replace ``entries`` as ``key``'s (see
+        :mod:`.window_summary`): the summary of ``entries`` advanced, or a new one when the
+        key has none of that very list (the first change of the key in this process, or after
+        an undo)."""
+        summaries = self._summaries.setdefault(table.name, {})
+        summary = summaries.get(key)
+        if summary is None or summary.source is not entries:
+            summary = summaries[key] = WindowSummary.of(table, entries)
+        summary.advance(kept, entries[: len(entries) - len(kept) + 1])
+        return summary
 
 
 def _coerce(value: Any, kind: ColumnType | None, where: str) -> Any:
