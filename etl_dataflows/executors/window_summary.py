@@ -23,6 +23,7 @@ was built from is 0), so dropping a prefix only moves ``base``.
 
 from __future__ import annotations
 
+from math import isnan
 from operator import itemgetter
 from typing import Any
 
@@ -70,8 +71,9 @@ def aggregate_entries(table: WindowTable, entries: list[Row]) -> Row:
 
 
 class _ColumnSummary:
-    """One column's running facts (see the module docstring); ``top``/``bottom`` are the
-    absolute positions of the max and min, None when unknown (recomputed when asked)."""
+    """One column's running facts (see the module docstring), learnt when first asked
+    (:meth:`find`): until then ``known`` is False and nothing is kept up. ``top``/``bottom`` are
+    the absolute positions of the max and min, None when they must be found again."""
 
     __slots__ = (
         "bottom",
@@ -79,6 +81,7 @@ class _ColumnSummary:
         "count",
         "extremes",
         "floats",
+        "known",
         "nans",
         "top",
         "top_value",
@@ -89,6 +92,7 @@ class _ColumnSummary:
         self.extremes = extremes
         #: whether the column may hold NaN
         self.floats = floats
+        self.known = False
         self.count = 0
         self.nans = 0
         self.top: int | None = None
@@ -97,7 +101,7 @@ class _ColumnSummary:
         self.bottom_value: Any = None
 
     def add(self, position: int, value: Any) -> None:
-        if value is None:
+        if value is None or not self.known:
             return
         self.count += 1
         if self.floats and value != value:
@@ -109,19 +113,25 @@ class _ColumnSummary:
                 self.bottom, self.bottom_value = position, value
 
     def remove(self, value: Any) -> None:
-        if value is not None:
+        if value is not None and self.known:
             self.count -= 1
             if self.floats and value != value:
                 self.nans -= 1
 
     def find(self, entries: list[Row], base: int, column: str) -> None:
-        """The max and min of ``entries`` (``base``: the first one's position) by looking at
-        each; the column holds a value and no NaN."""
+        """Learn the column's facts over ``entries`` (``base``: the first one's position) by
+        looking at each."""
         values = list(map(itemgetter(column), entries))
         offsets: list[int] | None = None
         if None in values:
             offsets = [i for i, v in enumerate(values) if v is not None]
             values = [values[i] for i in offsets]
+        self.known = True
+        self.count = len(values)
+        self.nans = sum(map(isnan, values)) if self.floats else 0
+        self.top = self.bottom = None
+        if not self.extremes or not values or self.nans:
+            return
         top = max(values)
         bottom = min(values)
         at_top, at_bottom = values.index(top), values.index(bottom)
@@ -146,7 +156,7 @@ class WindowSummary:
 
     @classmethod
     def of(cls, table: WindowTable, entries: list[Row]) -> WindowSummary:
-        """A summary of ``entries`` (its max and min found when first asked)."""
+        """A summary of ``entries`` (its facts learnt when first asked)."""
         kinds = table.value_types
         columns: dict[str, _ColumnSummary] = {}
         for agg in table.aggregates.values():
@@ -156,11 +166,6 @@ class WindowSummary:
                 columns[agg.column] = _ColumnSummary(extremes, kinds[agg.column] == "float64")
             else:
                 got.extremes = got.extremes or extremes
-        for column, summary in columns.items():
-            values = list(map(itemgetter(column), entries))
-            summary.count = len(values) - values.count(None)
-            if summary.floats:
-                summary.nans = sum(1 for v in values if v != v)
         return cls(entries, 0, columns)
 
     def advance(self, kept: list[Row], dropped: list[Row]) -> None:
@@ -184,6 +189,10 @@ class WindowSummary:
         """Every aggregate of ``table`` over the described list: equal to
         :func:`aggregate_entries` of it."""
         entries, base = self.source, self.base
+        for column, summary in self.columns.items():
+            lost = summary.top is None or summary.bottom is None
+            if not summary.known or (summary.extremes and summary.count and lost):
+                summary.find(entries, base, column)
         if any(s.nans for s in self.columns.values()):
             return aggregate_entries(table, entries)
         result: Row = {}
@@ -196,8 +205,6 @@ class WindowSummary:
             elif not summary.count:
                 result[name] = None
             elif kind in ("max", "min", "argmax", "argmin"):
-                if summary.top is None or summary.bottom is None:
-                    summary.find(entries, base, column)
                 if kind == "max":
                     result[name] = summary.top_value
                 elif kind == "min":
