@@ -140,7 +140,9 @@ def build_targets(
             )
         elif name == "postgres":
             dsn, args = postgres_connection(settings)
-            targets[name] = PostgresTarget(layout, dsn, args)
+            targets[name] = PostgresTarget(
+                layout, dsn, args, fillfactor=settings.postgres.fillfactor
+            )
         else:
             raise ValueError(f"unknown migration target {name!r}")
     return targets

@@ -284,6 +284,14 @@ class PostgresSettings(BaseModel):
         default=None,
         description="Data directory of the embedded server. Unset: <state_dir>/postgres.",
     )
+    fillfactor: int = Field(
+        default=70,
+        ge=10,
+        le=100,
+        description="Fill factor (percent) of the warehouse's full tables of state tables: the "
+        "room left on each page lets a merge update a row in place (a HOT update), so tables "
+        "merged every few seconds do not swell between vacuums. 100 leaves no room.",
+    )
 
 
 MigrationTarget = Literal["postgres", "duckdb"]

@@ -41,6 +41,8 @@ is what keeps a batch's rejects from arriving twice, as it does for its rows.
 4. Empty the delta tables (those that held rows).
 5. Insert a ``merges`` row (through which batch, how many rows, how long).
 6. COMMIT. A crash before it leaves the deltas unmerged; the merge simply runs again.
+7. Housekeeping outside the transaction (:meth:`BaseTarget._after_merge`): DuckDB checkpoints
+   once its log is large; PostgreSQL vacuums the delta tables step 4 emptied.
 """
 
 from __future__ import annotations
@@ -535,7 +537,7 @@ class BaseTarget(ABC):
                 raise
         if hook is not None:
             hook("merged")
-        self._after_merge()
+        self._after_merge(filled)
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
 
     def insert_merge(
@@ -567,8 +569,9 @@ class BaseTarget(ABC):
         records the merge). The rows written. A bootstrap catching relations up uses it."""
         return self._merge_table(name)
 
-    def _after_merge(self) -> None:  # noqa: B027 - optional hook
-        """Housekeeping after a committed merge (the DuckDB target checkpoints here)."""
+    def _after_merge(self, emptied: set[str]) -> None:  # noqa: B027 - optional hook
+        """Housekeeping after a committed merge that emptied the delta tables of ``emptied``
+        (the merge protocol's step 7)."""
 
     def _merge_table(self, name: str) -> int:
         layout = self.layout

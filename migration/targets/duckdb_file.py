@@ -163,7 +163,7 @@ class DuckDBTarget(BaseTarget):
         1,000 of 6,600 rows of 36 columns: ~1.2 s against ~12 ms)."""
         return self._upsert(full, delta, columns, row_id)
 
-    def _after_merge(self) -> None:
+    def _after_merge(self, emptied: set[str]) -> None:
         """Checkpoint after a merge once the write-ahead log holds
         :data:`CHECKPOINT_WAL_BYTES` (loads leave it to the merges, see ``_connect``); skipped
         while another transaction is open. A checkpoint after every merge cost more than the

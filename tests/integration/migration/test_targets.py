@@ -185,3 +185,62 @@ def test_merges_of_one_batch_and_of_many_agree_with_staging(
         ].table_rows(name)
     migrator.close()
     store.close()
+
+
+def _relation_facts(dsn: str, schema: str) -> dict[str, tuple[list[str], int]]:
+    """Per table of ``schema``: its storage options and how often it was vacuumed by hand (a
+    VACUUM reports that at once)."""
+    from tests.integration.migration.conftest import query
+
+    rows = query(
+        dsn,
+        "SELECT c.relname, c.reloptions, coalesce(s.vacuum_count, 0) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+        f"WHERE n.nspname = '{schema}' AND c.relkind = 'r'",
+    )
+    return {str(r[0]): (list(r[1] or []), int(r[2])) for r in rows}
+
+
+def test_postgres_leaves_room_for_merges_and_vacuums_what_a_merge_emptied(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """State tables' full tables get ``POSTGRES__FILLFACTOR`` (sinks do not), also when they
+    were made before with another one; after a merge, the delta tables it emptied are vacuumed,
+    and the full tables still equal staging."""
+    dsn = postgres.database()
+    settings = _settings(tmp_path, dsn, targets="postgres")
+    path = tmp_path / "staging.duckdb"
+    store = stage_shop(path, range(1, 5), events=150)
+    outputs = _outputs(store)
+    layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+    # a warehouse made by an earlier streamdi: no fill factor on its tables
+    early = PostgresTarget(layout, dsn, fillfactor=100)
+    early.open()
+    early.close()
+    states = sorted(n for n, t in layout.tables.items() if t.kind == "state")
+    sinks = sorted(n for n, t in layout.tables.items() if t.kind == "output")
+    assert states and sinks
+    before = _relation_facts(dsn, layout.schema)
+    assert all(before[n][0] == ["fillfactor=100"] for n in states)
+
+    migrator = _migrator(store, settings)
+    assert settings.postgres.fillfactor == 70
+    migrator.migrate(via="push", merge="never")
+    full = _relation_facts(dsn, layout.schema)
+    assert all(full[n][0] == ["fillfactor=70"] for n in states), full
+    assert all(full[n][0] == [] for n in sinks), full
+
+    delta_schema = layout.delta_schema.strip('"')
+    loaded = _relation_facts(dsn, delta_schema)
+    with migrator.targets["postgres"].guard():
+        filled = sorted(migrator.targets["postgres"].filled_deltas())
+    assert set(states) & set(filled) and set(sinks) & set(filled)
+    migrator.merge()
+    merged = _relation_facts(dsn, delta_schema)
+    for name in filled:
+        assert merged[name][1] == loaded[name][1] + 1, (name, loaded[name], merged[name])
+    pg = migrator.targets["postgres"]
+    assert_target_equals_staging(pg, store.load_state().tables, outputs, current=False)
+    migrator.close()
+    store.close()
