@@ -18,10 +18,13 @@ freely. A round, in order:
    each of those targets (one target transaction with the rows and the ledger rows,
    :meth:`~migration.targets.base.BaseTarget.load`), the targets at once, a thread each
    (``parallel_targets``; a target's transaction is its own, so each is still loaded exactly
-   once); after each target's commit, note its acknowledgement (in memory).
+   once); after each target's commit, note its acknowledgement (in memory). A target whose load
+   brought it to ``W`` goes on to step 4 in the same thread, without waiting for the others'
+   loads (with two warehouses, the faster one's merge no longer waits for the slower one's
+   load).
 4. Merge a target's delta tables into its full tables when it holds ``merge_rows`` unmerged rows
-   or ``merge_ms`` passed since its last merge (or when asked); the targets due merge at once,
-   a thread each, like step 3.
+   or ``merge_ms`` passed since its last merge (or when asked); the targets due that step 3 did
+   not merge merge at once, a thread each, like step 3.
 5. At most every ``release_ms``, and when the migrator closes: write the noted acknowledgements to
    staging, then release from staging what every configured target acknowledged (after the
    retention). One large release costs less than many small ones, and it runs on a background
@@ -70,6 +73,20 @@ Via = Literal["push", "pull"]
 MergeMode = Literal["auto", "force", "never"]
 #: ``hook(phase, target)``: fault injection (crash tests); see :data:`migration.targets.base.Hook`.
 MigrationHook = Callable[[str, str], None]
+
+
+#: :attr:`_Advanced.merged` when step 3 did not merge the target.
+_NOT_MERGED: Any = object()
+
+
+@dataclass
+class _Advanced:
+    """What step 3 did for one target: its watermark after the load, the load's seconds, and
+    its merge when it merged at once (:meth:`Migrator._advance`)."""
+
+    watermark: int
+    seconds: float
+    merged: MergeResult | BaseException | None = field(default=_NOT_MERGED)
 
 
 @dataclass
@@ -458,6 +475,7 @@ class Migrator:
             self._tell(name, acknowledged=w)
         # 3.
         step = self.settings.max_batches_per_load
+        merged: set[str] = set()  # targets step 3 merged
         while True:
             behind = {t: w for t, w in progress.items() if w < top}
             if not behind:
@@ -468,8 +486,10 @@ class Migrator:
             changes = staged.read(low, min(low + step, top))
             report.read_ms += (time.perf_counter() - t0) * 1000
             self._spend("staging.read", time.perf_counter() - t0)
-            load = functools.partial(self._load, changes=changes, via=via)
-            for name, outcome in self._each(group, load).items():
+            advance = functools.partial(
+                self._advance, changes=changes, via=via, top=top, merge=merge
+            )
+            for name, outcome in self._each(group, advance).items():
                 result = report.targets[name]
                 if isinstance(outcome, WarehouseUnavailable):
                     result.error = str(outcome)
@@ -479,16 +499,18 @@ class Migrator:
                     continue
                 if isinstance(outcome, BaseException):
                     raise outcome
-                w, seconds = outcome
-                result.load_ms += seconds * 1000
+                w = outcome.watermark
+                result.load_ms += outcome.seconds * 1000
                 if w == changes.upto:
                     result.batches += changes.upto - changes.after
                     result.rows += changes.rows
                     result.loads += 1
-                    self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
                 self._note_ack(name, w, acks)
                 self._tell(name, acknowledged=w)
                 progress[name] = result.watermark = w
+                if outcome.merged is not _NOT_MERGED:
+                    merged.add(name)
+                    self._merged_outcome(name, outcome.merged, result)
         for name, w in progress.items():
             self.bootstraps.caught_up(name, self.targets[name], w, top)
         # 4.
@@ -497,23 +519,12 @@ class Migrator:
             name
             for name in names
             if name in progress
+            and name not in merged
             and report.targets[name].error is None
             and self._merge_due(name, merge)
         ]
-        for name, outcome in self._each(due, self._merge_one).items():
-            result = report.targets[name]
-            if isinstance(outcome, WarehouseUnavailable):
-                result.error = str(outcome)
-                logger.warning("migration merge failed target=%s: %s", name, outcome)
-                self._tell(name, error=result.error)
-                continue
-            if isinstance(outcome, BaseException):
-                raise outcome
-            result.merge = outcome
-            self._unmerged[name] = 0
-            self._last_merge[name] = time.monotonic()
-            if outcome is not None:
-                self._tell(name, merged_through=outcome.through)
+        for name, merge_outcome in self._each(due, self._merge_one).items():
+            self._merged_outcome(name, merge_outcome, report.targets[name])
         # 5.
         self._round_since_release = True
         if self.settings.release_ms == 0:
@@ -541,6 +552,40 @@ class Migrator:
                     report.seconds,
                 )
         return report
+
+    def _advance(
+        self, name: str, *, changes: StagedChanges, via: Via, top: int, merge: MergeMode
+    ) -> _Advanced:
+        """Step 3 for one target, and step 4 at once when the load brought it to ``top`` and a
+        merge is due (a merge that fails is the outcome's, reported as step 4 reports it)."""
+        w, seconds = self._load(name, changes=changes, via=via)
+        if w == changes.upto:
+            self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
+        advanced = _Advanced(w, seconds)
+        if w >= top and self._merge_due(name, merge):
+            try:
+                advanced.merged = self._merge_one(name)
+            except BaseException as exc:  # the round reports it, as step 4 does
+                advanced.merged = exc
+        return advanced
+
+    def _merged_outcome(
+        self, name: str, outcome: MergeResult | BaseException | None, result: TargetRound
+    ) -> None:
+        """Account a target's merge (step 4) in the round: an unreachable target is reported and
+        skipped, any other error raised."""
+        if isinstance(outcome, WarehouseUnavailable):
+            result.error = str(outcome)
+            logger.warning("migration merge failed target=%s: %s", name, outcome)
+            self._tell(name, error=result.error)
+            return
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result.merge = outcome
+        self._unmerged[name] = 0
+        self._last_merge[name] = time.monotonic()
+        if outcome is not None:
+            self._tell(name, merged_through=outcome.through)
 
     def _load(self, name: str, *, changes: StagedChanges, via: Via) -> tuple[int, float]:
         """Step 3 for one target: its new watermark and the seconds the load took."""

@@ -360,3 +360,38 @@ def test_the_layout_ddl_is_compiled_once_per_layout_and_matches_a_fresh_compile(
     other = layout_ddl(WarehouseLayout(flow, "another_schema"))
     assert 'CREATE SCHEMA IF NOT EXISTS "another_schema"' in other
     assert not any('"shop"' in s for s in other)  # its own layout's, not the cached one
+
+
+def test_a_target_merges_without_waiting_for_another_targets_load(tmp_path: Path) -> None:
+    """Two warehouses in one round: the one whose load is done merges at once, while the other
+    still loads (its load held in its open transaction); both end equal to staging."""
+    from migration.targets.duckdb_file import DuckDBTarget
+
+    settings = _settings(tmp_path, max_batches_per_load=64)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 5), events=150)
+    outputs = _outputs(store)
+    state = store.load_state().tables
+    layout = WarehouseLayout(store.flow, settings.migration.schema_name)
+    targets: dict[str, BaseTarget] = {
+        "fast": DuckDBTarget(layout, tmp_path / "fast.duckdb"),
+        "slow": DuckDBTarget(layout, tmp_path / "slow.duckdb"),
+    }
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def hook(phase: str, target: str) -> None:
+        with lock:
+            seen.append((phase, target))
+        if (phase, target) == ("loaded", "slow"):
+            time.sleep(0.5)  # the slow warehouse's load holds its transaction open
+
+    migrator = Migrator(StagedDeltas(store), targets, settings.migration, hook=hook)
+    report = migrator.migrate(via="push", merge="force")
+    assert {n: r.watermark for n, r in report.targets.items()} == {"fast": 4, "slow": 4}
+    assert report.targets["fast"].merge is not None and report.targets["slow"].merge is not None
+    assert seen.index(("merged", "fast")) < seen.index(("committed", "slow")), seen
+    for target in targets.values():
+        assert target.delta_rows() == 0
+        assert_target_equals_staging(target, state, outputs, current=False)
+    migrator.close()
+    store.close()
