@@ -124,11 +124,20 @@ def _with_meta(
 _NO_DEAD_LETTERS = DEAD_LETTER_SCHEMA.empty_table()
 
 
+#: Empty batch tables by their columns' names and types (Arrow tables never change: one serves
+#: every batch of a step that emits nothing).
+_EMPTY_EVENTS: dict[tuple[tuple[str, ColumnType | None], ...], pa.Table] = {}
+
+
 def empty_events(schema: OutputSchema) -> pa.Table:
     """An empty batch table with ``schema`` and the meta columns."""
-    fields = [(n, arrow_type(t) if t else pa.null()) for n, t in schema.items()]
-    fields += [(n, pa.int64()) for n in META_COLUMNS]
-    return pa.schema(fields).empty_table()
+    key = tuple(schema.items())
+    table = _EMPTY_EVENTS.get(key)
+    if table is None:
+        fields = [(n, arrow_type(t) if t else pa.null()) for n, t in schema.items()]
+        fields += [(n, pa.int64()) for n in META_COLUMNS]
+        table = _EMPTY_EVENTS.setdefault(key, pa.schema(fields).empty_table())
+    return table
 
 
 def prepare_source(
@@ -199,11 +208,13 @@ def _conform(
             step=step_id,
         )
     arrays = []
+    names = set(data.column_names)
     for name, kind in schema.items():
-        if name not in data.column_names:
+        if name not in names:
             raise StepFailed(f"function output lacks column {name!r}", step=step_id)
         column = data.column(name)
-        if kind is not None:
+        if kind is not None and column.type != arrow_type(kind):  # (a cast to the same type
+            # is still a call into Arrow: ~10 us a column a batch)
             try:
                 column = column.cast(arrow_type(kind))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -394,10 +405,12 @@ def run_merge(step: MergeStep, tables: Sequence[pa.Table], schema: OutputSchema)
     pieces = []
     for table in tables:
         arrays = []
+        names = set(table.column_names)
         for name, kind in schema.items():
             target = arrow_type(kind) if kind else pa.null()
-            if name in table.column_names:
-                arrays.append(table.column(name).cast(target))
+            if name in names:
+                column = table.column(name)
+                arrays.append(column if column.type == target else column.cast(target))
             else:
                 arrays.append(pa.nulls(table.num_rows, type=target))
         for name in META_COLUMNS:
