@@ -11,21 +11,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl_dataflows import Dataflow, col
+from etl_dataflows.tables import WindowTable
 from etl_dataflows.testing import make_batch, run_in_memory
 
 SPAN = 10
 KINDS = ("max", "min", "sum", "count", "first", "last", "argmax", "argmin")
 
 
-def window_flow() -> Dataflow:
-    flow = Dataflow("windows")
-    w = flow.window_table(
+def _window(flow: Dataflow, value_type: str) -> WindowTable:
+    """The window table ``w`` of both flows: key ``k``, value ``v``, every aggregate kind."""
+    return flow.window_table(
         "w",
         key={"k": "int64"},
-        columns={"v": "int64"},
+        columns={"v": value_type},
         span=SPAN,
         aggregates={f"a_{kind}": (kind, "v") for kind in KINDS},
     )
+
+
+def window_flow() -> Dataflow:
+    flow = Dataflow("windows")
+    w = _window(flow, "int64")
     flow.source("events", schema={"k": "int64", "v": "int64"})
     t = flow.transact("apply", input="events")
     got = t.window(w, "k", {"v": col("v")})
@@ -104,13 +110,7 @@ def guarded_flow() -> Dataflow:
     """Float values (NaN and null among them) and a second operation that aborts the transaction
     after its window entry was stored (``ok`` false): the entry must be undone."""
     flow = Dataflow("guarded")
-    w = flow.window_table(
-        "w",
-        key={"k": "int64"},
-        columns={"v": "float64"},
-        span=SPAN,
-        aggregates={f"a_{kind}": (kind, "v") for kind in KINDS},
-    )
+    w = _window(flow, "float64")
     marks = flow.table("marks", key={"k": "int64"}, columns={"n": "int64"})
     flow.source("events", schema={"k": "int64", "v": "float64", "ok": "bool"})
     t = flow.transact("apply", input="events")
