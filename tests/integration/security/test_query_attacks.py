@@ -497,10 +497,12 @@ def test_a_statement_stuck_in_planning_is_abandoned_and_its_slot_freed() -> None
         "AS rn FROM d WHERE b <= 5) n WHERE rn = 1 AND op = 'upsert')"
     )
     # Binding grows faster than linearly with the branches: on a quiet machine 700 took 2.4 s
-    # (then it finished inside the limit and the test failed), 1,400 take ~11 s, and under load
-    # several times that, still well within the wait below. The 3 s limit lets the binder start
-    # even under load (an interrupt that lands before it stops the statement: nothing abandoned).
-    bomb = " UNION ALL ".join([f"SELECT k FROM {relation} AS r"] * 1400)
+    # (then it finished inside the limit and the test failed), 1,400 5.1 s (2026-12-06: once
+    # inside the limit plus the grace, so the interrupt was honoured after binding and nothing
+    # was abandoned: CI failed), 1,700 14.8 s, 2,000 24.6 s; under load several times that,
+    # still well within the wait below. The 3 s limit lets the binder start even under load (an
+    # interrupt that lands before it stops the statement: nothing abandoned).
+    bomb = " UNION ALL ".join([f"SELECT k FROM {relation} AS r"] * 1700)
     runner = QueryRunner(slots=2, timeout_s=3.0, grace_s=1.0)
     cursor = con.cursor()
 
