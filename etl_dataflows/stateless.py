@@ -124,6 +124,12 @@ def _with_meta(
 _NO_DEAD_LETTERS = DEAD_LETTER_SCHEMA.empty_table()
 
 
+def _as_type(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """``column`` cast to ``target``; as it is when it has that type already (a cast to the same
+    type is still a call into Arrow, ~10 us a column a batch). Raises what Arrow's cast does."""
+    return column if column.type == target else column.cast(target)
+
+
 #: Empty batch tables by their columns' names and types (Arrow tables never change: one serves
 #: every batch of a step that emits nothing).
 _EMPTY_EVENTS: dict[tuple[tuple[str, ColumnType | None], ...], pa.Table] = {}
@@ -162,11 +168,8 @@ def prepare_source(
         assert kind is not None
         column = events.column(name)
         target = arrow_type(kind)
-        if column.type == target:  # (a cast to the same type is still a call into Arrow)
-            arrays.append(column)
-            continue
         try:
-            arrays.append(column.cast(target))
+            arrays.append(_as_type(column, target))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             values = column.to_pylist()
             cast_values = []
@@ -213,10 +216,9 @@ def _conform(
         if name not in names:
             raise StepFailed(f"function output lacks column {name!r}", step=step_id)
         column = data.column(name)
-        if kind is not None and column.type != arrow_type(kind):  # (a cast to the same type
-            # is still a call into Arrow: ~10 us a column a batch)
+        if kind is not None:
             try:
-                column = column.cast(arrow_type(kind))
+                column = _as_type(column, arrow_type(kind))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
                 raise StepFailed(
                     f"output column {name!r} is not {kind}: {exc}", step=step_id
@@ -409,8 +411,7 @@ def run_merge(step: MergeStep, tables: Sequence[pa.Table], schema: OutputSchema)
         for name, kind in schema.items():
             target = arrow_type(kind) if kind else pa.null()
             if name in names:
-                column = table.column(name)
-                arrays.append(column if column.type == target else column.cast(target))
+                arrays.append(_as_type(table.column(name), target))
             else:
                 arrays.append(pa.nulls(table.num_rows, type=target))
         for name in META_COLUMNS:
