@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl_dataflows.executors.local import LocalExecutor
-from etl_dataflows.testing import assert_same_results, make_batch, run_in_memory
+from etl_dataflows.testing import RunResult, assert_same_results, make_batch, run_in_memory
 from tpcdi.incremental import build_flow
 from tpcdi.incremental.changes import MICROS_PER_DAY
 from tpcdi.incremental.rules import repeated, sk_dateid
@@ -78,6 +78,20 @@ def model(batches: list[list[dict[str, Any]]]) -> dict[str, tuple[Any, ...]]:
     return saved
 
 
+def saved(result: RunResult) -> dict[str, tuple[Any, ...]]:
+    """The prospect table a run left, as :func:`model` gives it."""
+    return {
+        r["agencyid"]: (
+            r["lastname"],
+            r["creditrating"],
+            r["sk_recorddateid"],
+            r["sk_updatedateid"],
+            r["batchid"],
+        )
+        for r in result.final_state.tables["prospect"].to_pylist()
+    }
+
+
 def test_repeated_marks_every_row_of_a_value_seen_twice() -> None:
     got = repeated(pa.chunked_array([["a", "b"], ["a", None, None, "c"]]))
     assert got.to_pylist() == [True, False, True, False, False, False]
@@ -98,18 +112,26 @@ def test_prospects_as_taken_in_stream_order(batches: list[list[list[dict[str, An
     serial = run_in_memory(flow, made, executor="serial")
     local = run_in_memory(flow, made, executor="local")
     assert_same_results(serial, local)
-    table = local.final_state.tables["prospect"].to_pylist()
-    got = {
-        r["agencyid"]: (
-            r["lastname"],
-            r["creditrating"],
-            r["sk_recorddateid"],
-            r["sk_updatedateid"],
-            r["batchid"],
-        )
-        for r in table
-    }
-    assert got == model(rows)
+    assert saved(local) == model(rows)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(prospect, min_size=1, max_size=6), min_size=1, max_size=4), st.data())
+def test_prospects_when_days_are_cut_anywhere(
+    day_rows: list[list[dict[str, Any]]], data: st.DataObject
+) -> None:
+    """The same rows cut into engine batches at any position, a day's rows split across
+    batches (``streamdi tpcdi run`` cuts an update larger than its batch cap that way)."""
+    flow = build_flow().build()
+    stream = [row for day in events([[day] for day in day_rows]) for row in day]
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=len(stream))))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    pieces = [piece for piece in pieces if piece]
+    made = [make_batch(flow, i, changes=piece) for i, piece in enumerate(pieces, start=1)]
+    serial = run_in_memory(flow, made, executor="serial")
+    local = run_in_memory(flow, made, executor="local")
+    assert_same_results(serial, local)
+    assert saved(local) == model([stream])
 
 
 def _day(day: int) -> dict[str, Any]:
