@@ -168,9 +168,13 @@ class SerialExecutor(BaseExecutor):
                 start = table.surrogate_start
                 used = [r[table.surrogate] for r in rows]
             else:
-                rows = image.rows(table, order_by=(AT, ENTRY))
+                # by key, then (at, entry): each key's entries in order, and made one after
+                # another, so that they lie together in memory (made in time order, a key's
+                # entries were spread over all of them: reading the ~30 of one key missed the
+                # cache each time, ~12 us a key against ~1 at TPC-DI's SF 100)
+                rows = image.rows(table, order_by=(*table.key_names, AT, ENTRY))
                 entries: dict[Key, list[Row]] = {}
-                for r in rows:  # by (at, entry): each key's entries in order
+                for r in rows:
                     entries.setdefault(keyof(r), []).append(r)
                 self._entries[name] = entries
                 start = 1

@@ -125,10 +125,10 @@ class ArrayTable:
 
     def _grow(self, needed: int) -> None:
         # By a quarter, not double, and one array at a time: a table loaded from a state image
-        # has no slack, so the first batch with a new key grows it, and doubling TPC-DI's
-        # 18 M open watches (SF 100) would add 1.35 GB of arrays the updates never fill, with
-        # old and new copies of every column alive at once while it ran. Growing by a quarter
-        # still copies each slot a bounded number of times (amortized O(1) per key).
+        # has a quarter's room (``load``), and doubling TPC-DI's 18 M open watches (SF 100)
+        # would add 1.35 GB of arrays the updates never fill, with old and new copies of every
+        # column alive at once while it ran. Growing by a quarter still copies each slot a
+        # bounded number of times (amortized O(1) per key).
         if needed <= self.capacity:
             return
         capacity = max(needed, self.capacity + self.capacity // GROWTH_DIVISOR, 1024)
@@ -237,6 +237,10 @@ class ArrayTable:
     def load(self, image: pa.Table) -> None:
         """Replace the contents with the rows of an image table."""
         n = image.num_rows
+        # Room for a quarter more keys from the start: the first batch with a new key would
+        # otherwise grow every array of a table loaded without slack (copying and faulting in
+        # each column again: ~2 s of TPC-DI's first update at SF 100), see ``_grow``.
+        self._grow(n + n // GROWTH_DIVISOR)
         parts: list[Any] = []
         for name, kind in self.table.key:
             key_column = image.column(name)
