@@ -98,6 +98,11 @@ class _CompiledOp:
     as_of: ScalarFn | None
     at: ScalarFn | None
     effective: ScalarFn | None
+    #: the table's key column names and value column types (looked up once, not per event)
+    key_names: tuple[str, ...]
+    value_types: dict[str, ColumnType]
+    #: per value column, where a value of the wrong type is reported (formatted once)
+    value_wheres: dict[str, str]
 
 
 class SerialExecutor(BaseExecutor):
@@ -358,10 +363,11 @@ class SerialExecutor(BaseExecutor):
         if compiled is None:
             compiled = []
             for op in step.operations:
+                table = self.flow.tables[op.table]
                 compiled.append(
                     _CompiledOp(
                         op=op,
-                        table=self.flow.tables[op.table],
+                        table=table,
                         key=[compile_scalar(k) for k in op.key],
                         values={c: compile_scalar(e) for c, e in op.values.items()},
                         when=None if op.when is None else compile_scalar(op.when),
@@ -369,6 +375,9 @@ class SerialExecutor(BaseExecutor):
                         as_of=None if op.as_of is None else compile_scalar(op.as_of),
                         at=None if op.at is None else compile_scalar(op.at),
                         effective=None if op.effective is None else compile_scalar(op.effective),
+                        key_names=table.key_names,
+                        value_types=table.value_types,
+                        value_wheres={c: f"{op.label()} column {c!r}" for c in table.value_types},
                     )
                 )
             self._compiled[step.id] = compiled
@@ -381,6 +390,7 @@ class SerialExecutor(BaseExecutor):
         in_schema = self.flow.schemas[step.input or ""]
         out_schema = self.flow.schemas[step.id]
         emit = {name: compile_scalar(e) for name, e in step.emit_columns.items()}
+        wheres = {name: f"output {name!r}" for name in emit}
         emit_when = None if step.emit_when is None else compile_scalar(step.emit_when)
         rows = event_rows(events, in_schema)
         order = sorted(range(len(rows)), key=lambda i: (rows[i][TS], i))
@@ -401,7 +411,7 @@ class SerialExecutor(BaseExecutor):
                 if emits and (emit_when is None or emit_when(scope) is True):
                     emitted = {name: fn(scope) for name, fn in emit.items()}
                     for name, value in emitted.items():
-                        emitted[name] = _coerce(value, out_schema[name], f"output {name!r}")
+                        emitted[name] = _coerce(value, out_schema[name], wheres[name])
             except _Abort as abort:
                 self._undo_to(mark)
                 aborts.append(self._abort_record(step.id, row, abort.kind, abort.reason))
@@ -482,7 +492,7 @@ class SerialExecutor(BaseExecutor):
         # An update that creates its row (if_missing="insert") works on the table's defaults.
         seen = old_row
         if seen is None and op.kind == "update":
-            seen = {**dict(zip(table.key_names, key, strict=True)), **table.defaults}
+            seen = {**dict(zip(cop.key_names, key, strict=True)), **table.defaults}
         self._check(cop, row, seen, results)
         base = seen if op.kind in ("update", "insert") else None
         new_values = self._values(cop, row, seen, results, base)
@@ -511,7 +521,7 @@ class SerialExecutor(BaseExecutor):
         values = {}
         name = ""
         try:  # (the error's text is made only when a value does not fit: this runs per row)
-            for name, kind in table.value_types.items():
+            for name, kind in cop.value_types.items():
                 if name in computed:
                     value = computed[name]
                 elif base is not None:
@@ -566,7 +576,7 @@ class SerialExecutor(BaseExecutor):
         if isinstance(table, Table):
             rows = self._rows[table.name]
             existing = rows.get(key)
-            new_row: Row = dict(zip(table.key_names, key, strict=True))
+            new_row: Row = dict(zip(cop.key_names, key, strict=True))
             if table.surrogate:
                 new_row[table.surrogate] = (
                     existing[table.surrogate]
@@ -607,7 +617,7 @@ class SerialExecutor(BaseExecutor):
             }
             self._set(versions, current_sk, closed)
         sk = self._next_sequence(table)
-        version: Row = dict(zip(table.key_names, key, strict=True))
+        version: Row = dict(zip(cop.key_names, key, strict=True))
         version[table.surrogate] = sk
         version.update(values)
         version[table.effective] = table.period_of(when)
@@ -687,11 +697,12 @@ class SerialExecutor(BaseExecutor):
             start += 1
         if cop.values:
             computed = {name: fn(scope) for name, fn in cop.values.items()}
-            entry: Row = dict(zip(table.key_names, key, strict=True))
+            entry: Row = dict(zip(cop.key_names, key, strict=True))
             entry[ENTRY] = self._next_sequence(table)
             entry[AT] = at
-            for name, kind in table.value_types.items():
-                entry[name] = _coerce(computed.get(name), kind, f"{cop.op.label()} column {name!r}")
+            wheres = cop.value_wheres
+            for name, kind in cop.value_types.items():
+                entry[name] = _coerce(computed.get(name), kind, wheres[name])
             kept = entries[start:]
             kept.append(entry)  # (at > floor: the span is positive)
             self._touch(table, key)
