@@ -66,6 +66,7 @@ from etl_dataflows.dataflow import (
     step_inputs,
 )
 from etl_dataflows.exceptions import BatchInputError, UnknownExecutor
+from etl_dataflows.executors.collection import collection_held
 from etl_dataflows.state import StateImage
 from etl_dataflows.stateless import (
     DeadLetters,
@@ -120,7 +121,8 @@ class BaseExecutor(ABC):
 
     def __init__(self, flow: Dataflow | CompiledDataflow, state: StateImage | None = None) -> None:
         self.flow = flow.build() if isinstance(flow, Dataflow) else flow
-        self._load_state(state or StateImage.empty(self.flow.tables))
+        with collection_held():  # (millions of objects without cycles: .collection)
+            self._load_state(state or StateImage.empty(self.flow.tables))
 
     @classmethod
     def with_variant(
