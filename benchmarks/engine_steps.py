@@ -46,7 +46,6 @@ STEPS: tuple[tuple[int, str, str, str], ...] = (
     (2, "etl_dataflows.executors.local.arrays", "ArrayTable.end_batch", "table deltas"),
     (3, "etl_dataflows.executors.local.arrays", "ArrayTable.image_rows", "image rows"),
     (4, "etl_dataflows.executors.local.arrays", "ArrayTable._in_key_order", "key order"),
-    (5, "etl_dataflows.executors.local.arrays", "ArrayTable._key_order", "by sorting"),
     (2, "etl_dataflows.executors.serial", "SerialExecutor.end_batch", "serial part's deltas"),
 )
 
