@@ -1,7 +1,8 @@
 """The local executor's array tables: images and deltas list rows in key order whichever way the
 order is found — ranks kept while new keys arrive ascending, ranks rebuilt when they do not, a
-sort of the rows' own keys when the table is large next to the rows — and the counting order
-agrees with a sort."""
+sort of the rows' own keys when the table is large next to the rows, an Arrow sort of string and
+compound keys (each row's values still beside its key) — and the counting order agrees with a
+sort."""
 
 from __future__ import annotations
 
@@ -123,3 +124,55 @@ def test_string_key_parts_share_one_object_per_distinct_string() -> None:
     assert list(symbols) == ["AAA", "BBB", "AAA", "AAA"]
     assert symbols[0] is symbols[2] is symbols[3]
     assert arrays.image().column("symbol").to_pylist() == ["AAA", "BBB", "AAA", "AAA"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [{"symbol": "string"}, {"customer": "int64", "symbol": "string"}],
+    ids=["string", "compound"],
+)
+def test_string_and_compound_keys_list_rows_in_key_order_beside_their_values(
+    key: dict[str, str],
+) -> None:
+    flow = Dataflow("t")
+    table = flow.table("watches", key=key, columns={"n": "int64"})  # type: ignore[arg-type]
+    arrays = ArrayTable(table, capacity=16)
+    rng = np.random.default_rng(11)
+    symbols = [f"S{int(i):03d}" for i in rng.permutation(200)] + ["b", "B", "é", "a"]
+    customers = rng.integers(-5, 5, len(symbols)).tolist()
+    rows = sorted(set(zip(customers, symbols, strict=True)), key=lambda r: rng.random())
+    if len(key) == 1:
+        rows = list({sym: (0, sym) for _, sym in rows}.values())
+    parts = [pa.array([sym for _, sym in rows], pa.string())]
+    if len(key) == 2:
+        parts.insert(0, np.array([c for c, _ in rows], dtype=np.int64))
+    value_of = {row: i for i, row in enumerate(rows)}
+
+    def key_of(row: tuple[int, str]) -> tuple[object, ...]:
+        return row if len(key) == 2 else (row[1],)
+
+    def listed(t: pa.Table) -> list[tuple[object, ...]]:
+        return list(zip(*(t.column(name).to_pylist() for name in key), strict=True))
+
+    arrays.begin_batch()
+    slots = arrays.slots(parts, np.ones(len(rows), dtype=bool))
+    arrays.remember(slots)
+    arrays.exists[slots] = True
+    arrays.values["n"][slots] = [value_of[r] for r in rows]
+    arrays.valid["n"][slots] = True
+    upserts = arrays.end_batch().upserts
+    expected = sorted(key_of(r) for r in rows)  # Python's str order is code point order
+    assert listed(upserts) == expected
+    by_key = {key_of(r): value_of[r] for r in rows}
+    assert upserts.column("n").to_pylist() == [by_key[k] for k in expected]
+
+    arrays.begin_batch()
+    gone = slots[::3]
+    arrays.remember(gone)
+    arrays.exists[gone] = False
+    deletes = arrays.end_batch().deletes
+    assert listed(deletes) == sorted(key_of(r) for r in rows[::3])
+    image = arrays.image()
+    kept = sorted(key_of(r) for i, r in enumerate(rows) if i % 3)
+    assert listed(image) == kept
+    assert image.column("n").to_pylist() == [by_key[k] for k in kept]
