@@ -5,15 +5,22 @@ A batch's commit used to rewrite every state row it changed (a DELETE and an INS
 for a dataflow whose batches touch the same rows again and again that was most of the commit's
 cost. Now a commit only writes the batch's delta log (segment files, :mod:`staging.segments`,
 which the commit writes anyway) and every :data:`FOLD_BATCHES` batches (or once
-:data:`FOLD_ROWS` delta rows wait) applies the deltas since the last fold to the folded tables
-``state_base.<table>`` in the same transaction, so a row changed in many batches is written once.
+:data:`FOLD_ROWS` delta rows wait) the deltas since the last fold are applied to the folded
+tables ``state_base.<table>``, so a row changed in many batches is written once. A fold of up
+to :data:`FOLD_INLINE_ROWS` rows runs in the transaction of the commit that makes it due (the
+cheapest place for small batches, measured); a larger one, in a store with a housekeeping
+thread, runs there in a transaction of its own beside the commits (:meth:`StateFolder.fold`),
+so a batch of hundreds of thousands of changed rows never holds the next commits back for the
+seconds its fold takes (at SF 100, 500,000 prospects change every day).
 
 What a reader sees does not change: ``state.<table>`` is a view that takes the folded rows, drops
 those whose row id a later delta names, and adds the newest upsert of each such row id (the
-deltas of batches above ``state_folded_through`` in ``streamdi.meta``, read from the delta-log
-view). The fold and ``state_folded_through`` move in one transaction, so the view is exact at
-every commit. A release (:mod:`staging.handoff`) never hides a delta the view still needs: it
-folds first, in its own transaction.
+deltas of batches above ``state_folded_through`` in ``streamdi.meta``). The fold and
+``state_folded_through`` move in one transaction, so the view is exact at every commit. The view
+reads the deltas from the registered delta-log segments, not from ``delta_log.<table>``: a
+release (:mod:`staging.handoff`) hides the batches every warehouse holds from that view, but it
+unregisters a delta segment only once the fold holds all of its batches, so a release never
+waits for a fold (it used to fold first, under the write lock, for seconds at SF 100).
 
 A fold through batch ``B``, in this order (:meth:`StateFolder.stage_fold`, then the caller):
 
@@ -27,7 +34,8 @@ A fold through batch ``B``, in this order (:meth:`StateFolder.stage_fold`, then 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 
 import duckdb
@@ -35,25 +43,30 @@ import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.dataflow import CompiledDataflow
-from staging.layout import DELTA, STATE, STATE_BASE, arrow_of, delta_schema, q, qualified
+from staging.layout import STATE, STATE_BASE, arrow_of, delta_schema, q, qualified
 
 #: A commit folds once this many batches wait (their rows are written once, not once per batch)
 FOLD_BATCHES = 8
 #: ... or once this many delta rows wait (they are held in memory until the fold).
 FOLD_ROWS = 2_000_000
+#: A fold of more delta rows than this runs in the store's housekeeping thread, off the commit
+#: path, when the store has one (a smaller one is cheapest inside the commit that makes it due).
+FOLD_INLINE_ROWS = 250_000
 #: The ``streamdi.meta`` key of the last batch whose deltas the folded tables hold.
 FOLDED_THROUGH = "state_folded_through"
 
 
-def view_sql(flow: CompiledDataflow, name: str, meta: str) -> str:
+def view_sql(flow: CompiledDataflow, name: str, meta: str, deltas: str) -> str:
     """``CREATE OR REPLACE VIEW state.<name>``: the folded rows without those a later delta
-    names, plus the newest upsert of each row id a later delta names."""
+    names, plus the newest upsert of each row id a later delta names. ``deltas`` is a query of
+    the table's registered delta rows, released or not
+    (:meth:`~staging.segments.SegmentCatalog.registered_sql`)."""
     table = flow.tables[name]
     columns = ", ".join(q(c) for c in table.image_columns())
     ids = [q(c) for c in table.row_id()]
     match = " AND ".join(f"b.{c} = n.{c}" for c in ids)
     since = (
-        f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
+        f"SELECT * FROM ({deltas}) WHERE batch_id > "
         f"(SELECT CAST(value AS BIGINT) FROM {meta} WHERE key = '{FOLDED_THROUGH}')"
     )
     newest = (
@@ -101,12 +114,18 @@ def newest_per_row(deltas: pa.Table, row_id: tuple[str, ...]) -> pa.Table:
 
 class StateFolder:
     """The deltas committed since the last fold (in memory, oldest first) and the fold itself;
-    see the module docstring. The store calls it under its write lock only (commits, releases
-    and folds never interleave)."""
+    see the module docstring. One fold runs at a time (:attr:`fold_lock`: a commit folds only
+    when it takes it without waiting); a fold in a transaction of its own (:meth:`fold`) may run
+    beside commits, which add their deltas meanwhile."""
 
-    def __init__(self, flow: CompiledDataflow, meta: str) -> None:
+    def __init__(self, flow: CompiledDataflow, meta: str, deltas: Callable[[str], str]) -> None:
         self.flow = flow
         self.meta = meta
+        #: A query of table ``name``'s registered delta rows, released batches included.
+        self.deltas = deltas
+        #: Held by the fold that runs (in a commit, or in a transaction of its own).
+        self.fold_lock = threading.Lock()
+        self._lock = threading.Lock()  # the waiting deltas and folded_through
         #: The last batch the folded tables hold.
         self.folded_through = 0
         #: (last batch id, delta rows per table) of each commit not folded yet, oldest first.
@@ -114,7 +133,7 @@ class StateFolder:
 
     def define_views(self, con: duckdb.DuckDBPyConnection) -> None:
         for name in self.flow.tables:
-            con.execute(view_sql(self.flow, name, self.meta))
+            con.execute(view_sql(self.flow, name, self.meta, self.deltas(name)))
 
     def load(self, con: duckdb.DuckDBPyConnection, watermark: int) -> None:
         """Read ``state_folded_through`` and the deltas after it, up to ``watermark`` (at open)."""
@@ -126,7 +145,7 @@ class StateFolder:
         for name in self.flow.tables:
             found = arrow_of(
                 con.sql(
-                    f"SELECT * FROM {qualified(DELTA, name)} WHERE batch_id > "
+                    f"SELECT * FROM ({self.deltas(name)}) WHERE batch_id > "
                     f"{self.folded_through} ORDER BY batch_id"
                 )
             )
@@ -149,9 +168,21 @@ class StateFolder:
         return bool(self._pending)
 
     def due(self, watermark: int, deltas: Mapping[str, pa.Table]) -> bool:
-        """Whether the commit that ends at batch ``watermark`` with ``deltas`` folds."""
+        """Whether a fold is due once the commit that ends at batch ``watermark`` with
+        ``deltas`` is in: :data:`FOLD_BATCHES` batches or :data:`FOLD_ROWS` rows wait."""
         rows = self.waiting_rows + sum(t.num_rows for t in deltas.values())
         return watermark - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
+
+    def small(self, deltas: Mapping[str, pa.Table]) -> bool:
+        """Whether a fold of what waits and ``deltas`` stays within :data:`FOLD_INLINE_ROWS`
+        rows (cheap enough for a commit to make)."""
+        rows = self.waiting_rows + sum(t.num_rows for t in deltas.values())
+        return bool(rows <= FOLD_INLINE_ROWS)
+
+    def due_now(self) -> bool:
+        """Whether a fold is due for what waits (a commit left a large one to :meth:`fold`)."""
+        pending = self._pending  # (replaced, never changed in place, by a fold)
+        return bool(pending) and self.due(pending[-1][0], {})
 
     def stage_fold(
         self,
@@ -163,7 +194,8 @@ class StateFolder:
         ``through`` (and ``deltas``, the committing batches') to the folded tables and set
         ``state_folded_through`` to ``through``. The caller calls :meth:`folded` once the
         transaction committed."""
-        waiting = [d for last, d in self._pending if last <= through]
+        with self._lock:
+            waiting = [d for last, d in self._pending if last <= through]
         for name in self.flow.tables:
             parts = [d[name] for d in waiting if name in d and d[name].num_rows]
             extra = (deltas or {}).get(name)
@@ -184,26 +216,33 @@ class StateFolder:
 
     def folded(self, through: int) -> None:
         """After the fold's transaction committed: the deltas up to ``through`` are folded."""
-        self.folded_through = through
-        self._pending = [(last, d) for last, d in self._pending if last > through]
+        with self._lock:
+            self.folded_through = through
+            self._pending = [(last, d) for last, d in self._pending if last > through]
 
     def committed(self, through: int, deltas: Mapping[str, pa.Table]) -> None:
         """After a commit (ending at batch ``through``) that did not fold: its deltas wait."""
-        self._pending.append((through, dict(deltas)))
+        with self._lock:
+            self._pending.append((through, dict(deltas)))
 
     def fold(self, cursor: duckdb.DuckDBPyConnection, *, least: int = 1) -> bool:
         """Fold what waits in a transaction of ``cursor`` of its own, when at least ``least``
-        batches wait. True when it folded."""
-        if not self._pending or self.waiting_batches < least:
-            return False
-        through = self._pending[-1][0]
-        cursor.execute("BEGIN TRANSACTION")
-        try:
-            self.stage_fold(cursor, through)
-            cursor.execute("COMMIT")
-        except BaseException:
-            with suppress(duckdb.Error):
-                cursor.execute("ROLLBACK")
-            raise
-        self.folded(through)
+        batches wait; True when it folded. It needs no write lock: commits running beside it
+        only add segments and progress rows, the fold changes only ``state_base`` and
+        ``state_folded_through`` (DuckDB keeps the two apart; every reader sees the state view
+        whole on either side of the fold's COMMIT)."""
+        with self.fold_lock:
+            with self._lock:
+                if not self._pending or self.waiting_batches < least:
+                    return False
+                through = self._pending[-1][0]
+            cursor.execute("BEGIN TRANSACTION")
+            try:
+                self.stage_fold(cursor, through)
+                cursor.execute("COMMIT")
+            except BaseException:
+                with suppress(duckdb.Error):
+                    cursor.execute("ROLLBACK")
+                raise
+            self.folded(through)
         return True

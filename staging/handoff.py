@@ -276,10 +276,13 @@ class StagedDeltas:
         The protocol, in this order:
 
         1. Compute ``X`` = :meth:`releasable` (never above the lowest acknowledgement).
-        2. If ``X`` is not above ``released_through``, stop.
+        2. If ``X`` is not above ``released_through`` and no segment waits to be unregistered
+           (a delta log's, kept until its batches were folded), stop.
         3. Under the store's write lock, BEGIN.
-        4. Delete delta-log rows and output rows with ``batch_id <= X``.
-        5. Set ``released_through = X`` in ``streamdi.meta``.
+        4. Unregister the segments of batches at or below ``X``, a delta log's only once every
+           batch of it is folded (:meth:`~staging.store.StagingStore.release_segments`).
+        5. Set ``released_through = X`` in ``streamdi.meta`` (the ``delta_log`` and ``outputs``
+           views hide the batches at or below it).
         6. COMMIT; once ``vacuum_rows`` rows were released, CHECKPOINT so DuckDB reuses the freed
            blocks (skipped while a reader holds a transaction; DuckDB also checkpoints by itself
            when its WAL grows).
@@ -292,7 +295,9 @@ class StagedDeltas:
         released = self.released_through()
         # 2.
         if through <= released:
-            return released
+            if not self.store.releasable_segments(released):
+                return released
+            through = released
         deleted = 0
         with self.store.write_lock:
             cursor = self.store.cursor()

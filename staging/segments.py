@@ -54,7 +54,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from staging.layout import insert_values, literal, qualified
+from staging.layout import DELTA, insert_values, literal, qualified
 from streamdi.files import fsync_path
 
 logger = logging.getLogger(__name__)
@@ -338,14 +338,21 @@ class SegmentCatalog:
         """Registered files that are not in the folder (a damaged staging folder)."""
         return sorted(str(p) for s in self.all() if not (p := self.folder.path(s)).is_file())
 
-    def view_sql(self, key: Key) -> str:
+    def registered_sql(self, key: Key) -> str:
+        """A query of every row of the relation's registered files, released batches included
+        (the state views read their deltas after the last fold this way: a release may have
+        hidden some of them from ``delta_log.<table>``, never unregistered them)."""
         relation, name = key
         files = literal(self.folder.pattern(relation, name))
         return (
-            f"CREATE OR REPLACE VIEW {qualified(relation, name)} AS "
             f"SELECT * EXCLUDE (filename) FROM read_parquet({files}, filename = true) "
             f"WHERE parse_filename(filename) IN (SELECT file FROM {self.registry} "
-            f"WHERE relation = {literal(relation)} AND name = {literal(name)}) "
+            f"WHERE relation = {literal(relation)} AND name = {literal(name)})"
+        )
+
+    def view_sql(self, key: Key) -> str:
+        return (
+            f"CREATE OR REPLACE VIEW {qualified(*key)} AS {self.registered_sql(key)} "
             f"AND batch_id > (SELECT coalesce(max(CAST(value AS BIGINT)), 0) FROM {self.meta} "
             "WHERE key = 'released_through')"
         )
@@ -367,17 +374,33 @@ class SegmentCatalog:
             changes[key] = (*changes.get(key, self.segments[key]), s)
         return changes
 
+    def releasable(self, through: int, deltas_through: int) -> list[Segment]:
+        """The segments a release through ``through`` unregisters: every batch of theirs at or
+        below ``through``, and for a delta log's also at or below ``deltas_through`` (the last
+        folded batch: the state views still read the deltas after it)."""
+        return [
+            s
+            for s in self.all()
+            if s.last_batch <= (min(through, deltas_through) if s.relation == DELTA else through)
+        ]
+
     def stage_release(
-        self, con: duckdb.DuckDBPyConnection, through: int
+        self, con: duckdb.DuckDBPyConnection, through: int, deltas_through: int
     ) -> tuple[dict[Key, tuple[Segment, ...]], list[Segment]]:
-        """Unregister the segments whose every batch is at or below ``through``, in the caller's
-        transaction (which also moves ``released_through``: the views hide the released
-        batches of a segment that straddles it). Returns the new mirror and the segments that
-        left it."""
-        gone = [s for s in self.all() if s.last_batch <= through]
-        con.execute(f"DELETE FROM {self.registry} WHERE last_batch <= ?", [int(through)])
+        """Unregister the :meth:`releasable` segments in the caller's transaction (which also
+        moves ``released_through``: the views hide the released batches of a segment that
+        straddles it, or of a delta log's segment kept for the state views). Returns the new
+        mirror and the segments that left it."""
+        gone = self.releasable(through, deltas_through)
+        if gone:
+            files = [s.file for s in gone]
+            con.execute(
+                f"DELETE FROM {self.registry} WHERE file IN ({', '.join(['?'] * len(files))})",
+                files,
+            )
+        left = {s.file for s in gone}
         changes = {
-            key: tuple(s for s in segments if s.last_batch > through)
+            key: tuple(s for s in segments if s.file not in left)
             for key, segments in self.segments.items()
         }
         return changes, gone
@@ -411,7 +434,9 @@ class SegmentMerger:
     """A thread that calls ``merge_once`` (one merge; True when it merged something) until it
     has nothing to merge, then waits for :meth:`wake` or ``interval_s``. It holds
     ``merge_once``'s owner weakly (a store nobody closed still goes away, and the thread with
-    it). An error is logged and the thread goes on: merging only keeps the file count down."""
+    it). An error is logged and the thread goes on: merging only keeps the file count down (the
+    store's housekeeping step also folds state, :mod:`staging.folding`; a failed fold leaves
+    its deltas waiting for the next)."""
 
     def __init__(self, merge_once: Callable[[], bool], *, interval_s: float = 1.0) -> None:
         self._merge_once = weakref.WeakMethod(merge_once)

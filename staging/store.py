@@ -268,8 +268,8 @@ class StagingStore:
     the same dataflow shape (:class:`~staging.exceptions.StagingMismatch` otherwise). A file held by
     another process raises :class:`~staging.exceptions.StagingInUse`. ``threads`` are DuckDB's
     worker threads (``STAGING__THREADS``; None: DuckDB's default, one per core);
-    ``background_merge``: a writer merges segment files in a thread of its own
-    (:meth:`merge_segments`), off the commit path.
+    ``background_merge``: a writer keeps house in a thread of its own (:meth:`housekeeping`:
+    segment merges and large state folds), off the commit path.
     """
 
     def __init__(
@@ -306,7 +306,9 @@ class StagingStore:
             self.segment_folder, segment_schemas(self.flow), _sys("segments"), _sys("meta")
         )
         #: The deltas not folded into ``state_base`` yet, and the fold (:mod:`staging.folding`).
-        self.state_folder = StateFolder(self.flow, _sys("meta"))
+        self.state_folder = StateFolder(
+            self.flow, _sys("meta"), lambda name: self.catalog.registered_sql((DELTA, name))
+        )
         self._merger: SegmentMerger | None = None
         # one thread per file a commit writes at once (Parquet encoding and fsync leave the GIL)
         self._segment_writer = ThreadPoolExecutor(
@@ -322,7 +324,7 @@ class StagingStore:
             self._con.close()
             raise
         if not read_only and background_merge:
-            self._merger = SegmentMerger(self.merge_segments)
+            self._merger = SegmentMerger(self.housekeeping)
         self.history = read_history(self._con)
         self._watermark = int(
             self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
@@ -713,9 +715,11 @@ class StagingStore:
            folder); until step 8 they are orphans nothing reads.
         3. BEGIN.
         4. When a fold is due (:meth:`~staging.folding.StateFolder.due`: every
-           :data:`~staging.folding.FOLD_BATCHES` batches), apply the deltas waiting and these
-           batches' to ``state_base``: per state table, delete every row whose row id changed or
-           was deleted, insert the newest upsert of each row id; set ``state_folded_through``.
+           :data:`~staging.folding.FOLD_BATCHES` batches) and small (or the store has no
+           housekeeping thread, which otherwise folds it beside the next commits), and no other
+           fold runs, apply the deltas waiting and these batches' to ``state_base``: per state
+           table, delete every row whose row id changed or was deleted, insert the newest upsert
+           of each row id; set ``state_folded_through``.
         5. Register the segment files and redefine their views (``delta_log.<table>``,
            ``outputs.<sink>``); append the dead letters, the aborts and the sink retractions;
            mark re-offered dead letters as replayed.
@@ -763,7 +767,14 @@ class StagingStore:
         last = commits[-1]
         con = self._con
         registered: list[str] = []
-        fold = self.state_folder.due(last.batch_id, deltas)
+        folder = self.state_folder
+        due = folder.due(last.batch_id, deltas)
+        # a large fold goes to the housekeeping thread; none while that thread folds
+        fold = (
+            due
+            and (self._merger is None or folder.small(deltas))
+            and folder.fold_lock.acquire(blocking=False)
+        )
 
         def register(name: str, table: pa.Table) -> str:
             con.register(name, table)
@@ -831,8 +842,10 @@ class StagingStore:
             for name in registered:
                 con.unregister(name)
             self.write_lock.release()
+            if fold:
+                folder.fold_lock.release()
         # 9.
-        if self._merger is not None and written:
+        if self._merger is not None and (written or (due and not fold)):
             self._merger.wake()
         self._watermark = last.batch_id
         self._next_dead_letter = next_id
@@ -846,14 +859,18 @@ class StagingStore:
     def release_segments(
         self, cursor: duckdb.DuckDBPyConnection, through: int
     ) -> tuple[dict[tuple[str, str], tuple[Segment, ...]], list[Segment]]:
-        """In the caller's transaction (under :attr:`write_lock`): fold the state deltas first
-        when the release would hide one not folded yet (the state views read them from the delta
-        log), then unregister the segments of batches all at or below ``through`` and hide the
-        released batches in every view. Returns what :meth:`segments_released` takes once that
-        transaction committed."""
-        if self.state_folder.folded_through < through:
-            self.fold_state()  # commits first, on its own: the write lock keeps commits out
-        return self.catalog.stage_release(cursor, through)
+        """In the caller's transaction (under :attr:`write_lock`): unregister the segments of
+        batches all at or below ``through``, but a delta log's only once every batch of it is
+        folded too (the state views read the deltas after the fold from the registered
+        segments; :mod:`staging.folding`); the caller's move of ``released_through`` hides the
+        released batches in the ``delta_log`` and ``outputs`` views. Returns what
+        :meth:`segments_released` takes once that transaction committed."""
+        return self.catalog.stage_release(cursor, through, self.state_folder.folded_through)
+
+    def releasable_segments(self, through: int) -> bool:
+        """Whether a release through ``through`` would unregister a segment (a delta log's
+        segment kept for the state views may have been folded since the last release)."""
+        return bool(self.catalog.releasable(through, self.state_folder.folded_through))
 
     def segments_released(
         self, changes: dict[tuple[str, str], tuple[Segment, ...]], gone: list[Segment]
@@ -864,13 +881,21 @@ class StagingStore:
 
     def fold_state(self, least: int = 1) -> bool:
         """Fold the state deltas that wait into ``state_base`` (:mod:`staging.folding`) in a
-        transaction of its own, when at least ``least`` batches wait. True when it folded."""
-        with self.write_lock:  # (a commit or a release may be folding)
-            cursor = self._con.cursor()
-            try:
-                return self.state_folder.fold(cursor, least=least)
-            finally:
-                cursor.close()
+        transaction of its own, beside any commit, when at least ``least`` batches wait. True
+        when it folded."""
+        cursor = self._con.cursor()
+        try:
+            return self.state_folder.fold(cursor, least=least)
+        finally:
+            cursor.close()
+
+    def housekeeping(self) -> bool:
+        """One step of the housekeeping thread: a fold a commit left to it when one is due
+        (:meth:`fold_state`), else a segment merge (:meth:`merge_segments`). True when it did
+        something."""
+        if self.state_folder.due_now() and self.fold_state():
+            return True
+        return self.merge_segments()
 
     def merge_segments(self) -> bool:
         """Merge the segments one relation has due (:func:`~staging.segments.merge_candidates`),

@@ -4,6 +4,8 @@ state, and the folded tables hold exactly the batches ``state_folded_through`` s
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,8 +93,13 @@ def test_a_group_commit_folds_the_batches_it_carries(tmp_path: Path) -> None:
         assert store.load_state().equals(images[6])
 
 
-def test_a_release_folds_before_it_hides_a_delta(tmp_path: Path) -> None:
-    flow, results, images = _run(5, seed=2)
+def _delta_batches(store: StagingStore) -> list[int]:
+    """The last batch of every registered delta-log segment of ``accounts``, oldest first."""
+    return [s.last_batch for s in store.catalog.segments[("delta_log", "accounts")]]
+
+
+def test_a_release_keeps_the_deltas_not_folded_yet_for_the_state_view(tmp_path: Path) -> None:
+    flow, results, images = _run(7, seed=2)
     with _store(tmp_path, flow) as store:
         for i in (1, 2, 3, 4, 5):
             store.commit([simple_commit(i, results[i - 1])])
@@ -100,12 +107,41 @@ def test_a_release_folds_before_it_hides_a_delta(tmp_path: Path) -> None:
         staged = StagedDeltas(store)
         staged.acknowledge("duckdb", 5)
         assert staged.release(["duckdb"], 0) == 5
-        # the delta log holds nothing any more; the state is whole from the folded tables
+        # the release does not fold: batches 4 and 5 stay registered (hidden from the delta
+        # log's view, which only migration reads) and the state view still overlays them
+        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert _delta_batches(store) == [4, 5]
         assert store.query('SELECT count(*) AS n FROM delta_log."accounts"')["n"][0].as_py() == 0
-        assert store.meta(folding.FOLDED_THROUGH) == "5"
         assert store.load_state().equals(images[4])
+    # a reopened store reads the kept deltas back, though they are released
     with _store(tmp_path, flow) as store:
         assert store.load_state().equals(images[4])
+        assert store.state_folder.waiting_batches == 2
+        store.commit([simple_commit(6, results[5])])  # a fold is due: 4, 5 and 6
+        assert store.meta(folding.FOLDED_THROUGH) == "6"
+        assert store.load_state().equals(images[5])
+        staged = StagedDeltas(store)
+        # nothing new acknowledged, but the kept segments are folded now: they go
+        assert staged.release(["duckdb"], 0) == 5
+        assert _delta_batches(store) == [6]
+        assert store.load_state().equals(images[5])
+        assert not any(path.name.startswith("delta_log+accounts+00") for path in _files(store, 5))
+        store.commit([simple_commit(7, results[6])])
+        staged.acknowledge("duckdb", 7)
+        assert staged.release(["duckdb"], 0) == 7
+        assert _delta_batches(store) == [7]  # not folded yet: kept
+        assert store.load_state().equals(images[6])
+    with _store(tmp_path, flow) as store:
+        assert store.load_state().equals(images[6])
+
+
+def _files(store: StagingStore, through: int) -> list[Path]:
+    """The segment files in the folder whose batches all lie at or below ``through``."""
+    return [
+        path
+        for path in store.segment_folder.folder.glob("delta_log+*.parquet")
+        if "anchor" not in path.name and int(path.name.split("+")[-1].split("-")[1][:12]) <= through
+    ]
 
 
 def test_a_failed_folding_commit_leaves_the_state_as_it_was(tmp_path: Path) -> None:
@@ -159,3 +195,74 @@ def test_fold_state_waits_for_enough_batches(
         assert not store.fold_state()  # nothing waits
         store.commit([simple_commit(3, results[2])])
         assert store.load_state().equals(images[2])
+
+
+def test_a_fold_beside_a_commit_keeps_the_state_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold in a transaction of its own (the housekeeping thread's) while a commit commits:
+    DuckDB keeps them apart, the batch committed meanwhile stays waiting, the next fold takes
+    it."""
+    monkeypatch.setattr(folding, "FOLD_BATCHES", 10_000)  # commits never fold here
+    flow, results, images = _run(6, seed=11)
+    real_apply = folding.apply_deltas
+    with _store(tmp_path, flow) as store:
+        for i in (1, 2, 3):
+            store.commit([simple_commit(i, results[i - 1])])
+        committed_inside: list[int] = []
+
+        def apply_then_commit(*args: object) -> None:
+            real_apply(*args)  # type: ignore[arg-type]
+            if not committed_inside:  # the fold's transaction is open: batch 4 commits now
+                committed_inside.append(4)
+                store.commit([simple_commit(4, results[3])])
+                assert store.load_state().equals(images[3])
+
+        monkeypatch.setattr(folding, "apply_deltas", apply_then_commit)
+        assert store.fold_state()
+        monkeypatch.setattr(folding, "apply_deltas", real_apply)
+        assert committed_inside == [4]
+        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert store.state_folder.waiting_batches == 1
+        assert store.load_state().equals(images[3])
+        assert _folded_rows(store, "accounts") == images[2].tables["accounts"].num_rows
+        store.commit([simple_commit(5, results[4])])
+        assert store.fold_state()
+        assert store.meta(folding.FOLDED_THROUGH) == "5"
+        assert _folded_rows(store, "accounts") == images[4].tables["accounts"].num_rows
+        assert store.load_state().equals(images[4])
+        store.commit([simple_commit(6, results[5])])
+    with _store(tmp_path, flow) as store:
+        assert store.load_state().equals(images[5])
+
+
+def test_a_large_fold_is_left_to_the_housekeeping_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(folding, "FOLD_INLINE_ROWS", 0)  # every fold is large
+    folded_by: list[str] = []
+    real_stage = folding.StateFolder.stage_fold
+
+    def stage_fold(self: folding.StateFolder, *args: object, **kwargs: object) -> None:
+        folded_by.append(threading.current_thread().name)
+        real_stage(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(folding.StateFolder, "stage_fold", stage_fold)
+    flow, results, images = _run(7, seed=12)
+    store = StagingStore(tmp_path / "s.duckdb", flow)  # type: ignore[arg-type]
+    try:
+        for i, (result, image) in enumerate(zip(results, images, strict=True), start=1):
+            store.commit([simple_commit(i, result)])
+            assert store.load_state().equals(image), f"after batch {i}"
+        folder = store.state_folder
+        deadline = time.monotonic() + 30
+        while (folder.due_now() or not folder.folded_through) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        through = folder.folded_through
+        assert through >= 5  # fewer than 3 batches wait once no fold is due
+        assert folded_by and set(folded_by) == {"segment-merger"}  # never in a commit
+        assert store.meta(folding.FOLDED_THROUGH) == str(through)
+        assert _folded_rows(store, "accounts") == images[through - 1].tables["accounts"].num_rows
+        assert store.load_state().equals(images[6])
+    finally:
+        store.close()

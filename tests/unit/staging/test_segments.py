@@ -123,6 +123,7 @@ def test_release_hides_released_batches_and_deletes_files_only_when_unpinned(
 ) -> None:
     store, results = _stage(tmp_path / "s.duckdb", batches=4)
     full = store.query(OUT)
+    assert store.fold_state()  # a delta log's segment is released once folded
     staged = StagedDeltas(store)
     staged.acknowledge("duckdb", 2)
     reader = store.cursor()  # a reader that began before the release may still list the files
@@ -179,6 +180,7 @@ def test_a_merge_whose_inputs_were_released_meanwhile_is_dropped(
 ) -> None:
     monkeypatch.setattr(segments_module, "FANOUT", 2)
     store, _ = _stage(tmp_path / "s.duckdb", batches=3)
+    assert store.fold_state()  # a delta log's segment is released once folded
     staged = StagedDeltas(store)
     real_merge = store.segment_folder.merge
 
@@ -205,6 +207,7 @@ def test_a_lost_merges_file_stays_while_a_reader_that_may_have_listed_it_is_pinn
     a 500 in ``streamdi bench freshness``)."""
     monkeypatch.setattr(segments_module, "FANOUT", 2)
     store, _ = _stage(tmp_path / "s.duckdb", batches=3)
+    assert store.fold_state()  # a delta log's segment is released once folded
     staged = StagedDeltas(store)
     real_merge = store.segment_folder.merge
     lost: list[Path] = []
