@@ -167,22 +167,24 @@ class StateFolder:
         """Some committed batch is not folded yet."""
         return bool(self._pending)
 
+    def _rows_with(self, deltas: Mapping[str, pa.Table]) -> int:
+        return int(self.waiting_rows + sum(t.num_rows for t in deltas.values()))
+
     def due(self, watermark: int, deltas: Mapping[str, pa.Table]) -> bool:
         """Whether a fold is due once the commit that ends at batch ``watermark`` with
         ``deltas`` is in: :data:`FOLD_BATCHES` batches or :data:`FOLD_ROWS` rows wait."""
-        rows = self.waiting_rows + sum(t.num_rows for t in deltas.values())
+        rows = self._rows_with(deltas)
         return watermark - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
 
     def small(self, deltas: Mapping[str, pa.Table]) -> bool:
         """Whether a fold of what waits and ``deltas`` stays within :data:`FOLD_INLINE_ROWS`
         rows (cheap enough for a commit to make)."""
-        rows = self.waiting_rows + sum(t.num_rows for t in deltas.values())
-        return bool(rows <= FOLD_INLINE_ROWS)
+        return self._rows_with(deltas) <= FOLD_INLINE_ROWS
 
     def due_now(self) -> bool:
         """Whether a fold is due for what waits (a commit left a large one to :meth:`fold`)."""
-        pending = self._pending  # (replaced, never changed in place, by a fold)
-        return bool(pending) and self.due(pending[-1][0], {})
+        with self._lock:
+            return bool(self._pending) and self.due(self._pending[-1][0], {})
 
     def stage_fold(
         self,
