@@ -23,7 +23,12 @@ also takes:
 - *pre-reads*: a plain ``read`` (not as-of) of a table the kernel does not hold (a history table,
   or a table some interpreted step writes) when no operation of the step writes that table. Within
   a batch the steps run one after the other, so such a table does not change while the step runs:
-  the rows are looked up for the whole batch before the kernel starts and passed in as arrays.
+  the rows are looked up for the whole batch before the kernel starts and passed in as arrays;
+- *windows*: ``window`` operations on a :class:`~etl_dataflows.tables.WindowTable` whose value
+  columns are numeric, boolean, timestamp or date, whose aggregates are not ``sum`` (Python sums
+  floats in ways that change between versions and ints without bound), with a time (``at``) that
+  depends on the event alone and no ``require``; the table is held as in
+  :mod:`~etl_dataflows.executors.local.window_arrays`. A step with a window runs sequentially.
 
 A step that needs any of these is marked ``extended`` and runs sequentially or in waves.
 
@@ -56,14 +61,14 @@ from etl_dataflows.expressions import (
     infer_type,
     walk,
 )
-from etl_dataflows.tables import HistoryTable, StateTable, Table
+from etl_dataflows.tables import HistoryTable, StateTable, Table, WindowTable
 from etl_dataflows.transaction import Operation, TransactionStep
 from etl_dataflows.types import META_TYPES, ColumnType
 
 KERNEL_TYPES: frozenset[str] = frozenset({"int64", "float64", "bool", "timestamp", "date"})
 #: Types an extended kernel holds: strings as pool codes.
 CODED_TYPES: frozenset[str] = KERNEL_TYPES | {"string"}
-COMPILED_KINDS = frozenset({"read", "write", "update", "insert", "delete"})
+COMPILED_KINDS = frozenset({"read", "write", "update", "insert", "delete", "window"})
 
 
 def is_event_only(expr: Expr) -> bool:
@@ -72,6 +77,8 @@ def is_event_only(expr: Expr) -> bool:
 
 
 def table_is_compilable(table: StateTable, extended: bool = False) -> bool:
+    if isinstance(table, WindowTable):
+        return extended and window_is_compilable(table)
     if not isinstance(table, Table) or not table.key:
         return False
     if not extended:
@@ -81,8 +88,21 @@ def table_is_compilable(table: StateTable, extended: bool = False) -> bool:
     )
 
 
+def window_is_compilable(table: WindowTable) -> bool:
+    """Whether the extended form holds window ``table`` (see the module docstring)."""
+    return (
+        bool(table.key)
+        and all(kind in ("int64", "string") for _, kind in table.key)
+        and all(kind in KERNEL_TYPES for _, kind in table.columns)
+        and all(agg.kind != "sum" for agg in table.aggregates.values())
+    )
+
+
 def needs_extension(table: StateTable) -> bool:
-    """Whether a compiled ``table`` needs extended compilation (several keys or strings)."""
+    """Whether a compiled ``table`` needs extended compilation (several keys, strings, or a
+    window)."""
+    if isinstance(table, WindowTable):
+        return True
     return len(table.key) != 1 or any(kind == "string" for _, kind in table.columns)
 
 
@@ -247,6 +267,13 @@ def analyze_step(
             reasons.append(f"{op.label()}: {op.kind} is not compiled")
         if op.as_of is not None:
             reasons.append(f"{op.label()}: as_of reads are not compiled")
+        if op.kind == "window":
+            if op.at is not None and (
+                not is_event_only(op.at) or types.of(op.at) not in ("int64", "timestamp")
+            ):
+                reasons.append(f"{op.label()}: its time is not an event's int64 or timestamp")
+            if op.requires:
+                reasons.append(f"{op.label()}: require on a window is not compiled")
         for expr in op.key:
             if not is_event_only(expr):
                 reasons.append(f"{op.label()}: its key depends on state")

@@ -16,9 +16,14 @@ Kernel arguments (generated names):
                   validity of each column C the step uses, per event row
 ``tT_ex, tT_sk``  table T: row exists, surrogate key (per slot)
 ``tT_C, tT_C_v``  table T, value column C: values and validity (per slot)
-``seq``           next surrogate key per table
+``wT_h, wT_t``    window table T (see :mod:`.window_arrays`): each slot's oldest and newest entry
+``wT_n, wT_a, wT_e, wT_s``  window table T's entry pool: next entry, time, entry number, slot
+``wT_u``          window table T: entries made so far (one element; appends advance it)
+``wT_C, wT_C_v``  window table T, value column C: each entry's value and validity
+``seq``           next surrogate key (window: entry number) per table
 ``st, rs, ev``    per row: status (0 commit, 1 condition abort, 2 error abort), reason code, and a
                   float value for reasons that quote one
+``iv``            per row, in a step with a window: an integer value for reasons that quote one
 ``em``            per row: the output row is emitted
 ``oN, oN_v``      per row: state-dependent output column N
 ``spin``          busy-loop iterations per nanosecond (for :func:`~etl_dataflows.expressions.cost`)
@@ -42,6 +47,7 @@ from etl_dataflows.expressions import (
     BinOp,
     Call,
     Cast,
+    Col,
     Expr,
     Func,
     IfElse,
@@ -53,11 +59,15 @@ from etl_dataflows.expressions import (
     structure,
     walk,
 )
-from etl_dataflows.tables import StateTable, Table
+from etl_dataflows.tables import StateTable, Table, WindowTable
 from etl_dataflows.transaction import Operation, TransactionStep
-from etl_dataflows.types import MICROS_PER_DAY, ColumnType
+from etl_dataflows.types import MICROS_PER_DAY, TS, ColumnType
 
 HOISTED_BASE = 1_000_000
+
+#: A window table's kernel arguments besides its value columns, by suffix of ``wT``: heads,
+#: tails, and the pool's next, time, entry number and slot columns, and its used length.
+WINDOW_PARTS = ("h", "t", "n", "a", "e", "s", "u")
 
 _ZERO = {
     "int64": "np.int64(0)",
@@ -94,10 +104,12 @@ class Hoisted:
 
 @dataclass
 class Reason:
-    """An abort reason: ``template`` may quote the op's key (``{key}``) or a value (``{value}``)."""
+    """An abort reason: ``template`` may quote the op's key (``{key}``), a value (``{value}``),
+    an integer value (``{number}``) or hoisted expression ``hoisted``'s value (``{hoisted}``)."""
 
     template: str
     key_of_op: int | None = None
+    hoisted: int | None = None
 
 
 @dataclass
@@ -186,6 +198,8 @@ class KernelGenerator:
         self.probe = "False"
         self._global: set[int] = set()
         self.refs = self._referenced()
+        #: The step has a window operation (its kernel quotes integer values: ``iv``).
+        self.windows = any(op.kind == "window" for op in step.operations)
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -222,16 +236,22 @@ class KernelGenerator:
         elif k not in self._global:
             hoisted.rows_of_ops = (hoisted.rows_of_ops or set()) | {self.current.index}
 
-    def reason(self, template: str, key_of_op: int | None = None) -> int:
-        self.reasons.append(Reason(template, key_of_op))
+    def reason(
+        self, template: str, key_of_op: int | None = None, hoisted: int | None = None
+    ) -> int:
+        self.reasons.append(Reason(template, key_of_op, hoisted))
         return len(self.reasons) - 1
 
-    def fail(self, status: int, code: int | str, value: str | None = None) -> None:
+    def fail(
+        self, status: int, code: int | str, value: str | None = None, number: str | None = None
+    ) -> None:
         with self.out.block("if st == 0:"):
             self.out.line(f"st = {status}")
             self.out.line(f"rs = {code}")
             if value is not None:
                 self.out.line(f"ev = float({value})")
+            if number is not None:
+                self.out.line(f"iv = {number}")
 
     def table_index(self, name: str) -> int:
         return self.tables.index(name)
@@ -486,9 +506,10 @@ class KernelGenerator:
         w.line("st = 0")
         w.line("rs = -1")
         w.line("ev = 0.0")
+        if self.windows:
+            w.line("iv = np.int64(0)")
         for t, name in enumerate(self.tables):
-            table = self.flow.tables[name]
-            if isinstance(table, Table) and table.surrogate:
+            if _draws_sequence(self.flow.tables[name]):
                 w.line(f"seq0_{t} = seq[{t}]")
                 w.line(f"drew{t} = False")
         for op in self.step.operations:
@@ -497,6 +518,9 @@ class KernelGenerator:
             w.line(f"fnd{j} = False")
             w.line(f"wr{j} = False")
             w.line(f"ex{j} = False")
+            if op.kind == "window":
+                w.line(f"u{j}_head = np.int64(-1)")
+                w.line(f"u{j}_tail = np.int64(-1)")
             for column, kind in self.columns(op).items():
                 zero = _zero(kind) if kind in _ZERO else "np.int64(0)"
                 for prefix in ("a", "b", "o"):
@@ -683,9 +707,142 @@ class KernelGenerator:
                 else:
                     self.operation_body(op)
 
+    def window_body(self, op: Operation) -> None:
+        """A window operation, as :meth:`SerialExecutor._window
+        <etl_dataflows.executors.serial.SerialExecutor._window>`: the time checked, the entries
+        at or before ``at - span`` dropped, the new entry appended (with values), and the
+        aggregates over the key's entries left (see :mod:`.window_arrays`)."""
+        w = self.out
+        j, t = op.index, self.table_index(op.table)
+        table = self.flow.tables[op.table]
+        assert isinstance(table, WindowTable)
+        slot = f"s{j}[i]"
+        at_expr = op.at if op.at is not None else Col(TS)
+        at, at_ok = self.expr(at_expr)
+        null_at = self.reason(f"{op.label()}: window time is null")
+        with w.block(f"if st == 0 and not {at_ok}:"):
+            self.fail(2, null_at)
+        head, tail, kept = w.tmp(), w.tmp(), w.tmp()
+        w.line(f"{head} = w{t}h[{slot}]")
+        w.line(f"{tail} = w{t}t[{slot}]")
+        w.line(f"fnd{j} = {head} >= 0")
+        w.line(f"ex{j} = fnd{j}")
+        late = self.reason(
+            f"{op.label()}: window entry at {{hoisted}} is older than the key's latest "
+            "({number})",
+            hoisted=self.hoist(at_expr),
+        )
+        with w.block(f"if st == 0 and fnd{j} and {at} < w{t}a[{tail}]:"):
+            self.fail(1, late, number=f"w{t}a[{tail}]")
+        w.line(f"{kept} = {head}")
+        fits = f"st == 0 and {at} >= {INT64_MIN + table.span}"  # (at - span is an int64)
+        with (
+            w.block(f"if {fits}:"),
+            w.block(f"while {kept} >= 0 and w{t}a[{kept}] <= {at} - {table.span}:"),
+        ):
+            w.line(f"{kept} = w{t}n[{kept}]")
+        if op.values:
+            self.window_append(op, at, head, tail, kept)
+        self.window_aggregates(op, kept)
+
+    def window_append(self, op: Operation, at: str, head: str, tail: str, kept: str) -> None:
+        """Append the operation's entry after the entries ``kept`` (from pool position ``kept``
+        to ``tail``; none if negative) and leave ``kept`` at the key's first entry."""
+        w = self.out
+        j, t = op.index, self.table_index(op.table)
+        table = self.flow.tables[op.table]
+        slot = f"s{j}[i]"
+        new: dict[str, tuple[str, str]] = {}
+        with w.block("if st == 0:"):
+            for column, expr in op.values.items():
+                kind = table.value_types[column]
+                v, ok = self.expr(expr, kind)
+                nv, nok = w.tmp(), w.tmp()
+                w.line(f"{nv} = {self.cast_to(v, self.types.of(expr, table), kind)}")
+                w.line(f"{nok} = {ok}")
+                new[column] = (nv, nok)
+        with w.block("if st == 0:"):
+            e = w.tmp()
+            w.line(f"wr{j} = True")
+            w.line(f"u{j}_head = {head}")
+            w.line(f"u{j}_tail = {tail}")
+            w.line(f"{e} = w{t}u[0]")
+            w.line(f"w{t}u[0] = {e} + 1")
+            w.line(f"w{t}a[{e}] = {at}")
+            w.line(f"w{t}e[{e}] = seq[{t}]")
+            w.line(f"seq[{t}] += 1")
+            w.line(f"drew{t} = True")
+            w.line(f"w{t}s[{e}] = {slot}")
+            w.line(f"w{t}n[{e}] = -1")
+            for column, kind in table.columns:
+                v, ok = new.get(column, (_zero(kind), "False"))
+                w.line(f"w{t}_{column}[{e}] = {v}")
+                w.line(f"w{t}_{column}_v[{e}] = {ok}")
+            with w.block(f"if {kept} < 0:"):
+                w.line(f"w{t}h[{slot}] = {e}")
+                w.line(f"{kept} = {e}")
+            with w.block("else:"):
+                w.line(f"w{t}h[{slot}] = {kept}")
+                w.line(f"w{t}n[{tail}] = {e}")
+            w.line(f"w{t}t[{slot}] = {e}")
+
+    def window_aggregates(self, op: Operation, first: str) -> None:
+        """The table's aggregates over the key's entries from pool position ``first`` on, as
+        :func:`~etl_dataflows.executors.window_summary.aggregate_entries` computes them: nulls
+        ignored; a max (min) is the first value, replaced only by a strictly greater (smaller)
+        one (Python's ``max``), with the time of the entry that holds it."""
+        w = self.out
+        j, t = op.index, self.table_index(op.table)
+        table = self.flow.tables[op.table]
+        assert isinstance(table, WindowTable)
+        kinds = table.value_types
+        with w.block("if st == 0:"):
+            found: dict[str, tuple[str, str, str]] = {}
+            for name, agg in table.aggregates.items():
+                has, value, when = w.tmp(), w.tmp(), w.tmp()
+                w.line(f"{has} = False")
+                w.line(f"{value} = {_zero(kinds[agg.column]) if agg.kind != 'count' else '0'}")
+                w.line(f"{when} = np.int64(0)")
+                found[name] = (has, value, when)
+            e = w.tmp()
+            w.line(f"{e} = {first}")
+            with w.block(f"while {e} >= 0:"):
+                for name, agg in table.aggregates.items():
+                    has, value, when = found[name]
+                    ok, v = f"w{t}_{agg.column}_v[{e}]", f"w{t}_{agg.column}[{e}]"
+                    if agg.kind == "count":
+                        with w.block(f"if {ok}:"):
+                            w.line(f"{value} += 1")
+                        continue
+                    test = {
+                        "max": f"not {has} or {v} > {value}",
+                        "argmax": f"not {has} or {v} > {value}",
+                        "min": f"not {has} or {v} < {value}",
+                        "argmin": f"not {has} or {v} < {value}",
+                        "first": f"not {has}",
+                        "last": "True",
+                    }[agg.kind]
+                    with w.block(f"if {ok} and ({test}):"):
+                        w.line(f"{has} = True")
+                        w.line(f"{value} = {v}")
+                        w.line(f"{when} = w{t}a[{e}]")
+                w.line(f"{e} = w{t}n[{e}]")
+            for name, agg in table.aggregates.items():
+                has, value, when = found[name]
+                if agg.kind == "count":
+                    w.line(f"a{j}_{name} = np.int64({value})")
+                    w.line(f"av{j}_{name} = True")
+                else:
+                    result = when if agg.kind in ("argmax", "argmin") else value
+                    w.line(f"a{j}_{name} = {result}")
+                    w.line(f"av{j}_{name} = {has}")
+
     def operation_body(self, op: Operation) -> None:
         w = self.out
         j, t = op.index, self.table_index(op.table)
+        if op.kind == "window":
+            self.window_body(op)
+            return
         w.line(f"fnd{j} = t{t}_ex[s{j}[i]]")
         with w.block(f"if fnd{j}:"):
             self.load_row(op, "b")
@@ -793,6 +950,13 @@ class KernelGenerator:
                     continue
                 j, t = op.index, self.table_index(op.table)
                 table = self.flow.tables[op.table]
+                if op.kind == "window":
+                    with w.block(f"if wr{j}:"):
+                        with w.block(f"if u{j}_tail >= 0:"):
+                            w.line(f"w{t}n[u{j}_tail] = -1")
+                        w.line(f"w{t}h[s{j}[i]] = u{j}_head")
+                        w.line(f"w{t}t[s{j}[i]] = u{j}_tail")
+                    continue
                 assert isinstance(table, Table)
                 with w.block(f"if wr{j}:"):
                     slot = f"s{j}[i]"
@@ -803,8 +967,7 @@ class KernelGenerator:
                             w.line(f"t{t}_{column}[{slot}] = u{j}_{column}")
                             w.line(f"t{t}_{column}_v[{slot}] = u{j}_{column}_v")
             for t, name in enumerate(self.tables):
-                table = self.flow.tables[name]
-                if isinstance(table, Table) and table.surrogate:
+                if _draws_sequence(self.flow.tables[name]):
                     # Only a transaction that drew a key restores the sequence: the others may
                     # run beside one that holds the sequence (waves, chains).
                     with w.block(f"if drew{t}:"):
@@ -812,6 +975,8 @@ class KernelGenerator:
         w.line("st_out[i] = st")
         w.line("rs_out[i] = rs")
         w.line("ev_out[i] = ev")
+        if self.windows:
+            w.line("iv_out[i] = iv")
 
     def generate(self) -> KernelSource:
         step = self.step
@@ -889,15 +1054,27 @@ class KernelGenerator:
                 names += [f"p{j}_{column}", f"p{j}_{column}_v"]
         for t, name in enumerate(self.tables):
             table = self.flow.tables[name]
+            if isinstance(table, WindowTable):
+                names += [f"w{t}{part}" for part in WINDOW_PARTS]
+                for column, _ in table.columns:
+                    names += [f"w{t}_{column}", f"w{t}_{column}_v"]
+                continue
             assert isinstance(table, Table)
             names += [f"t{t}_ex", f"t{t}_sk"]
             for column, _ in table.columns:
                 names += [f"t{t}_{column}", f"t{t}_{column}_v"]
         names += ["seq", "st_out", "rs_out", "ev_out", "em"]
+        if self.windows:
+            names.append("iv_out")
         for name, _ in kernel_outputs:
             names += [f"o_{name}", f"o_{name}_v"]
         names += ["spin", "spin_sink"]
         return names
+
+
+def _draws_sequence(table: StateTable) -> bool:
+    """Whether a kernel draws numbers from ``table``'s sequence (surrogate keys, entry numbers)."""
+    return isinstance(table, WindowTable) or (isinstance(table, Table) and bool(table.surrogate))
 
 
 def generate_kernel(

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from etl_dataflows.executors.local.codegen import (
 from etl_dataflows.executors.local.kernels import load_module, spin_iterations_per_ns
 from etl_dataflows.executors.local.op_level import OpLevelRunner
 from etl_dataflows.executors.local.strings import StringPool
+from etl_dataflows.executors.local.window_arrays import WindowArrays
 from etl_dataflows.expressions import (
     Col,
     Expr,
@@ -122,7 +123,7 @@ class CompiledStep:
         self,
         flow: CompiledDataflow,
         step: TransactionStep,
-        arrays: dict[str, ArrayTable],
+        arrays: Mapping[str, ArrayTable | WindowArrays],
         *,
         pool: StringPool | None = None,
         pre_reads: frozenset[int] = frozenset(),
@@ -179,6 +180,10 @@ class CompiledStep:
             if h.type == "string" and h.in_kernel and pool is not None
         ]
         self._source_names = pa.array(list(flow.sources), type=pa.string())
+        #: Window operations that append entries.
+        self._appends = [op.index for op in step.operations if op.kind == "window" and op.values]
+        #: Whether the step has a window operation (it runs sequentially).
+        self.has_windows = any(op.kind == "window" for op in step.operations)
 
     # -- 1. prepare -----------------------------------------------------------------------------
 
@@ -425,6 +430,9 @@ class CompiledStep:
             values[f"s{op.index}"] = prepared.slots[op.index]
         values.update(prepared.pre)
         for t, table in enumerate(self.tables):
+            if isinstance(table, WindowArrays):
+                values.update(_window_arguments(t, table))
+                continue
             values[f"t{t}_ex"] = table.exists
             values[f"t{t}_sk"] = table.sk
             for column in table.values:
@@ -445,8 +453,13 @@ class CompiledStep:
             "st_out": np.zeros(n, dtype=np.int8),
             "rs_out": np.full(n, -1, dtype=np.int32),
             "ev_out": np.zeros(n, dtype=np.float64),
+            "iv_out": np.zeros(n, dtype=np.int64),
             "em": np.zeros(n, dtype=np.bool_),
         }
+        for t, table in enumerate(self.tables):
+            if isinstance(table, WindowArrays):  # room for every entry the batch may append
+                appends = sum(1 for j in self._appends if self.table_of_op[j] == t)
+                table.reserve(appends * n)
         for name, kind in self.kernel.kernel_outputs:
             outputs[f"o_{name}"] = np.zeros(n, dtype=kernel_dtype(kind))  # type: ignore[arg-type]
             outputs[f"o_{name}_v"] = np.zeros(n, dtype=np.bool_)
@@ -557,7 +570,7 @@ class CompiledStep:
 
     # -- 3. finish ------------------------------------------------------------------------------
 
-    def _reason(self, prepared: Prepared, i: int, code: int, value: float) -> str:
+    def _reason(self, prepared: Prepared, i: int, code: int, value: float, number: int = 0) -> str:
         if code >= HOISTED_BASE:
             return prepared.hoisted[code - HOISTED_BASE].messages.get(i, "error")
         reason = self.kernel.reasons[code]
@@ -570,6 +583,11 @@ class CompiledStep:
             text = text.replace("{key}", str(parts))
         if "{value!r}" in text:
             text = text.replace("{value!r}", repr(float(value)))
+        if "{hoisted}" in text and reason.hoisted is not None:
+            quoted = _plain(prepared.hoisted[reason.hoisted].values[i])
+            text = text.replace("{hoisted}", str(quoted))
+        if "{number}" in text:
+            text = text.replace("{number}", str(number))
         return text
 
     def finish(
@@ -608,7 +626,9 @@ class CompiledStep:
                 continue
             for r in rows.tolist():
                 i = int(failed[r])
-                reasons[r] = self._reason(prepared, i, code, float(outputs["ev_out"][i]))
+                reasons[r] = self._reason(
+                    prepared, i, code, float(outputs["ev_out"][i]), int(outputs["iv_out"][i])
+                )
         table = pa.Table.from_arrays(
             [
                 pa.repeat(pa.scalar(self.step.id, pa.string()), len(failed)),
@@ -691,6 +711,23 @@ def take_rows(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     if column.num_chunks == 1 and not column.null_count and column.type in _NUMPY_TAKEN:
         return pa.array(column.chunk(0).to_numpy()[rows], type=column.type)
     return column.take(pa.array(rows, type=pa.int64())).combine_chunks()
+
+
+def _window_arguments(t: int, table: WindowArrays) -> dict[str, np.ndarray]:
+    """Window table ``t``'s kernel arguments (see :mod:`.codegen`)."""
+    values = {
+        f"w{t}h": table.head,
+        f"w{t}t": table.tail,
+        f"w{t}n": table.entries_next,
+        f"w{t}a": table.entries_at,
+        f"w{t}e": table.entries_entry,
+        f"w{t}s": table.entries_slot,
+        f"w{t}u": table.used,
+    }
+    for column in table.values:
+        values[f"w{t}_{column}"] = table.values[column]
+        values[f"w{t}_{column}_v"] = table.valid[column]
+    return values
 
 
 def _has_surrogate(table: object) -> bool:

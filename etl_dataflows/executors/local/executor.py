@@ -34,6 +34,7 @@ from etl_dataflows.executors.local.codegen import generate_kernel
 from etl_dataflows.executors.local.compiled_step import CompiledStep
 from etl_dataflows.executors.local.shared_rows import SharedRows
 from etl_dataflows.executors.local.strings import StringPool
+from etl_dataflows.executors.local.window_arrays import WindowArrays
 from etl_dataflows.executors.serial import SerialExecutor
 from etl_dataflows.scheduling.decision import (
     FIXED_STRATEGIES,
@@ -46,7 +47,7 @@ from etl_dataflows.scheduling.decision import (
 )
 from etl_dataflows.state import StateImage
 from etl_dataflows.stateless import DeadLetters, empty_events
-from etl_dataflows.tables import Table
+from etl_dataflows.tables import Table, WindowTable
 from etl_dataflows.transaction import TransactionStep
 
 logger = logging.getLogger(__name__)
@@ -102,14 +103,20 @@ class LocalExecutor(BaseExecutor):
         self.compiled_tables, self.analysis = analyze(self.flow, self.extended_compilation)
         self.strings = StringPool()
         self._reserve_literals()
-        self.arrays: dict[str, ArrayTable] = {}
+        self.arrays: dict[str, ArrayTable | WindowArrays] = {}
         for name in sorted(self.compiled_tables):
             table = self.flow.tables[name]
-            assert isinstance(table, Table)
-            arrays = ArrayTable(table, pool=self.strings)
+            arrays: ArrayTable | WindowArrays
+            if isinstance(table, WindowTable):
+                arrays = WindowArrays(table, pool=self.strings)
+                start = 1
+            else:
+                assert isinstance(table, Table)
+                arrays = ArrayTable(table, pool=self.strings)
+                start = table.surrogate_start
             if name in image.tables:
                 arrays.load(image.tables[name])
-            arrays.sequence = max(arrays.sequence, image.sequences.get(name, table.surrogate_start))
+            arrays.sequence = max(arrays.sequence, image.sequences.get(name, start))
             self.arrays[name] = arrays
         rest = StateImage(
             {n: t for n, t in image.tables.items() if n not in self.compiled_tables},
@@ -117,7 +124,7 @@ class LocalExecutor(BaseExecutor):
         )
         #: Compiled tables that interpreted steps reach through the serial code (see .analysis).
         self.shared: dict[str, SharedRows] = {
-            name: SharedRows(self.arrays[name])
+            name: SharedRows(self._plain_arrays(name))
             for name in sorted(shared_tables(self.flow, self.compiled_tables, self.analysis))
         }
         self.serial = SerialExecutor(self.flow, rest, shared_rows=self.shared)
@@ -131,6 +138,12 @@ class LocalExecutor(BaseExecutor):
         self._cost: dict[str, StepCosts] = {}
         self._warm: set[tuple[str, str]] = set()
         self._compile_lock = threading.Lock()
+
+    def _plain_arrays(self, name: str) -> ArrayTable:
+        """The arrays of compiled plain table ``name`` (only those are shared)."""
+        arrays = self.arrays[name]
+        assert isinstance(arrays, ArrayTable)
+        return arrays
 
     def _reserve_literals(self) -> None:
         """Give the string literals of every extended kernel their pool codes before any string
@@ -287,6 +300,8 @@ class LocalExecutor(BaseExecutor):
     def _decide(
         self, stats: StepStatistics, compiled: CompiledStep, prepared: Any
     ) -> tuple[Strategy, str]:
+        if compiled.has_windows:  # (entries are appended to one pool, in timestamp order)
+            return "sequential", "a step with a window runs sequentially"
         # An extended step (see .analysis) runs sequentially or in waves only.
         extended = self.analysis[compiled.step.id].extended
         if self._forced is not None:

@@ -38,6 +38,7 @@ from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.exceptions import UnknownExecutor
 from etl_dataflows.executors.base import TransactionOutcome
 from etl_dataflows.executors.local import LocalExecutor
+from etl_dataflows.executors.local.arrays import ArrayTable
 from etl_dataflows.executors.local.compiled_step import CompiledStep, HoistedValues, Hoisting
 from etl_dataflows.executors.spark.jobs import PassTiming, ShippedFlow, run_pass
 from etl_dataflows.executors.spark.plan import (
@@ -86,6 +87,12 @@ class SparkExecutor(LocalExecutor):
     variant_kind: ClassVar[str] = "placement"
     #: Spark tasks run the plain compiled form only (other steps stay on the serial code).
     extended_compilation: ClassVar[bool] = False
+
+    @property
+    def plain_arrays(self) -> dict[str, ArrayTable]:
+        """The driver's arrays: plain tables only, since the plain form compiles no window."""
+        assert all(isinstance(a, ArrayTable) for a in self.arrays.values())
+        return cast(dict[str, ArrayTable], self.arrays)
 
     def __init__(
         self,
@@ -212,7 +219,7 @@ class SparkExecutor(LocalExecutor):
             else:
                 hoisted = self.routing_hoists(compiled, events)
         ts = np.asarray(events.column(TS).to_numpy(), dtype=np.int64)
-        routing = route(compiled, self.arrays, hoisted, ts, partitions, self._scratch)
+        routing = route(compiled, self.plain_arrays, hoisted, ts, partitions, self._scratch)
         plan = choose_plan(
             routing,
             costs,
@@ -393,7 +400,7 @@ class SparkExecutor(LocalExecutor):
         touched: dict[str, np.ndarray] = {}
         local_of: dict[str, np.ndarray] = {}
         for name in compiled.kernel.tables:
-            arrays = self.arrays[name]
+            arrays = self.plain_arrays[name]
             slots = routing.touched_slots(name, rows, arrays.capacity)
             touched[name] = slots
             state[name] = state_rows(arrays, slots)
@@ -430,7 +437,7 @@ class SparkExecutor(LocalExecutor):
         """Write the partitions' changed rows into the driver's arrays (remembering the values
         they replace, for the batch's deltas and rollback) and advance the sequences (only
         partition 0 may draw keys)."""
-        for name, arrays in self.arrays.items():
+        for name, arrays in self.plain_arrays.items():
             before = arrays.sequence
             drawn: list[int] = []
             for result, slots_of in zip(results, touched, strict=True):

@@ -153,7 +153,8 @@ def test_compiled_and_interpreted_steps() -> None:
     broker = create_executor("local", broker_flow())
     assert isinstance(broker, LocalExecutor)
     analysis = broker.explain()
-    assert not any(a.compiled for a in analysis.values())
+    # the steps over history tables stay interpreted; the 52-week window step compiles
+    assert {name for name, a in analysis.items() if a.compiled} == {"market_step"}
     assert any("history" in r or "not compiled" in r for r in analysis["customers_step"].reasons)
 
 

@@ -1,6 +1,7 @@
 """Window tables against a brute-force model: every aggregate kind over the entries of the last
 ``span`` µs, nulls ignored, ties of the max/min at their earliest time, late entries aborted, on
-every executor, with the state image reloaded midway."""
+every executor, with the state image reloaded midway. The local executor runs a window with a
+sum interpreted and one without compiled (``RUNS``)."""
 
 from __future__ import annotations
 
@@ -11,32 +12,45 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl_dataflows import Dataflow, col
+from etl_dataflows.executors import LocalExecutor, create_executor
 from etl_dataflows.tables import WindowTable
 from etl_dataflows.testing import make_batch, run_in_memory
 
 SPAN = 10
 KINDS = ("max", "min", "sum", "count", "first", "last", "argmax", "argmin")
+#: The aggregates of a window the local executor compiles (no sum).
+COMPILED_KINDS = tuple(kind for kind in KINDS if kind != "sum")
+#: (executor, the window's aggregates, whether the local executor compiles the step)
+RUNS = [("serial", KINDS, False), ("local", KINDS, False), ("local", COMPILED_KINDS, True)]
 
 
-def _window(flow: Dataflow, value_type: str) -> WindowTable:
-    """The window table ``w`` of both flows: key ``k``, value ``v``, every aggregate kind."""
+def _window(flow: Dataflow, value_type: str, kinds: tuple[str, ...]) -> WindowTable:
+    """The window table ``w`` of both flows: key ``k``, value ``v``, the aggregate ``kinds``."""
     return flow.window_table(
         "w",
         key={"k": "int64"},
         columns={"v": value_type},
         span=SPAN,
-        aggregates={f"a_{kind}": (kind, "v") for kind in KINDS},
+        aggregates={f"a_{kind}": (kind, "v") for kind in kinds},
     )
 
 
-def window_flow() -> Dataflow:
+def _check_compiled(flow: Dataflow, executor: str, compiled: bool) -> None:
+    """The local executor compiles the step, or not, as the run expects."""
+    if executor == "local":
+        local = create_executor("local", flow.build())
+        assert isinstance(local, LocalExecutor)
+        assert local.explain()["apply"].compiled is compiled
+
+
+def window_flow(kinds: tuple[str, ...] = KINDS) -> Dataflow:
     flow = Dataflow("windows")
-    w = _window(flow, "int64")
+    w = _window(flow, "int64", kinds)
     flow.source("events", schema={"k": "int64", "v": "int64"})
     t = flow.transact("apply", input="events")
     got = t.window(w, "k", {"v": col("v")})
     # (aggregates named apart from an operation result's own "count" and "found")
-    t.emit(k=col("k"), **{kind: got[f"a_{kind}"] for kind in KINDS})
+    t.emit(k=col("k"), **{kind: got[f"a_{kind}"] for kind in kinds})
     flow.sink("out")
     return flow
 
@@ -85,38 +99,42 @@ events = st.lists(
 )
 
 
-@pytest.mark.parametrize("executor", ["serial", "local"])
+@pytest.mark.parametrize(("executor", "kinds", "compiled"), RUNS)
 @settings(max_examples=60, deadline=None)
 @given(events)
-def test_window_matches_the_model(executor: str, drawn: list[dict[str, Any]]) -> None:
+def test_window_matches_the_model(
+    executor: str, kinds: tuple[str, ...], compiled: bool, drawn: list[dict[str, Any]]
+) -> None:
     rows = []
     clock = 100
     for e in drawn:
         clock += e["step"]  # a negative step: an earlier time (late in the second batch)
         rows.append({"k": e["k"], "v": e["v"], "_ts": clock})
-    flow = window_flow()
+    flow = window_flow(kinds)
+    _check_compiled(flow, executor, compiled)
     half = len(rows) // 2
     batches = [make_batch(flow, 1, events=rows[:half]), make_batch(flow, 2, events=rows[half:])]
     first = run_in_memory(flow, batches[:1], executor=executor)
     second = run_in_memory(flow, batches[1:], executor=executor, state=first.final_state)
     got = [
-        {name: r[name] for name in ("k", *KINDS)}
+        {name: r[name] for name in ("k", *kinds)}
         for r in [*first.sink.rows("out"), *second.sink.rows("out")]
     ]
-    assert got == model([rows[:half], rows[half:]])
+    want = model([rows[:half], rows[half:]])
+    assert got == [{name: r[name] for name in ("k", *kinds)} for r in want]
 
 
-def guarded_flow() -> Dataflow:
+def guarded_flow(kinds: tuple[str, ...] = KINDS) -> Dataflow:
     """Float values (NaN and null among them) and a second operation that aborts the transaction
     after its window entry was stored (``ok`` false): the entry must be undone."""
     flow = Dataflow("guarded")
-    w = _window(flow, "float64")
+    w = _window(flow, "float64", kinds)
     marks = flow.table("marks", key={"k": "int64"}, columns={"n": "int64"})
     flow.source("events", schema={"k": "int64", "v": "float64", "ok": "bool"})
     t = flow.transact("apply", input="events")
     got = t.window(w, "k", {"v": col("v")})
     t.write(marks, "k", {"n": col("k")}, require=(col("ok"), "refused"))
-    t.emit(k=col("k"), **{kind: got[f"a_{kind}"] for kind in KINDS})
+    t.emit(k=col("k"), **{kind: got[f"a_{kind}"] for kind in kinds})
     flow.sink("out")
     return flow
 
@@ -142,11 +160,15 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-@pytest.mark.parametrize("executor", ["serial", "local"])
+@pytest.mark.parametrize(("executor", "kinds", "compiled"), RUNS)
 @settings(max_examples=80, deadline=None)
 @given(guarded_events, st.integers(1, 4))
 def test_running_aggregates_match_the_model_across_batches_and_aborts(
-    executor: str, drawn: list[dict[str, Any]], pieces: int
+    executor: str,
+    kinds: tuple[str, ...],
+    compiled: bool,
+    drawn: list[dict[str, Any]],
+    pieces: int,
 ) -> None:
     """One executor runs several batches (the running aggregates of :mod:`window_summary` live
     on across them); a refused transaction's entry is undone; NaN, null and -0.0 values."""
@@ -155,16 +177,17 @@ def test_running_aggregates_match_the_model_across_batches_and_aborts(
     for e in drawn:
         clock += e["step"]
         rows.append({"k": e["k"], "v": e["v"], "ok": e["ok"], "_ts": clock})
-    flow = guarded_flow()
+    flow = guarded_flow(kinds)
+    _check_compiled(flow, executor, compiled)
     size = -(-len(rows) // pieces)
     parts = [rows[i : i + size] for i in range(0, len(rows), size)]
     batches = [make_batch(flow, b + 1, events=part) for b, part in enumerate(parts)]
     run = run_in_memory(flow, batches, executor=executor)
-    got = [{name: r[name] for name in ("k", *KINDS)} for r in run.sink.rows("out")]
+    got = [{name: r[name] for name in ("k", *kinds)} for r in run.sink.rows("out")]
     committed = [[r for r in part if r["ok"]] for part in parts]
     # a refused event still takes part in the lateness check of later events only if stored:
     # it is not, so the model sees the committed events alone
-    want = model(committed)
+    want = [{name: r[name] for name in ("k", *kinds)} for r in model(committed)]
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
