@@ -262,7 +262,9 @@ def analyze_step(
             uses.append(f"{op.label()}: pre-read")
 
         elif needs_extension(table):
-            uses.append(f"{op.label()}: table {op.table!r} has several keys or strings")
+            window = isinstance(table, WindowTable)
+            held = "is a window" if window else "has several keys or strings"
+            uses.append(f"{op.label()}: table {op.table!r} {held}")
         if op.kind not in COMPILED_KINDS:
             reasons.append(f"{op.label()}: {op.kind} is not compiled")
         if op.as_of is not None:

@@ -16,15 +16,18 @@ Change tracking for a batch:
    the batch's own.
 2. Before a step runs, :meth:`WindowArrays.remember` keeps the head and tail of the slots it may
    touch (once per slot per batch).
-3. :meth:`WindowArrays.end_batch` walks each remembered slot's list now and before: the entries of
-   the list before that are not in the list now were dropped (deletes), the batch's own entries
-   in the list now were added (upserts); both sorted by ``_entry``, as the serial executor's
-   deltas are. An entry made and dropped within the batch is in neither.
+3. :meth:`WindowArrays.end_batch` compares each remembered slot's list before with its list now,
+   which is a suffix of the one before followed by the batch's own entries: the entries of the
+   list before ahead of the head now were dropped (deletes), the entries after the old tail (or
+   all of them, when every old one was dropped) were added (upserts); both sorted by ``_entry``,
+   as the serial executor's deltas are. An entry made and dropped within the batch is in
+   neither.
 4. :meth:`WindowArrays.restore` (the batch failed) writes the heads and tails back, clears the old
    tails' ``next`` and cuts the pool back to ``made``.
 
-Dropped entries stay in the pool until they outnumber the live ones; then the end of a batch
-copies the live entries to a new pool, each key's together and in order.
+Dropped entries stay in the pool until they outnumber the live ones (and number at least
+:data:`COMPACT_MIN_DROPPED`); then the end of a batch copies the live entries to a new pool, each
+key's together and in order.
 """
 
 from __future__ import annotations
