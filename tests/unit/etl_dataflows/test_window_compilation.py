@@ -11,6 +11,7 @@ the arrays as they were. A window with a ``sum`` stays interpreted."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 from unittest.mock import patch
 
@@ -205,3 +206,38 @@ def test_a_rolled_back_batch_leaves_the_window_as_it_was() -> None:
     assert runner.state_image().tables["w"].equals(oracle.state_image().tables["w"])
     runner.close()
     oracle.close()
+
+
+def test_a_window_timed_by_a_timestamp_column_equals_the_oracle() -> None:
+    """A timestamp-typed time runs in the kernel as the µs the serial executor compares."""
+    flow = Dataflow("stamped")
+    w = flow.window_table(
+        "w",
+        key={"k": "int64"},
+        columns={"v": "float64"},
+        span=10,
+        aggregates={"high": ("max", "v"), "high_at": ("argmax", "v")},
+    )
+    flow.source("events", schema={"k": "int64", "v": "float64", "at": "timestamp"})
+    t = flow.transact("apply", input="events")
+    got = t.window(w, "k", {"v": col("v")}, at=col("at"))
+    t.emit(k=col("k"), high=got["high"], high_at=got["high_at"])
+    flow.sink("out")
+    start = datetime.datetime(2020, 1, 1)
+    rows = [
+        {
+            "k": i % 2,
+            "v": float(i % 5),
+            "at": start + datetime.timedelta(microseconds=3 * i - (9 if i == 6 else 0)),
+            "_ts": i,
+        }
+        for i in range(12)
+    ]
+    batches = [make_batch(flow, 1, events=rows[:6]), make_batch(flow, 2, events=rows[6:])]
+    local = run_in_memory(flow, batches, executor="local")
+    assert_same_results(run_in_memory(flow, batches, executor="serial"), local)
+    assert local.results[0].decisions[0].strategy == "sequential"
+    assert local.results[1].aborts.column("reason").to_pylist() == [
+        "op0 window w: window entry at 1577836800000009 is older than the key's latest "
+        "(1577836800000012)"
+    ]
