@@ -610,15 +610,11 @@ class KernelGenerator:
                 with w.block(f"if not ({cok} and {c}):"):
                     self.fail(1, code)
 
-    def store(self, op: Operation, base: str | None) -> None:
-        """Evaluate the op's values against the seen row and write them.
-
-        ``base``: ``"seen"`` (unspecified columns keep the seen row's values) or ``None`` (they
-        take the table defaults)."""
+    def new_values(self, op: Operation) -> dict[str, tuple[str, str]]:
+        """Evaluate the op's values (while no abort), each cast to its column's type; the names
+        holding each column's value and validity."""
         w = self.out
-        j, t = op.index, self.table_index(op.table)
         table = self.flow.tables[op.table]
-        assert isinstance(table, Table)
         new: dict[str, tuple[str, str]] = {}
         with w.block("if st == 0:"):
             for column, expr in op.values.items():
@@ -628,6 +624,18 @@ class KernelGenerator:
                 w.line(f"{nv} = {self.cast_to(v, self.types.of(expr, table), kind)}")
                 w.line(f"{nok} = {ok}")
                 new[column] = (nv, nok)
+        return new
+
+    def store(self, op: Operation, base: str | None) -> None:
+        """Evaluate the op's values against the seen row and write them.
+
+        ``base``: ``"seen"`` (unspecified columns keep the seen row's values) or ``None`` (they
+        take the table defaults)."""
+        w = self.out
+        j, t = op.index, self.table_index(op.table)
+        table = self.flow.tables[op.table]
+        assert isinstance(table, Table)
+        new = self.new_values(op)
         with w.block("if st == 0:"):
             slot = f"s{j}[i]"
             w.line(f"wr{j} = True")
@@ -752,15 +760,7 @@ class KernelGenerator:
         j, t = op.index, self.table_index(op.table)
         table = self.flow.tables[op.table]
         slot = f"s{j}[i]"
-        new: dict[str, tuple[str, str]] = {}
-        with w.block("if st == 0:"):
-            for column, expr in op.values.items():
-                kind = table.value_types[column]
-                v, ok = self.expr(expr, kind)
-                nv, nok = w.tmp(), w.tmp()
-                w.line(f"{nv} = {self.cast_to(v, self.types.of(expr, table), kind)}")
-                w.line(f"{nok} = {ok}")
-                new[column] = (nv, nok)
+        new = self.new_values(op)
         with w.block("if st == 0:"):
             e = w.tmp()
             w.line(f"wr{j} = True")

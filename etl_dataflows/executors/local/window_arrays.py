@@ -279,6 +279,18 @@ def _link_runs(slots: np.ndarray, next_: np.ndarray, head: np.ndarray, tail: np.
             tail[s] = i
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pushed(out: np.ndarray, count: int, value: np.int64) -> np.ndarray:
+    """``out`` (``count`` entries used) with ``value`` as entry ``count``: the same array, or a
+    copy twice as long when it is full."""
+    if count == out.shape[0]:
+        grown = np.empty(2 * count + 1, dtype=out.dtype)
+        grown[:count] = out[:count]
+        out = grown
+    out[count] = value
+    return out
+
+
 @numba.njit(cache=True, nogil=True)
 def _walk_lists(head: np.ndarray, next_: np.ndarray, live: int) -> np.ndarray:
     """The pool positions of every list, slot by slot and each in order."""
@@ -287,11 +299,7 @@ def _walk_lists(head: np.ndarray, next_: np.ndarray, live: int) -> np.ndarray:
     for s in range(head.shape[0]):
         e = head[s]
         while e >= 0:
-            if count == out.shape[0]:
-                grown = np.empty(2 * count + 1, dtype=np.int64)
-                grown[:count] = out
-                out = grown
-            out[count] = e
+            out = _pushed(out, count, e)
             count += 1
             e = next_[e]
     return out[:count]
@@ -334,22 +342,14 @@ def _changes(
         kept_from = now if 0 <= now < made else -1
         e = old_head[k]
         while e >= 0 and e != kept_from:
-            if nd == dropped.shape[0]:
-                grown = np.empty(2 * nd, dtype=np.int64)
-                grown[:nd] = dropped
-                dropped = grown
-            dropped[nd] = e
+            dropped = _pushed(dropped, nd, e)
             nd += 1
             if e == old_tail[k]:
                 break
             e = next_[e]
         e = next_[old_tail[k]] if kept_from >= 0 else now
         while e >= 0:
-            if na == added.shape[0]:
-                grown = np.empty(2 * na, dtype=np.int64)
-                grown[:na] = added
-                added = grown
-            added[na] = e
+            added = _pushed(added, na, e)
             na += 1
             e = next_[e]
     return dropped[:nd], added[:na]

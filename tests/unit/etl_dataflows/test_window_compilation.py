@@ -241,3 +241,19 @@ def test_a_window_timed_by_a_timestamp_column_equals_the_oracle() -> None:
         "op0 window w: window entry at 1577836800000009 is older than the key's latest "
         "(1577836800000012)"
     ]
+
+
+def test_a_batch_that_changes_many_entries_equals_the_oracle() -> None:
+    """More entries added and dropped in one batch than the delta's first arrays hold (they
+    grow), over many keys."""
+    flow = windows_flow("int")
+    rows = []
+    for i in range(400):
+        ts = 100 + 2 * i
+        event = {"k": i % 40, "name": "a", "v": float(i % 9), "n": i, "ok": True}
+        rows.append({**event, "at": ts, "_ts": ts})
+    batches = [make_batch(flow, b + 1, events=rows[b * 200 : b * 200 + 200]) for b in range(2)]
+    local = run_in_memory(flow, batches, executor="local")
+    assert_same_results(run_in_memory(flow, batches, executor="serial"), local)
+    assert local.results[1].deltas["w"].deletes.num_rows > 16
+    assert local.results[1].deltas["w"].upserts.num_rows > 16
