@@ -359,7 +359,8 @@ def _dimensions(inputs: HistoricalInputs, result: HistoricalResult, timer: _Time
 def load_warehouse(result: HistoricalResult, warehouse: Warehouse) -> dict[str, int]:
     """Bulk-load every table of ``result`` and its DImessages rows into the warehouse's targets,
     the fact tables piece by piece from Spark's Parquet (:func:`tpcdi.historical.pieces.load_fact`,
-    recorded in :attr:`HistoricalResult.pieces`); returns the rows per table."""
+    recorded in :attr:`HistoricalResult.pieces`), then settles the DuckDB file
+    (:meth:`~tpcdi.warehouse.warehouse.Warehouse.settle`); returns the rows per table."""
     counts: dict[str, int] = {}
     for name, rows in result.tables.items():
         warehouse.load(name, rows)
@@ -370,4 +371,7 @@ def load_warehouse(result: HistoricalResult, warehouse: Warehouse) -> dict[str, 
     if result.messages is not None:
         warehouse.load("dimessages", result.messages)
         counts["dimessages"] = result.messages.num_rows
+    settled = warehouse.settle()
+    if settled is not None:
+        logger.info("warehouse settled after the load checkpoint_s=%.3f", settled)
     return counts

@@ -218,3 +218,29 @@ def test_replacing_a_file_waits_until_nothing_of_the_process_holds_it(
     driver.connect()
     assert driver.fetch('SELECT x FROM "fresh"') == [(7,)]
     driver.close()
+
+
+def test_checkpoint_once_writes_a_checkpoint_where_a_plain_one_is_skipped(tmp_path: Path) -> None:
+    """With nothing pending, DuckDB skips ``CHECKPOINT`` (the file is not touched);
+    :meth:`DuckDBDriver.checkpoint_once` gives it a change to write (a scratch table created
+    and dropped), so a checkpoint is taken: the file is written, the log folded in, the scratch
+    table gone and the rows as they were."""
+    driver = _driver(tmp_path)
+    path = tmp_path / "wh.duckdb"
+    driver.begin()
+    driver.bulk_insert('"w"."t"', ROWS)
+    driver.commit()
+    driver.execute("CHECKPOINT")
+    before = os.stat(path).st_mtime_ns
+    driver.execute("CHECKPOINT")
+    assert os.stat(path).st_mtime_ns == before  # nothing to write: skipped
+    seconds = driver.checkpoint_once()
+    assert seconds >= 0
+    assert os.stat(path).st_mtime_ns > before
+    wal = wal_path(path)
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert driver.fetch(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'streamdi_checkpoint_scratch'"
+    ) == [(0,)]
+    assert driver.fetch('SELECT count(*) FROM "w"."t"') == [(4,)]
+    driver.close()

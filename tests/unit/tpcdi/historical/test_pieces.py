@@ -93,3 +93,29 @@ def test_a_big_source_streams_to_parquet_with_its_rejects(tmp_path: Path) -> Non
     assert written.num_rows == 4999 and "_line" in written.column_names
     con = duckdb.connect()
     assert con.execute(f"SELECT max(_line) FROM read_parquet('{out}')").fetchone() == (5000,)
+
+
+def test_the_load_ends_with_the_file_settled_in_a_new_instance(tmp_path: Path) -> None:
+    """:meth:`Warehouse.settle` closes the load's connection, opens the file again and
+    checkpoints it there: the rows loaded before are read through the new connection, and the
+    file was written after the load's last commit. Without a DuckDB target there is nothing
+    to settle."""
+    flow = build_flow().build()
+    layout = WarehouseLayout(flow, "tpcdi")
+    path = spark_like_output(tmp_path / "factcashbalances_all", 3_000)
+    columns = dict(COLUMNS, sk_dateid="int64", sk_customerid="int64")
+    dw = tmp_path / "dw.duckdb"
+    with Warehouse(layout, ["duckdb"], duckdb_path=dw) as warehouse:
+        warehouse.reset()
+        output = FactOutput("factcashbalances", path, columns, ("sk_accountid",))
+        loaded = load_fact(warehouse, output, PieceLog())
+        loading = warehouse.duckdb()
+        loading.execute("CHECKPOINT")
+        before = dw.stat().st_mtime_ns
+        seconds = warehouse.settle()
+        assert seconds is not None and seconds >= 0
+        assert warehouse.duckdb() is not loading
+        assert dw.stat().st_mtime_ns > before
+        assert warehouse.count("factcashbalances") == loaded
+    unreachable = Warehouse(layout, ["postgres"], postgres_dsn="postgresql://nobody@127.0.0.1:1/x")
+    assert unreachable.settle() is None
