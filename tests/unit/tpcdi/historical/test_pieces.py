@@ -97,8 +97,9 @@ def test_a_big_source_streams_to_parquet_with_its_rejects(tmp_path: Path) -> Non
 
 def test_the_load_ends_with_the_file_settled_in_a_new_instance(tmp_path: Path) -> None:
     """:meth:`Warehouse.settle` closes the load's connection, opens the file again and
-    checkpoints it there: the rows loaded before are read through the new connection, and the
-    file was written after the load's last commit. Without a DuckDB target there is nothing
+    checkpoints it there: the database instance is a new one (what the load attached is gone),
+    the rows loaded before are read through it, and the file was written after the load's last
+    commit. Without a DuckDB target there is nothing
     to settle."""
     flow = build_flow().build()
     layout = WarehouseLayout(flow, "tpcdi")
@@ -110,11 +111,14 @@ def test_the_load_ends_with_the_file_settled_in_a_new_instance(tmp_path: Path) -
         output = FactOutput("factcashbalances", path, columns, ("sk_accountid",))
         loaded = load_fact(warehouse, output, PieceLog())
         loading = warehouse.duckdb()
+        loading.execute("ATTACH ':memory:' AS probe")  # attachments belong to the instance
         loading.execute("CHECKPOINT")
         before = dw.stat().st_mtime_ns
         seconds = warehouse.settle()
         assert seconds is not None and seconds >= 0
         assert warehouse.duckdb() is not loading
+        attached = warehouse.duckdb().execute("SELECT database_name FROM duckdb_databases()")
+        assert "probe" not in {row[0] for row in attached.fetchall()}  # a new instance
         assert dw.stat().st_mtime_ns > before
         assert warehouse.count("factcashbalances") == loaded
     unreachable = Warehouse(layout, ["postgres"], postgres_dsn="postgresql://nobody@127.0.0.1:1/x")
