@@ -179,6 +179,7 @@ def measure_resume(workdir: str, executor: str = "local") -> dict[str, Any]:
     import duckdb
 
     from etl_dataflows.executors import create_executor
+    from etl_dataflows.scheduling.decision import cores
     from staging.store import StagingStore
     from tpcdi.incremental import build_flow
     from tpcdi.incremental.reference import Reference
@@ -193,7 +194,7 @@ def measure_resume(workdir: str, executor: str = "local") -> dict[str, Any]:
     flow = build_flow(reference).build()
     started, cpu = time.perf_counter(), time.process_time()
     with StagingStore(root / "staging.duckdb", flow) as store:
-        state = store.load_state(sorted_rows=False)  # as a resuming pipeline reads it
+        state = store.load_state(sorted_rows=False, threads=cores())  # as a resume reads it
     loaded = time.perf_counter() - started
     engine = create_executor(executor, flow, state)
     engine.warm_up()

@@ -60,6 +60,7 @@ from typing import Any, TextIO
 
 from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.executors import BaseExecutor, create_executor
+from etl_dataflows.scheduling.decision import cores
 from ingest.assembler import AssembledBatch, BatchAssembler, TopicPartition
 from ingest.broker import BrokerHandle, ensure_topics
 from ingest.collector import BatchCollector, ResumePoint
@@ -467,7 +468,8 @@ def start_executor(name: str, flow: CompiledDataflow, store: StagingStore) -> Ba
     from staging, the columns converted for the executor), which the allocators keep for reuse
     once freed; they are given back to the system here (:func:`release_free_memory`), before
     the first batch: at TPC-DI SF 10 the built engine held 1,076 MB, 905 MB once released."""
-    executor = create_executor(name, flow, store.load_state(sorted_rows=False))
+    image = store.load_state(sorted_rows=False, threads=cores())
+    executor = create_executor(name, flow, image)
     executor.warm_up()
     release_free_memory()
     return executor

@@ -53,6 +53,20 @@ def kernel_dtype(column_type: ColumnType) -> Any:
     return _DTYPES[column_type]
 
 
+def _encoded(part: Any) -> Any:
+    """A key column as :meth:`ArrayTable.slots` hands it to a several-column index: an Arrow
+    column of strings dictionary-encoded (nulls as null indices), anything else as it is (a
+    dictionary column too: the index codes its dictionary's values, used by a row or not, and
+    those codes are parts of key rows, never slots)."""
+    if not isinstance(part, pa.Array | pa.ChunkedArray) or pa.types.is_integer(part.type):
+        return part
+    if isinstance(part, pa.ChunkedArray):
+        part = part.combine_chunks()
+    if pa.types.is_dictionary(part.type):
+        return part
+    return pc.dictionary_encode(part)
+
+
 def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) -> pa.Array:
     mask = None if valid.all() else ~valid  # (no mask: no validity bitmap to build)
     if column_type in ("timestamp", "date"):
@@ -133,23 +147,26 @@ class ArrayTable:
             return
         capacity = max(needed, self.capacity + self.capacity // GROWTH_DIVISOR, 1024)
 
-        def grown(array: np.ndarray, fill: Any = 0) -> np.ndarray:
+        def grown(array: np.ndarray) -> np.ndarray:
+            # zeros (False, None for objects): np.zeros takes pages the system hands out
+            # zeroed on first touch, where np.full wrote every byte of the room first (~2 s of
+            # the 18 M watches' load at SF 100, most of it for room the updates never fill)
             out = (
-                np.full(capacity, fill, dtype=array.dtype)
-                if array.dtype != object
-                else np.empty(capacity, dtype=object)
+                np.empty(capacity, dtype=object)
+                if array.dtype == object
+                else np.zeros(capacity, dtype=array.dtype)
             )
             out[: len(array)] = array
             return out
 
         for i, part in enumerate(self.key_parts):
             self.key_parts[i] = grown(part)
-        self.exists = grown(self.exists, False)
+        self.exists = grown(self.exists)
         self.sk = grown(self.sk)
         for c in self.values:
             self.values[c] = grown(self.values[c])
-            self.valid[c] = grown(self.valid[c], False)
-        self._remembered = grown(self._remembered, False)
+            self.valid[c] = grown(self.valid[c])
+        self._remembered = grown(self._remembered)
         self._rank = grown(self._rank)
         self.capacity = capacity
 
@@ -166,6 +183,9 @@ class ArrayTable:
         parts = keys if isinstance(keys, list) else [keys]
         before = self.index.size
         if isinstance(self.index, TupleKeyIndex):
+            # a string key column dictionary-encoded once: the index codes its distinct
+            # values, and new slots' key objects below are taken from the same encoding
+            parts = [_encoded(part) for part in parts]
             slots = self.index.slots(parts, valid)
         else:
             slots = self.index.slots(parts[0], valid)

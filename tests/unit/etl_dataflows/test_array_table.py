@@ -126,6 +126,32 @@ def test_string_key_parts_share_one_object_per_distinct_string() -> None:
     assert arrays.image().column("symbol").to_pylist() == ["AAA", "BBB", "AAA", "AAA"]
 
 
+def test_a_dictionary_key_column_loads_as_its_values() -> None:
+    """A string key column given dictionary-encoded, with dictionary values no row uses and a
+    null: the same keys, slots and shared objects as the plain column."""
+    flow = Dataflow("t")
+    table = flow.table(
+        "watches", key={"customer": "int64", "symbol": "string"}, columns={"n": "int64"}
+    )
+    symbols = pa.DictionaryArray.from_arrays(
+        pa.array([2, 0, 2, None, 0], pa.int32()), pa.array(["BBB", "unused", "AAA"])
+    )
+    image = pa.table(
+        {
+            "customer": pa.array([1, 2, 3, 4, 5], pa.int64()),
+            "symbol": symbols,
+            "n": pa.array([1, 2, 3, 4, 5], pa.int64()),
+        }
+    )
+    arrays, plain = ArrayTable(table), ArrayTable(table)
+    arrays.load(image)
+    plain.load(image.set_column(1, "symbol", symbols.cast(pa.string())))
+    assert arrays.index.size == plain.index.size == 5
+    assert list(arrays.key_parts[1][:5]) == ["AAA", "BBB", "AAA", None, "BBB"]
+    assert arrays.key_parts[1][0] is arrays.key_parts[1][2]
+    assert arrays.image().equals(plain.image())
+
+
 @pytest.mark.parametrize(
     "key",
     [{"symbol": "string"}, {"customer": "int64", "symbol": "string"}],

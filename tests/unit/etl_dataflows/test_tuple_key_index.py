@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from etl_dataflows.planning.keys import TupleKeyIndex
@@ -82,3 +83,27 @@ def test_every_batch_must_have_the_same_columns() -> None:
     with pytest.raises(ValueError, match="columns"):
         index.slots([np.arange(3)] * 3, np.ones(3, bool))
     assert index.slots([np.arange(3), np.arange(3)], np.zeros(3, bool)).tolist() == [-1] * 3
+
+
+def test_a_dictionary_column_gives_the_slots_of_its_values() -> None:
+    """A string part given dictionary-encoded (as the local executor's tables hand it over):
+    the slots of the values, whatever the dictionary holds — as ``dictionary_encode`` makes it,
+    or a dictionary of its own order with values no row uses, nulls in the indices."""
+    rng = np.random.default_rng(17)
+    plain, encoded, own = (TupleKeyIndex(["int64", "string"]) for _ in range(3))
+    seen: dict[tuple[Any, ...], int] = {}
+    dictionary = pa.array([f"S{x}" for x in range(60)])  # rows use S0..S39 only
+    for _ in range(5):
+        n = int(rng.integers(1, 3000))
+        ints = rng.integers(0, 30, n)
+        picks = rng.integers(0, 42, n)
+        indices = pa.array([None if x >= 40 else int(39 - x) for x in picks], pa.int32())
+        strings = pa.array([None if x >= 40 else f"S{39 - x}" for x in picks])
+        valid = rng.random(n) < 0.9
+        expected = reference_slots(seen, [ints, strings], valid)
+        assert plain.slots([ints, strings], valid).tolist() == expected
+        dictionary_encoded = pc.dictionary_encode(strings)
+        assert encoded.slots([ints, dictionary_encoded], valid).tolist() == expected
+        own_dictionary = pa.DictionaryArray.from_arrays(indices, dictionary)
+        assert own.slots([ints, own_dictionary], valid).tolist() == expected
+    assert plain.size == encoded.size == own.size == len(seen)

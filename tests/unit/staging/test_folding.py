@@ -276,3 +276,31 @@ def test_a_commit_does_not_fold_while_another_fold_runs(tmp_path: Path) -> None:
         assert store.meta(folding.FOLDED_THROUGH) == "4"
         assert _folded_rows(store, "accounts") == images[3].tables["accounts"].num_rows
         assert store.load_state().equals(images[3])
+
+
+def test_a_read_with_more_threads_gives_the_same_state_and_restores_the_setting(
+    tmp_path: Path,
+) -> None:
+    """``load_state(threads=...)``: the same image as a read with the file's own setting, and
+    the setting (one thread, the default) back after it, also when the read fails."""
+    flow, results, images = _run(6)
+    with _store(tmp_path, flow) as store:
+        for i, result in enumerate(results, start=1):
+            store.commit([simple_commit(i, result)])
+
+        def threads() -> int:
+            return int(store.query("SELECT current_setting('threads') AS t")["t"][0].as_py())
+
+        assert threads() == 1
+        wide = store.load_state(sorted_rows=False, threads=2)
+        assert threads() == 1
+        assert _sorted(wide, store).equals(images[-1])
+
+        def fail(name: str, *, sorted_rows: bool = True) -> object:
+            assert threads() == 2  # the read runs with the threads asked for
+            raise RuntimeError("read failed")
+
+        store.state_table = fail  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="read failed"):
+            store.load_state(threads=2)
+        assert threads() == 1
