@@ -42,7 +42,7 @@ def _single(offset: int, event: object) -> RawRecord:
     return RawRecord(TOPIC, 0, offset, json.dumps(event).encode(), [])
 
 
-@pytest.mark.parametrize("high", [NOW, None])
+@pytest.mark.parametrize("high", [NOW, None], ids=["now", "none"])
 def test_poison_single_events_are_dead_letters_and_the_high_mark_stays(high: int | None) -> None:
     assembler = _assembler(high)
     records = [_single(i, _event(i, ts)) for i, ts in enumerate(POISON)]

@@ -40,7 +40,11 @@ def test_bad_event_times_have_a_reason(value: object, fragment: str) -> None:
     assert problem is not None and fragment in problem
 
 
-@pytest.mark.parametrize("value", [0, 1, NOW, NOW + 300_000_000, np.int64(NOW)])
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, NOW, NOW + 300_000_000, np.int64(NOW)],
+    ids=["zero", "one", "now", "now-plus-5-min", "now-numpy"],
+)
 def test_sane_event_times_pass(value: object) -> None:
     assert BOUNDS.problem(value, NOW) is None
 
