@@ -52,6 +52,13 @@ browser: ## install Debian's chromium for the console's browser tests (as root w
 
 # The TPC-DI run on a data set generated at SF (DIGen's volumes at 3); `make run SF=0.1` for a
 # quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
+# The tests run in this many worker processes (pytest-xdist), each test file's tests on one
+# worker (a file's module fixtures, e.g. its Kafka broker, start once). In one process the suite
+# keeps about one core busy (its CPU time ~ its wall time); two workers use both of our two.
+# 0: in one process, as plain pytest does.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
 SF ?= 3
 run: install ## install everything and run the main job: the TPC-DI run (make run SF=3)
 	$(BIN)/streamdi -q broker --fetch-only
@@ -63,11 +70,11 @@ test: install-dev browser ## install everything; run ruff, the import contract, 
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(PYTEST)
 
 test-all: install-dev browser ## the tests including the slow ones
 	$(BIN)/streamdi -q broker --fetch-only
-	$(BIN)/pytest -m ''
+	$(PYTEST) -m ''
 
 lint: install-dev ## ruff lint and format check; the import contract (pyproject.toml [tool.importlinter])
 	$(BIN)/ruff check .
