@@ -50,8 +50,6 @@ browser: ## install Debian's chromium for the console's browser tests (as root w
 		echo "browser: apt-get could not install chromium: the console's browser tests will skip"; \
 	fi
 
-# The TPC-DI run on a data set generated at SF (DIGen's volumes at 3); `make run SF=0.1` for a
-# quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
 # The tests run in this many worker processes (pytest-xdist), each test file's tests on one
 # worker (a file's module fixtures, e.g. its Kafka broker, start once). In one process the suite
 # keeps about one core busy (its CPU time ~ its wall time); two workers use both of our two.
@@ -59,6 +57,8 @@ browser: ## install Debian's chromium for the console's browser tests (as root w
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
+# The TPC-DI run on a data set generated at SF (DIGen's volumes at 3); `make run SF=0.1` for a
+# quick one. Real DIGen output: .venv/bin/streamdi tpcdi run --data DIR (see README).
 SF ?= 3
 run: install ## install everything and run the main job: the TPC-DI run (make run SF=3)
 	$(BIN)/streamdi -q broker --fetch-only
