@@ -135,12 +135,21 @@ def python_arrow(
     return column
 
 
+def dictionary_encoded(column: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """The column as one dictionary array: as it is if it is one already, else Arrow's dictionary
+    encoding of it (its distinct values in order of first appearance, nulls as null indices)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        return column
+    encoded: pa.DictionaryArray = pc.dictionary_encode(column)
+    return encoded
+
+
 def shared_objects(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The column's values as a numpy object array (None for null) in which equal values are one
     Python object: each distinct value is converted once (Arrow's dictionary encoding)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
+    encoded = dictionary_encoded(column)
     distinct = np.empty(len(encoded.dictionary) + 1, dtype=object)  # the last one: null
     distinct[:-1] = encoded.dictionary.to_pylist()
     indices = pc.fill_null(encoded.indices, len(encoded.dictionary))

@@ -35,7 +35,7 @@ from etl_dataflows.planning.keys import IntKeyIndex, TupleKeyIndex
 from etl_dataflows.planning.string_keys import StrKeyIndex
 from etl_dataflows.state import image_schema, row_id_schema
 from etl_dataflows.tables import Table
-from etl_dataflows.types import ColumnType, arrow_type, shared_objects
+from etl_dataflows.types import ColumnType, arrow_type, dictionary_encoded, shared_objects
 from etl_dataflows.vectorized import column_from_arrow
 
 _DTYPES: dict[ColumnType, Any] = {
@@ -60,11 +60,7 @@ def _encoded(part: Any) -> Any:
     those codes are parts of key rows, never slots)."""
     if not isinstance(part, pa.Array | pa.ChunkedArray) or pa.types.is_integer(part.type):
         return part
-    if isinstance(part, pa.ChunkedArray):
-        part = part.combine_chunks()
-    if pa.types.is_dictionary(part.type):
-        return part
-    return pc.dictionary_encode(part)
+    return dictionary_encoded(part)
 
 
 def _to_arrow(values: np.ndarray, valid: np.ndarray, column_type: ColumnType) -> pa.Array:

@@ -99,8 +99,7 @@ def test_the_load_ends_with_the_file_settled_in_a_new_instance(tmp_path: Path) -
     """:meth:`Warehouse.settle` closes the load's connection, opens the file again and
     checkpoints it there: the database instance is a new one (what the load attached is gone),
     the rows loaded before are read through it, and the file was written after the load's last
-    commit. Without a DuckDB target there is nothing
-    to settle."""
+    commit. Without a DuckDB target there is nothing to settle."""
     flow = build_flow().build()
     layout = WarehouseLayout(flow, "tpcdi")
     path = spark_like_output(tmp_path / "factcashbalances_all", 3_000)
