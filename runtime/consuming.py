@@ -214,8 +214,11 @@ class ConsumingLoop:
                     self.assemble_s += time.monotonic() - began
                 # 3b.
                 self._throttle(assembler)
+                # only a poll after the stop was seen, measured against what Kafka held then
+                # (before it, an empty poll says nothing about a backlog still being fetched)
                 drained = (
-                    did_poll
+                    drain_until is not None
+                    and did_poll
                     and not polled
                     and not buffered
                     and not assembler.pending

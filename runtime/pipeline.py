@@ -27,9 +27,9 @@ The run, in order:
    A checkpointer thread writes a checkpoint of the state every ``STAGING__CHECKPOINT_EVERY_S``
    (:mod:`staging.checkpoints`; not for a replay).
 6. On stop (SIGTERM/SIGINT, idle, or a batch limit): finish the batch in hand (with
-   ``drain_s``, first consume what Kafka already holds, until a poll comes back empty or the
-   time is up), drain the queue, commit, take a checkpoint when one is due, push what is pending
-   (``MIGRATION__PUSH_ON_STOP``), close.
+   ``drain_s``, first consume what Kafka holds at the stop, until a poll after it comes back
+   empty with the consumer at those end offsets, or the time is up), drain the queue, commit,
+   take a checkpoint when one is due, push what is pending (``MIGRATION__PUSH_ON_STOP``), close.
 
 :meth:`Pipeline.pause` stops step 4 from polling (the batch in hand is still cut, run and
 committed; collectors keep producing into Kafka, so nothing is lost and the consumer lag grows);

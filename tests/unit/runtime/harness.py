@@ -63,6 +63,8 @@ class MemoryFeed:
         self.paused: set[TopicPartition] = set()
         self.ever_paused: set[TopicPartition] = set()
         self.lock = threading.Lock()
+        #: Polls still to come back empty whatever waits (a fetch still on its way).
+        self.withheld_polls = 0
         self.add(records)
 
     def add(self, records: Iterable[RawRecord]) -> None:
@@ -76,6 +78,9 @@ class MemoryFeed:
         with self.lock:
             self.polls += 1
             out: list[RawRecord] = []
+            if self.withheld_polls > 0:
+                self.withheld_polls -= 1
+                return out
             kept: deque[RawRecord] = deque()
             while self.waiting and len(out) < self.per_poll:
                 record = self.waiting.popleft()

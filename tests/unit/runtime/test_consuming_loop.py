@@ -89,6 +89,26 @@ def test_stop_with_drain_consumes_what_kafka_holds_then_ends(tmp_path: Path) -> 
     rig.close()
 
 
+def test_a_drain_consumes_a_backlog_whose_first_polls_come_back_empty(tmp_path: Path) -> None:
+    """Records Kafka holds when the stop comes, whose fetch is still on its way: empty polls
+    before the stop must not count as the drain's end (the loop ended at once, staging none)."""
+    writer = StreamWriter()
+    feed = MemoryFeed(partitions=[("pair.a", 0)])
+    rig = LoopRig(tmp_path / "s.duckdb", feed, batch_size=3, drain_s=30.0)
+    thread = rig.start()
+    _wait(lambda: feed.polls >= 3)  # the loop idles on empty polls
+    with feed.lock:
+        feed.withheld_polls = 5
+    feed.add([r for k in range(7) for r in writer.records("a", [k])])
+    rig.stop.set()
+    thread.join(20)
+    assert not thread.is_alive() and rig.error is None
+    assert sum(events for _, events in rig.cut) == 7
+    assert [r["_pos"] for r in rig.staged("log_a")] == list(range(7))
+    assert rig.store.offsets() == {("pair.a", 0): 7}
+    rig.close()
+
+
 def test_a_batch_limit_stops_the_run(tmp_path: Path) -> None:
     writer = StreamWriter()
     records = [r for k in range(10) for r in writer.records("a", [k])]
