@@ -297,15 +297,7 @@ def add_market(b: FlowBuilder) -> None:
         days = pc.cast(pc.cast(t.column("DM_DATE"), pa.date32()), pa.int32())
         out["dm_at"] = pc.multiply(pc.cast(days, pa.int64()), DAY_US)
         out["sk_dateid"] = rules.sk_dateid(t.column("DM_DATE"))
-        symbols = t.column("DM_S_SYMB").to_pylist()
-        dates = t.column("DM_DATE").to_pylist()
-        out["eps4"] = pa.array(
-            [
-                None if s is None or d is None else ref.eps4(s, d)
-                for s, d in zip(symbols, dates, strict=True)
-            ],
-            pa.float64(),
-        )
+        out["eps4"] = ref.eps4(t.column("DM_S_SYMB"), t.column("DM_DATE"))
         return pa.table(out)
 
     kind_rows("DailyMarket")
