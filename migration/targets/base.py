@@ -585,6 +585,7 @@ class BaseTarget(ABC):
             f"SELECT count(*), (SELECT count(*) FROM (SELECT 1 FROM {delta} "
             f"GROUP BY {', '.join(ids)}) g), count(*) FILTER (WHERE op = 'delete') FROM {delta}"
         )[0]
+        logger.debug("merge table=%s rows=%s distinct=%s deletes=%s", name, rows, distinct, deletes)
         if rows == distinct and not deletes:
             return self._merge_unique(full, delta, table.columns, table.row_id)
         newest = (

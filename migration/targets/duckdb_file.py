@@ -17,6 +17,7 @@ Idle detection: DuckDB has no view of other clients, so a warehouse file counts 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from migration.reader import ReaderOptions, WarehouseReader
 
 
+logger = logging.getLogger(__name__)
+
 #: A merge leaving at least this much write-ahead log checkpoints it (DuckDB's own threshold, set
 #: to 256 MB at connect, is the backstop).
 CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
@@ -45,10 +48,16 @@ CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 #: A unique-upsert delta of at least this many rows is merged by what changed
 #: (:meth:`DuckDBTarget._merge_narrow`); smaller ones by delete and insert.
 NARROW_MIN_ROWS = 4096
+#: ... and at least this share of the full table's rows: the marks join the whole full table
+#: once more, which a small delta of a large table does not repay (TPC-DI's FactWatches at
+#: SF 100: 63 k rows, 80% of them new, against 24 M: the marks alone took 1.0 s).
+NARROW_MIN_SHARE = 0.01
 #: ... when the columns most of its rows change are at most this many.
 NARROW_MAX_COLUMNS = 4
 #: The temporary table of the narrow merge's row marks.
 NARROW_MARKS = "streamdi_narrow_marks"
+#: The temporary table of the narrow merge's rows when they come as a subquery.
+NARROW_ROWS = "streamdi_narrow_rows"
 
 
 #: The narrow merge's mark for a float whose sign alone differs (-0.0 against 0.0): DuckDB's
@@ -183,6 +192,16 @@ class DuckDBTarget(BaseTarget):
     def _upsert(
         self, full: str, rows: str, columns: tuple[str, ...], row_id: tuple[str, ...]
     ) -> int:
+        """Replace the full rows of ``rows``' row ids and insert the others: by what changed
+        (:meth:`_merge_narrow`) when that pays, else by delete and insert (:meth:`_replace`)."""
+        narrow = self._merge_narrow(full, rows, columns, row_id)
+        if narrow is not None:
+            return narrow
+        return self._replace(full, rows, columns, row_id)
+
+    def _replace(
+        self, full: str, rows: str, columns: tuple[str, ...], row_id: tuple[str, ...]
+    ) -> int:
         """Delete the rows being replaced, then insert: DuckDB's ``ON CONFLICT DO UPDATE`` that
         sets every column of a wide table is pathologically slow (measured on TPC-DI's Prospect,
         15 k rows of 28 columns: 20 s against 0.1 s for the delete and insert), and the two
@@ -195,23 +214,23 @@ class DuckDBTarget(BaseTarget):
     def _merge_unique(
         self, full: str, delta: str, columns: tuple[str, ...], row_id: tuple[str, ...]
     ) -> int:
-        """The delta, its own newest, replaces rows by delete and insert as :meth:`_upsert`
-        does: DuckDB's ``UPDATE ... FROM`` of wide rows is slower still (TPC-DI's DimCustomer,
-        1,000 of 6,600 rows of 36 columns: ~1.2 s against ~12 ms). A large delta whose rows
-        mostly change the same few columns takes :meth:`_merge_narrow` instead."""
-        narrow = self._merge_narrow(full, delta, columns, row_id)
-        if narrow is not None:
-            return narrow
+        """The delta, its own newest, as :meth:`_upsert` takes any rows: DuckDB's ``UPDATE ...
+        FROM`` of wide rows is slower than delete and insert (TPC-DI's DimCustomer, 1,000 of
+        6,600 rows of 36 columns: ~1.2 s against ~12 ms); only a narrow one pays."""
         return self._upsert(full, delta, columns, row_id)
 
     def _merge_narrow(
-        self, full: str, delta: str, columns: tuple[str, ...], row_id: tuple[str, ...]
+        self, full: str, rows_in: str, columns: tuple[str, ...], row_id: tuple[str, ...]
     ) -> int | None:
-        """A merge that writes only what changed, for a delta of at least
-        :data:`NARROW_MIN_ROWS` rows (TPC-DI's daily Prospect: every prospect again, almost
-        all of them with only their record date and batch id new). ``None`` (nothing done) when it
-        does not pay; else the delta's rows.
+        """A merge of ``rows_in`` (upserts, one per row id: a delta table, or the newest rows
+        of one as a subquery) that writes only what changed, for a delta of at least
+        :data:`NARROW_MIN_ROWS` rows and :data:`NARROW_MIN_SHARE` of the full table's
+        (TPC-DI's daily Prospect: every prospect again, almost all of them with only their
+        record date and batch id new). ``None`` (nothing done) when it does not pay; else the
+        delta's rows.
 
+        0. A subquery that passes the size checks is materialized first (a temporary table):
+           the steps below read it four times.
         1. Mark each delta row (a temporary table): -1 when the full table has no row of its
            row id, else a bit per non-key column that differs (:func:`_mark_bits`; a float's
            sign alone too, so -0.0 replaces 0.0).
@@ -219,65 +238,91 @@ class DuckDBTarget(BaseTarget):
            :data:`NARROW_MAX_COLUMNS` columns and at least half of the delta's rows are
            unchanged (mark 0) or differ within it; else drop the marks and return ``None``.
         3. ``UPDATE`` the rows that differ within ``narrow``: only those columns.
-        4. Delete and insert (:meth:`_upsert`) the new rows and those that differ elsewhere.
+        4. Delete and insert (:meth:`_replace`) the new rows and those that differ elsewhere.
            Unchanged rows are not written.
-        5. Drop the marks; note that the table was updated in place, so that
+        5. Drop the temporary tables; note that the table was updated in place, so that
            :meth:`_after_merge` checkpoints (DuckDB keeps updated rows aside until a
            checkpoint; an earlier trial without it saw a later Prospect merge at SF 100 take
            46.8 s, and FactWatches' 3.9-5.0 s against 1.6 s).
 
-        All of it in the merge's transaction: the result is the rows :meth:`_upsert` leaves."""
+        All of it in the merge's transaction: the result is the rows :meth:`_replace` leaves."""
         others = [c for c in columns if c not in row_id]
         if not others or len(others) > 61:
             return None
-        rows = int(self.fetch(f"SELECT count(*) FROM {delta}")[0][0])
-        if rows < NARROW_MIN_ROWS:
+        counted, held = self.fetch(
+            f"SELECT (SELECT count(*) FROM {rows_in} c), count(*) FROM {full}"
+        )[0]
+        rows = int(counted)
+        if rows < NARROW_MIN_ROWS or rows < NARROW_MIN_SHARE * int(held):
             return None
+        delta = rows_in
+        if rows_in.startswith("("):
+            # 0.
+            delta = NARROW_ROWS
+            self.execute(f"DROP TABLE IF EXISTS {delta}")
+            self.execute(f"CREATE TEMPORARY TABLE {delta} AS SELECT * FROM {rows_in} c")
+        marks = NARROW_MARKS
+        self.execute(f"DROP TABLE IF EXISTS {marks}")
+        try:
+            return self._merge_marked(full, delta, rows, columns, row_id)
+        finally:
+            # 5.
+            self.execute(f"DROP TABLE IF EXISTS {marks}")
+            if delta == NARROW_ROWS:
+                self.execute(f"DROP TABLE IF EXISTS {delta}")
+
+    def _merge_marked(
+        self, full: str, delta: str, rows: int, columns: tuple[str, ...], row_id: tuple[str, ...]
+    ) -> int | None:
+        """Steps 1-4 of :meth:`_merge_narrow`."""
+        others = [c for c in columns if c not in row_id]
         floats = self._float_columns(full)
         ids = [q(c) for c in row_id]
         match = " AND ".join(f"f.{c} = u.{c}" for c in ids)
         bits = _mark_bits(others, floats)
         marks = NARROW_MARKS
         # 1.
-        self.execute(f"DROP TABLE IF EXISTS {marks}")
         self.execute(
             f"CREATE TEMPORARY TABLE {marks} AS SELECT {', '.join(f'u.{c}' for c in ids)}, "
             f"CASE WHEN f.{ids[0]} IS NULL THEN -1::BIGINT ELSE {bits} END AS _mark "
             f"FROM {delta} u LEFT JOIN {full} f ON {match}"
         )
-        try:
-            # 2.
-            counts = dict(self.fetch(f"SELECT _mark, count(*) FROM {marks} GROUP BY 1"))
-            changed = [(n, m) for m, n in counts.items() if m > 0]
-            narrow = max(changed)[1] & ~SIGN_ONLY if changed else 0
-            within = sum(n for m, n in counts.items() if m >= 0 and (m & ~narrow) == 0)
-            width = bin(narrow).count("1")
-            if width > NARROW_MAX_COLUMNS or 2 * within < rows:
-                return None
-            by_id = " AND ".join(f"m.{c} = u.{c}" for c in ids)
-            # 3.
-            if narrow:
-                sets = ", ".join(
-                    f"{q(c)} = u.{q(c)}" for i, c in enumerate(others) if narrow >> i & 1
-                )
-                self.execute(
-                    f"UPDATE {full} AS f SET {sets} FROM (SELECT u.* FROM {delta} u "
-                    f"JOIN {marks} m ON {by_id} WHERE m._mark > 0 "
-                    f"AND (m._mark & {~narrow}) = 0) u WHERE {match}"
-                )
-                self._updated_in_place = True
-            self.narrow_merges += 1
-            # 4.
-            elsewhere = (
-                f"(SELECT u.* FROM {delta} u JOIN {marks} m ON {by_id} "
-                f"WHERE m._mark < 0 OR (m._mark & {~narrow}) <> 0)"
+        # 2.
+        counts = dict(self.fetch(f"SELECT _mark, count(*) FROM {marks} GROUP BY 1"))
+        changed = [(n, m) for m, n in counts.items() if m > 0]
+        narrow = max(changed)[1] & ~SIGN_ONLY if changed else 0
+        within = sum(n for m, n in counts.items() if m >= 0 and (m & ~narrow) == 0)
+        width = bin(narrow).count("1")
+        logger.debug(
+            "narrow merge table=%s rows=%s new=%s unchanged=%s within=%s columns=%s",
+            full,
+            rows,
+            counts.get(-1, 0),
+            counts.get(0, 0),
+            within,
+            [c for i, c in enumerate(others) if narrow >> i & 1],
+        )
+        if width > NARROW_MAX_COLUMNS or 2 * within < rows:
+            return None
+        by_id = " AND ".join(f"m.{c} = u.{c}" for c in ids)
+        # 3.
+        if narrow:
+            sets = ", ".join(f"{q(c)} = u.{q(c)}" for i, c in enumerate(others) if narrow >> i & 1)
+            self.execute(
+                f"UPDATE {full} AS f SET {sets} FROM (SELECT u.* FROM {delta} u "
+                f"JOIN {marks} m ON {by_id} WHERE m._mark > 0 "
+                f"AND (m._mark & {~narrow}) = 0) u WHERE {match}"
             )
-            if rows - within:
-                self._upsert(full, elsewhere, columns, row_id)
-            return rows
-        finally:
-            # 5.
-            self.execute(f"DROP TABLE IF EXISTS {marks}")
+            self._updated_in_place = True
+        self.narrow_merges += 1
+        # 4.
+        elsewhere = (
+            f"(SELECT u.* FROM {delta} u JOIN {marks} m ON {by_id} "
+            f"WHERE m._mark < 0 OR (m._mark & {~narrow}) <> 0)"
+        )
+        if rows - within:
+            self._replace(full, elsewhere, columns, row_id)
+        return rows
 
     def _float_columns(self, full: str) -> frozenset[str]:
         """The columns of ``full`` stored as floating point."""

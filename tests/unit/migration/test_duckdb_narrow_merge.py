@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from migration.schema import WarehouseLayout
+from migration.targets import duckdb_file
 from migration.targets.duckdb_file import NARROW_MIN_ROWS, DuckDBTarget
 from tests.migration_shop import shop_dataflow
 from warehouse.duckdb import wal_path
@@ -74,9 +75,11 @@ def _delta(rng: random.Random, full: list[tuple[Any, ...]], wide_share: float) -
     return rows
 
 
-def _merged(tmp_path: Path, full: list[Any], delta: list[Any]) -> tuple[list[Any], bool]:
-    """Merge ``delta`` (loaded as batch 2) into ``full`` through the merge protocol; the rows
-    after it, and whether the merge was a narrow one."""
+def _merged(
+    tmp_path: Path, full: list[Any], delta: list[Any], older: list[Any] | None = None
+) -> tuple[list[Any], bool]:
+    """Merge ``delta`` (loaded as batch 2, after ``older`` as batch 1) into ``full`` through
+    the merge protocol; the rows after it, and whether the merge was a narrow one."""
     layout = WarehouseLayout(shop_dataflow().build(), "shop")
     path = tmp_path / "w.duckdb"
     target = DuckDBTarget(layout, path)
@@ -85,15 +88,16 @@ def _merged(tmp_path: Path, full: list[Any], delta: list[Any]) -> tuple[list[Any
     columns = ", ".join(f'"{c}"' for c in COLUMNS)
     con.register("full_rows", _table(full))
     con.execute(f"INSERT INTO {layout.full_name('accounts')} ({columns}) SELECT * FROM full_rows")
-    con.register("delta_rows", _table(delta))
-    con.execute(
-        f"INSERT INTO {layout.delta_name('accounts')} (batch_id, op, {columns}) "
-        f"SELECT 2, 'upsert', * FROM delta_rows"
-    )
-    con.execute(
-        f"INSERT INTO {layout.ledger_name} VALUES (?, 2, ?, 'push', now(), 1)",
-        [layout.stream, len(delta)],
-    )
+    for batch_id, rows in ((1, older or []), (2, delta)):
+        con.register("delta_rows", _table(rows))
+        con.execute(
+            f"INSERT INTO {layout.delta_name('accounts')} (batch_id, op, {columns}) "
+            f"SELECT {batch_id}, 'upsert', * FROM delta_rows"
+        )
+        con.execute(
+            f"INSERT INTO {layout.ledger_name} VALUES (?, ?, ?, 'push', now(), 1)",
+            [layout.stream, batch_id, len(rows)],
+        )
     con.execute("CHECKPOINT")
     merged = target.merge()
     narrow = target.narrow_merges == 1
@@ -129,6 +133,35 @@ def test_a_small_delta_is_merged_by_delete_and_insert(tmp_path: Path) -> None:
     delta = [(*r[:3], r[3] + 1.0, *r[4:]) for r in full[: NARROW_MIN_ROWS - 1]]
     rows, updated = _merged(tmp_path, full, delta)
     assert not updated
+    assert _exact(rows) == _exact(
+        list(({r[0]: r for r in full} | {r[0]: r for r in delta}).values())
+    )
+
+
+def test_a_delta_small_against_its_table_is_merged_by_delete_and_insert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(The marks join the whole table: a delta below the share does not try them.)"""
+    monkeypatch.setattr(duckdb_file, "NARROW_MIN_SHARE", 0.9)
+    rng = random.Random(5)
+    full = [_row(rng, aid) for aid in range(FULL_ROWS)]
+    delta = _delta(rng, full, 0.05)  # 5,296 rows: a narrow merge at the default share
+    rows, narrow = _merged(tmp_path, full, delta)
+    assert not narrow
+    assert _exact(rows) == _exact(
+        list(({r[0]: r for r in full} | {r[0]: r for r in delta}).values())
+    )
+
+
+def test_the_newest_of_several_batches_is_merged_by_what_changed(tmp_path: Path) -> None:
+    """Row ids upserted in two batches of one merge: the newest of each is what the narrow
+    merge takes (the merge's window path, not the unique one)."""
+    rng = random.Random(6)
+    full = [_row(rng, aid) for aid in range(FULL_ROWS)]
+    delta = _delta(rng, full, 0.05)
+    older = [(*r[:3], r[3] - 7.0, *r[4:]) for r in rng.sample(delta, 400)]
+    rows, narrow = _merged(tmp_path, full, delta, older)
+    assert narrow
     assert _exact(rows) == _exact(
         list(({r[0]: r for r in full} | {r[0]: r for r in delta}).values())
     )
