@@ -180,6 +180,7 @@ def measure_resume(workdir: str, executor: str = "local") -> dict[str, Any]:
 
     from etl_dataflows.executors import create_executor
     from etl_dataflows.scheduling.decision import cores
+    from staging.layout import arrow_of
     from staging.store import StagingStore
     from tpcdi.incremental import build_flow
     from tpcdi.incremental.reference import Reference
@@ -188,7 +189,7 @@ def measure_resume(workdir: str, executor: str = "local") -> dict[str, Any]:
     con = duckdb.connect(str(root / "warehouse.duckdb"), read_only=True)
     try:
         con.execute("SET search_path = 'tpcdi'")
-        reference = Reference.from_warehouse(lambda sql: con.sql(sql).fetch_arrow_table())
+        reference = Reference.from_warehouse(lambda sql: arrow_of(con.sql(sql)))
     finally:
         con.close()
     flow = build_flow(reference).build()
