@@ -261,21 +261,20 @@ class DuckDBTarget(BaseTarget):
             delta = NARROW_ROWS
             self.execute(f"DROP TABLE IF EXISTS {delta}")
             self.execute(f"CREATE TEMPORARY TABLE {delta} AS SELECT * FROM {rows_in} c")
-        marks = NARROW_MARKS
-        self.execute(f"DROP TABLE IF EXISTS {marks}")
-        try:
-            return self._merge_marked(full, delta, rows, columns, row_id)
-        finally:
-            # 5.
-            self.execute(f"DROP TABLE IF EXISTS {marks}")
-            if delta == NARROW_ROWS:
-                self.execute(f"DROP TABLE IF EXISTS {delta}")
+        self.execute(f"DROP TABLE IF EXISTS {NARROW_MARKS}")
+        merged = self._merge_marked(full, delta, rows, others, row_id)
+        # 5. (after an error the merge's rollback drops them: they were made in its transaction,
+        # and a DROP on DuckDB's aborted transaction would only hide that error)
+        self.execute(f"DROP TABLE IF EXISTS {NARROW_MARKS}")
+        if delta == NARROW_ROWS:
+            self.execute(f"DROP TABLE IF EXISTS {delta}")
+        return merged
 
     def _merge_marked(
-        self, full: str, delta: str, rows: int, columns: tuple[str, ...], row_id: tuple[str, ...]
+        self, full: str, delta: str, rows: int, others: list[str], row_id: tuple[str, ...]
     ) -> int | None:
-        """Steps 1-4 of :meth:`_merge_narrow`."""
-        others = [c for c in columns if c not in row_id]
+        """Steps 1-4 of :meth:`_merge_narrow` (``others``: the columns not in ``row_id``)."""
+        columns = (*row_id, *others)
         floats = self._float_columns(full)
         ids = [q(c) for c in row_id]
         match = " AND ".join(f"f.{c} = u.{c}" for c in ids)

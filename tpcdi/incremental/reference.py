@@ -41,14 +41,6 @@ def quarter_index(year: int, quarter: int) -> int:
     return year * 4 + quarter - 1
 
 
-def _empty_earnings() -> pa.Table:
-    return EARNINGS_SCHEMA.empty_table()
-
-
-def _empty_listings() -> pa.Table:
-    return LISTINGS_SCHEMA.empty_table()
-
-
 @dataclass(frozen=True)
 class Eps4Lookup:
     """The earnings as sorted keys, for the four-quarter sums of whole columns.
@@ -125,9 +117,9 @@ class Reference:
     trade_types: dict[str, str] = field(default_factory=dict)
     tax_rates: dict[str, tuple[str, float]] = field(default_factory=dict)
     #: The basic EPS per company and quarter (:data:`EARNINGS_SCHEMA`).
-    earnings: pa.Table = field(default_factory=_empty_earnings)
+    earnings: pa.Table = field(default_factory=EARNINGS_SCHEMA.empty_table)
     #: The company of each symbol's current version (:data:`LISTINGS_SCHEMA`).
-    listings: pa.Table = field(default_factory=_empty_listings)
+    listings: pa.Table = field(default_factory=LISTINGS_SCHEMA.empty_table)
     #: A digest of the contents: what the dataflow's logic digest takes for this object instead
     #: of going through its values (millions at SF 100, ~15 s of CPU at every start of the
     #: pipeline). Read from a warehouse, the digest of what was read; else computed here.

@@ -21,6 +21,7 @@ from migration.targets import duckdb_file
 from migration.targets.duckdb_file import NARROW_MIN_ROWS, DuckDBTarget
 from tests.migration_shop import shop_dataflow
 from warehouse.duckdb import wal_path
+from warehouse.exceptions import WarehouseError
 
 DAY = datetime.timedelta(days=1)
 COLUMNS = ("aid", "sk_account", "cid", "balance", "active", "opened")
@@ -75,14 +76,13 @@ def _delta(rng: random.Random, full: list[tuple[Any, ...]], wide_share: float) -
     return rows
 
 
-def _merged(
+def _loaded(
     tmp_path: Path, full: list[Any], delta: list[Any], older: list[Any] | None = None
-) -> tuple[list[Any], bool]:
-    """Merge ``delta`` (loaded as batch 2, after ``older`` as batch 1) into ``full`` through
-    the merge protocol; the rows after it, and whether the merge was a narrow one."""
+) -> DuckDBTarget:
+    """An open target whose full table holds ``full`` and whose delta holds ``older`` (batch 1)
+    and ``delta`` (batch 2), loaded and not merged."""
     layout = WarehouseLayout(shop_dataflow().build(), "shop")
-    path = tmp_path / "w.duckdb"
-    target = DuckDBTarget(layout, path)
+    target = DuckDBTarget(layout, tmp_path / "w.duckdb")
     target.open()
     con = target.connection
     columns = ", ".join(f'"{c}"' for c in COLUMNS)
@@ -99,11 +99,21 @@ def _merged(
             [layout.stream, batch_id, len(rows)],
         )
     con.execute("CHECKPOINT")
+    return target
+
+
+def _merged(
+    tmp_path: Path, full: list[Any], delta: list[Any], older: list[Any] | None = None
+) -> tuple[list[Any], bool]:
+    """Merge ``delta`` (loaded as batch 2, after ``older`` as batch 1) into ``full`` through
+    the merge protocol; the rows after it, and whether the merge was a narrow one."""
+    target = _loaded(tmp_path, full, delta, older)
+    layout = target.layout
     merged = target.merge()
     narrow = target.narrow_merges == 1
     assert merged is not None and target.narrow_merges <= 1
     assert target.fetch(f"SELECT count(*) FROM {layout.delta_name('accounts')}") == [(0,)]
-    wal = wal_path(path)
+    wal = wal_path(target.path)
     # an update in place is checkpointed at once (the merge's housekeeping)
     if narrow:
         assert not wal.exists() or wal.stat().st_size == 0, "no checkpoint after the update"
@@ -165,3 +175,35 @@ def test_the_newest_of_several_batches_is_merged_by_what_changed(tmp_path: Path)
     assert _exact(rows) == _exact(
         list(({r[0]: r for r in full} | {r[0]: r for r in delta}).values())
     )
+
+
+def test_a_narrow_merge_that_fails_after_its_update_leaves_nothing_and_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrow merge runs in the merge's transaction: a failure after its ``UPDATE`` (here
+    in the delete and insert of the rows changed elsewhere, an error that aborts DuckDB's
+    transaction) leaves the full table, the delta and the merge log as they were, the error
+    raised is that one (not a clean-up's "transaction aborted" on top of it), and the next
+    merge does the whole of it."""
+    rng = random.Random(7)
+    full = [_row(rng, aid) for aid in range(FULL_ROWS)]
+    delta = _delta(rng, full, 0.05)
+    target = _loaded(tmp_path, full, delta)
+    layout = target.layout
+
+    def killed(*_: object) -> int:
+        target.execute("SELECT error('killed inside the narrow merge')")
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(target, "_replace", killed)
+    with pytest.raises(WarehouseError, match="killed inside the narrow merge"):
+        target.merge()
+    assert target.narrow_merges == 1  # it got past its UPDATE
+    assert _exact(target.table_rows("accounts")) == _exact(full)
+    assert target.fetch(f"SELECT count(*) FROM {layout.delta_name('accounts')}") == [(len(delta),)]
+    assert target.fetch(f"SELECT count(*) FROM {layout.merges_name}") == [(0,)]
+    monkeypatch.undo()
+    assert target.merge() is not None
+    expected = {r[0]: r for r in full} | {r[0]: r for r in delta}
+    assert _exact(target.table_rows("accounts")) == _exact(list(expected.values()))
+    target.close()
