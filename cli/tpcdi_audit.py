@@ -43,7 +43,9 @@ def open_warehouse(
         else:
             from warehouse.embedded import embedded_postgres_dsn
 
-            dsn = embedded_postgres_dsn(settings.postgres_data_dir)
+            dsn = embedded_postgres_dsn(
+                settings.postgres_data_dir, server_settings=settings.postgres.server_settings
+            )
     return WarehouseConnection.postgres(dsn, schema=schema)
 
 

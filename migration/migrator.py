@@ -180,7 +180,7 @@ def postgres_connection(settings: StreamdiSettings) -> tuple[str, dict[str, str]
     else:
         from warehouse.embedded import embedded_postgres_dsn
 
-        dsn = embedded_postgres_dsn(settings.postgres_data_dir)
+        dsn = embedded_postgres_dsn(settings.postgres_data_dir, server_settings=pg.server_settings)
     args: dict[str, str] = {}
     if pg.sslmode:
         args["sslmode"] = pg.sslmode

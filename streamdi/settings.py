@@ -284,6 +284,26 @@ class PostgresSettings(BaseModel):
         default=None,
         description="Data directory of the embedded server. Unset: <state_dir>/postgres.",
     )
+    server_settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="Server parameters of the embedded server, applied over streamdi's "
+        "defaults (warehouse.embedded.EMBEDDED_SERVER_DEFAULTS: shared_buffers 1GB, wal_buffers "
+        "64MB, max_wal_size 4GB, checkpoint_timeout 15min), as JSON: "
+        '\'{"shared_buffers": "2GB"}\'. Written with ALTER SYSTEM when the server starts; '
+        "one that needs a restart restarts it when no other process uses it. Ignored with "
+        "POSTGRES__DSN (tune an external server yourself: docs/operations.md).",
+    )
+
+    @field_validator("server_settings")
+    @classmethod
+    def _server_parameter_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [name for name in value if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[a-z0-9_]+)?", name)]
+        if bad:
+            raise ValueError(
+                f"not PostgreSQL parameter names: {bad} (lower-case names such as shared_buffers)"
+            )
+        return {name: str(v) for name, v in value.items()}
+
     fillfactor: int = Field(
         default=70,
         ge=10,

@@ -216,7 +216,9 @@ def _postgres_dsn(settings: StreamdiSettings) -> str:
         return settings.postgres.dsn.get_secret_value()
     from warehouse.embedded import embedded_postgres_dsn
 
-    return embedded_postgres_dsn(settings.postgres_data_dir)
+    return embedded_postgres_dsn(
+        settings.postgres_data_dir, server_settings=settings.postgres.server_settings
+    )
 
 
 def open_warehouse(
