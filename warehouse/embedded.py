@@ -9,7 +9,7 @@ forever, so :func:`embedded_postgres_dsn` drops dead processes from that list fi
 
 ``initdb``'s server parameters are sized for a small shared host (128 MB of shared buffers, 4 MB
 of WAL buffers, a checkpoint every 1 GB of WAL or 5 minutes). A warehouse merged every few
-seconds outgrows them: at TPC-DI SF 100 a day's merges went from 17.6-20.8 s to ~8-11 s with
+seconds outgrows them: at TPC-DI SF 100 a day's merges went from 17.5-20.8 s to 10-11 s with
 :data:`EMBEDDED_SERVER_DEFAULTS` (docs/benchmarks.md). The backend evicting its own dirty pages
 from 128 MB of buffers and waiting on full WAL buffers was most of the difference; fewer
 checkpoints mean fewer full-page images in the WAL (data checksums are on, so even setting a
