@@ -38,14 +38,9 @@ def open_warehouse(
         path = Path(duckdb_path) if duckdb_path else settings.warehouse_path
         return WarehouseConnection.duckdb(str(path), schema=schema)
     if dsn is None:
-        if settings.postgres.dsn is not None:
-            dsn = settings.postgres.dsn.get_secret_value()
-        else:
-            from warehouse.embedded import embedded_postgres_dsn
+        from migration.migrator import postgres_connection
 
-            dsn = embedded_postgres_dsn(
-                settings.postgres_data_dir, server_settings=settings.postgres.server_settings
-            )
+        dsn = postgres_connection(settings)[0]
     return WarehouseConnection.postgres(dsn, schema=schema)
 
 

@@ -55,17 +55,19 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _prune_dead_handles(data_dir: Path) -> None:
-    path = data_dir / _PIDS
-    if not path.exists():
-        return
+def _handle_pids(data_dir: Path) -> list[int]:
+    """The processes the wheel counts as using the server in ``data_dir`` (none if unreadable)."""
     try:
-        pids = [int(p) for p in json.loads(path.read_text())]
+        return [int(p) for p in json.loads((data_dir / _PIDS).read_text())]
     except (ValueError, OSError):
-        return
+        return []
+
+
+def _prune_dead_handles(data_dir: Path) -> None:
+    pids = _handle_pids(data_dir)
     alive = [p for p in pids if _pid_alive(p)]
     if alive != pids:
-        path.write_text(json.dumps(alive))
+        (data_dir / _PIDS).write_text(json.dumps(alive))
 
 
 def embedded_postgres_dsn(
@@ -202,10 +204,3 @@ def _restart_if_alone(server: Any, waiting: list[str]) -> None:
                 str(data_dir), f"restart for {waiting}: {type(exc).__name__}: {exc}"
             ) from exc
     logger.info("embedded postgres restarted for settings=%s data_dir=%s", waiting, data_dir)
-
-
-def _handle_pids(data_dir: Path) -> list[int]:
-    try:
-        return [int(p) for p in json.loads((data_dir / _PIDS).read_text())]
-    except (ValueError, OSError):
-        return []

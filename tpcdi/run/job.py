@@ -212,13 +212,9 @@ def check_data(root: Path, days: int | None = None) -> None:
 
 
 def _postgres_dsn(settings: StreamdiSettings) -> str:
-    if settings.postgres.dsn is not None:
-        return settings.postgres.dsn.get_secret_value()
-    from warehouse.embedded import embedded_postgres_dsn
+    from migration.migrator import postgres_connection
 
-    return embedded_postgres_dsn(
-        settings.postgres_data_dir, server_settings=settings.postgres.server_settings
-    )
+    return postgres_connection(settings)[0]
 
 
 def open_warehouse(

@@ -36,10 +36,8 @@ with con.cursor() as cur:
     cur.execute("SELECT name, setting, unit, pending_restart FROM pg_settings WHERE name = ANY(%s)",
                 (json.loads(sys.argv[3]),))
     rows = {n: [s, u, p] for n, s, u, p in cur.fetchall()}
-    cur.execute("SELECT pg_postmaster_start_time()::text")
-    started = cur.fetchone()[0]
 con.close()
-print(json.dumps({"settings": rows, "started": started}))
+print(json.dumps({"settings": rows}))
 """
 
 
@@ -80,7 +78,7 @@ def test_the_defaults_and_overrides_reach_the_server_and_a_restart_only_when_nee
     assert not any(row[2] for row in got.values()), "a setting still waits for a restart"
     assert _stopped(data), "the server outlived the process after its restart"
 
-    # the same settings again: nothing to write, no restart beyond the start itself
+    # the same settings again: the server comes back with them as they were
     again = _start(data, {"work_mem": "16MB"}, names)
     assert again["settings"] == got
 
