@@ -25,7 +25,7 @@ from warehouse.exceptions import WarehouseError
 
 DAY = datetime.timedelta(days=1)
 COLUMNS = ("aid", "sk_account", "cid", "balance", "active", "opened")
-FULL_ROWS = 6_000
+FULL_ROWS = NARROW_MIN_ROWS * 3 // 2
 
 
 def _row(rng: random.Random, aid: int) -> tuple[Any, ...]:
