@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -44,7 +45,12 @@ def _is_archive(path: Path) -> bool:
 
 
 def unpack(archive: Path, cache_dir: Path) -> Path:
-    """Unpack ``archive`` into ``cache_dir`` unless done before; returns the staging root."""
+    """Unpack ``archive`` into ``cache_dir`` unless done before; returns the staging root.
+
+    The copy is named by the archive's size and modification time, so an archive that changed
+    is unpacked again; the copies of its earlier versions are deleted then (each is the size of
+    the data set: a shared archive touched by every checkout or sync left one more each time).
+    A run still reading such a copy when the archive changed under it loses its files."""
     stat = archive.stat()
     stem = archive.name.split(".tar")[0].split(".tgz")[0]
     target = cache_dir / f"{stem}-{stat.st_size}-{stat.st_mtime_ns}"
@@ -64,10 +70,24 @@ def unpack(archive: Path, cache_dir: Path) -> Path:
             shutil.rmtree(target, ignore_errors=True)
             partial.rename(target)
             (target / _DONE).touch()
+            for earlier in _earlier_copies(cache_dir, stem, target):
+                logger.info("deleting an earlier unpacking of archive=%s path=%s", archive, earlier)
+                shutil.rmtree(earlier, ignore_errors=True)
     root = staging_root(target)
     if root is None:
         raise SourceNotFound(f"{archive} holds no Batch1 directory", path=str(archive))
     return root
+
+
+def _earlier_copies(cache_dir: Path, stem: str, current: Path) -> list[Path]:
+    """The folders of ``cache_dir`` that :func:`unpack` made of another version of the archive
+    named ``stem`` (``<stem>-<size>-<mtime_ns>``, finished or ``.partial``), not ``current``."""
+    pattern = re.compile(re.escape(stem) + r"-\d+-\d+(\.partial)?")
+    return [
+        entry
+        for entry in cache_dir.iterdir()
+        if entry.is_dir() and entry != current and pattern.fullmatch(entry.name)
+    ]
 
 
 def locate_digen(settings: TpcdiSettings) -> Path | None:

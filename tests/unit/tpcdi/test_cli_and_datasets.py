@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -94,6 +95,33 @@ def test_locate_an_unpacked_directory_an_archive_and_nothing(tmp_path: Path) -> 
     assert marker.stat().st_mtime_ns == before  # unpacked once, reused
     with pytest.raises(SourceNotFound):
         locate_digen(TpcdiSettings(digen_data=tmp_path / "missing"))
+
+
+def test_an_archive_that_changed_is_unpacked_again_and_its_old_copy_deleted(
+    tmp_path: Path,
+) -> None:
+    """A shared archive touched by a sync left one more 270 MB copy in the cache per touch."""
+    staging = tmp_path / "set"
+    (staging / "Batch1").mkdir(parents=True)
+    (staging / "Batch1" / "BatchDate.txt").write_bytes(b"2017-07-07\r\n")
+    archive = tmp_path / "store" / "digen-tiny.tar.xz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(staging / "Batch1", arcname="Batch1")
+    cache = tmp_path / "cache"
+    other = cache / "digen-tiny-10-20-30"  # not a copy of this archive: kept
+    other.mkdir(parents=True)
+    first = locate_digen(TpcdiSettings(digen_data=archive, cache_dir=cache))
+    assert first is not None
+    stamp = archive.stat().st_mtime_ns + 5_000_000_000
+    os.utime(archive, ns=(stamp, stamp))
+    second = locate_digen(TpcdiSettings(digen_data=archive, cache_dir=cache))
+    assert second is not None and second != first
+    assert (second / "Batch1" / "BatchDate.txt").read_bytes() == b"2017-07-07\r\n"
+    assert not first.exists()
+    assert sorted(p.name for p in cache.iterdir() if p.is_dir()) == sorted(
+        [second.name, other.name]
+    )
 
 
 def test_no_data_set_at_the_default_location_means_none(
