@@ -391,9 +391,8 @@ def test_a_string_keyed_pre_read_compiles() -> None:
 def test_a_string_keyed_pre_read_matches_the_oracle(
     spec: list[tuple[list[Any], list[Any]]],
 ) -> None:
-    """Keys repeated within a batch, unknown, empty, non-ASCII and null (not read: the read's
-    condition fails on a null quantity only; a null symbol is a key no row has) all read what the
-    oracle reads."""
+    """Symbols repeated within a batch, unknown, empty and non-ASCII read what the oracle reads;
+    a null symbol or quantity is not read (no key, or the read's condition not true)."""
     flow = listing_flow()
     batches = [
         make_batch(flow, i + 1, security_updates=securities, trade_events=trades)
