@@ -57,7 +57,16 @@ from etl_dataflows.planning.locks import LockPlan, LockUnit, lock_requests
 from etl_dataflows.stateless import DeadLetters, describe_error, event_rows
 from etl_dataflows.tables import Table
 from etl_dataflows.transaction import TransactionStep
-from etl_dataflows.types import META_COLUMNS, META_TYPES, POS, SRC, TS, arrow_array, arrow_type
+from etl_dataflows.types import (
+    META_COLUMNS,
+    META_TYPES,
+    POS,
+    SRC,
+    TS,
+    arrow_array,
+    arrow_type,
+    dictionary_encoded,
+)
 from etl_dataflows.vectorized import EventColumns, column_from_arrow, evaluate
 
 
@@ -720,13 +729,13 @@ def _distinct_strings(
     column: pa.ChunkedArray, rows: np.ndarray
 ) -> tuple[list[tuple[Any, ...]], np.ndarray]:
     """The distinct values of a string ``column`` at ``rows`` (none of them null) as one-part
-    keys, and for every row the index of its value among them: dictionary-encoded in Arrow, so
-    only the distinct values become Python strings (sorting the rows' Python strings, as
-    ``np.unique`` did, was the larger part of a pre-read's cost on the TPC-DI stream)."""
-    picked = take_rows(column, rows)
-    if pa.types.is_dictionary(picked.type):
-        picked = picked.cast(pa.string())
-    encoded = picked.dictionary_encode()
+    keys, and for every row the index of its value among them: dictionary-encoded in Arrow
+    (:func:`~etl_dataflows.types.dictionary_encoded`; a dictionary column as it is), so only the
+    distinct values become Python strings (sorting the rows' Python strings, as ``np.unique``
+    did, was the larger part of a pre-read's cost on the TPC-DI stream). A dictionary that
+    holds a value twice, or one no row uses, only reads a key more: each row still maps to its
+    own value."""
+    encoded = dictionary_encoded(take_rows(column, rows))
     keys = [(k,) for k in encoded.dictionary.to_pylist()]
     return keys, np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
 
