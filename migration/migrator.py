@@ -19,9 +19,11 @@ freely. A round, in order:
    :meth:`~migration.targets.base.BaseTarget.load`), the targets at once, a thread each
    (``parallel_targets``; a target's transaction is its own, so each is still loaded exactly
    once); after each target's commit, note its acknowledgement (in memory). A target whose load
-   brought it to ``W`` goes on to step 4 in the same thread, without waiting for the others'
-   loads (with two warehouses, the faster one's merge no longer waits for the slower one's
-   load).
+   brings it to ``W`` with a merge due (step 4) merges in the same thread, without waiting for
+   the others' loads (with two warehouses, the faster one's merge no longer waits for the
+   slower one's load), and in the load's own transaction when no earlier load of it waits
+   unmerged (:meth:`~migration.targets.base.BaseTarget.load_and_merge`: its delta rows never
+   leave the transaction).
 4. Merge a target's delta tables into its full tables when it holds ``merge_rows`` unmerged rows
    or ``merge_ms`` passed since its last merge (or when asked); the targets due that step 3 did
    not merge merge at once, a thread each, like step 3.
@@ -557,8 +559,25 @@ class Migrator:
         self, name: str, *, changes: StagedChanges, via: Via, top: int, merge: MergeMode
     ) -> _Advanced:
         """Step 3 for one target, and step 4 at once when the load brought it to ``top`` and a
-        merge is due (a merge that fails is the outcome's, reported as step 4 reports it)."""
-        w, seconds = self._load(name, changes=changes, via=via)
+        merge is due (a merge that fails is the outcome's, reported as step 4 reports it). A
+        load and merge in one transaction that fails is made again as a load, then a merge: a
+        merge that keeps failing must not hold the loads back (their rows are read through the
+        delta tables meanwhile)."""
+        merged: MergeResult | None = None
+        if changes.upto >= top and self._merge_due(name, merge, adding=changes.rows):
+            try:
+                w, seconds, merged = self._load_and_merge(name, changes=changes, via=via)
+            except Exception as exc:
+                logger.warning(
+                    "load and merge in one transaction failed target=%s: %s; loading, then merging",
+                    name,
+                    exc,
+                )
+                w, seconds = self._load(name, changes=changes, via=via)
+            if merged is not None:
+                return _Advanced(w, seconds, merged)
+        else:
+            w, seconds = self._load(name, changes=changes, via=via)
         if w == changes.upto:
             self._unmerged[name] = self._unmerged.get(name, 0) + changes.rows
         advanced = _Advanced(w, seconds)
@@ -595,6 +614,21 @@ class Migrator:
         self._spend(f"load.{name}", seconds)
         return w, seconds
 
+    def _load_and_merge(
+        self, name: str, *, changes: StagedChanges, via: Via
+    ) -> tuple[int, float, MergeResult | None]:
+        """Steps 3 and 4 for one target in one of its transactions
+        (:meth:`~migration.targets.base.BaseTarget.load_and_merge`): its new watermark, the
+        seconds the load took and the merge (None: loaded only, the merge is step 4's)."""
+        t1 = time.perf_counter()
+        w, merged = self.targets[name].load_and_merge(changes, via, self._target_hook(name))
+        seconds = time.perf_counter() - t1
+        merge_s = merged.ms / 1000 if merged is not None else 0.0
+        self._spend(f"load.{name}", seconds - merge_s)
+        if merged is not None:
+            self._spend(f"merge.{name}", merge_s)
+        return w, seconds - merge_s, merged
+
     def _merge_one(self, name: str) -> MergeResult | None:
         """Step 4 for one target."""
         t2 = time.perf_counter()
@@ -603,12 +637,13 @@ class Migrator:
         finally:
             self._spend(f"merge.{name}", time.perf_counter() - t2)
 
-    def _merge_due(self, name: str, merge: MergeMode) -> bool:
+    def _merge_due(self, name: str, merge: MergeMode, *, adding: int = 0) -> bool:
+        """Whether ``name`` merges now (``adding``: rows of a load about to be made)."""
         if merge == "never":
             return False
         if merge == "force":
             return True
-        unmerged = self._unmerged.get(name, 0)
+        unmerged = self._unmerged.get(name, 0) + adding
         if unmerged <= 0:
             return False
         waited_ms = (time.monotonic() - self._last_merge.get(name, 0.0)) * 1000

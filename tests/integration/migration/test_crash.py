@@ -163,6 +163,38 @@ def test_killed_migration_resumes_exactly_once(
     _check_final(targets, staging, staged)
 
 
+@pytest.mark.parametrize("target", ["duckdb", "postgres"])
+def test_a_load_killed_in_the_merge_of_its_own_transaction_leaves_nothing(
+    tmp_path: Path, postgres: PostgresServer, staged: Staged, target: str
+) -> None:
+    """One load of every batch, merged in its own transaction (the round's last load with a
+    merge due), killed in that merge: the target holds nothing of it, neither ledger rows nor
+    delta rows; run again, it ends exact."""
+    staging = copy_staging(staged.path, tmp_path / "staging.duckdb")
+    dsn, warehouse = postgres.database(), tmp_path / "wh.duckdb"
+    env = migrate_env(
+        tmp_path,
+        staging,
+        dsn,
+        warehouse,
+        MIGRATION__TARGETS=target,
+        MIGRATION__MAX_BATCHES_PER_LOAD=str(BATCHES),
+    )
+    crashed = run_migrate(
+        ["migrate", "push", SPEC, "--merge", "--crash-at", f"merge:{target}:1"], env
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    targets = _targets(shop_dataflow().build(), dsn, warehouse, target)
+    t = targets[target]
+    t.open()
+    assert (t.watermark(), t.delta_rows(), t.merged_through()[0]) == (0, 0, 0)
+    t.close()
+
+    again = run_migrate(["migrate", "push", SPEC, "--merge"], env)
+    assert again.returncode == 0, again.stderr
+    _check_final(targets, staging, staged)
+
+
 def test_a_batch_one_target_holds_goes_to_the_other_exactly_once(
     tmp_path: Path, postgres: PostgresServer, staged: Staged
 ) -> None:

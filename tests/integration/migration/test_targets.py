@@ -244,3 +244,100 @@ def test_postgres_leaves_room_for_merges_and_vacuums_what_a_merge_emptied(
     assert_target_equals_staging(pg, store.load_state().tables, outputs, current=False)
     migrator.close()
     store.close()
+
+
+def _twin_targets(tmp: Path, postgres: PostgresServer, tag: str) -> dict[str, BaseTarget]:
+    settings = load_settings(
+        postgres={"dsn": postgres.database()},
+        migration={"targets": "duckdb,postgres", "duckdb_path": str(tmp / f"{tag}.duckdb")},
+    )
+    from tests.migration_shop import shop_dataflow
+
+    targets = build_targets(settings, WarehouseLayout(shop_dataflow().build()))
+    for target in targets.values():
+        target.open()
+    return targets
+
+
+def _contents(target: BaseTarget) -> dict[str, Any]:
+    return {
+        "tables": {name: target.table_rows(name) for name in target.layout.tables},
+        "ledger": [(b, n) for b, n, _ in target.ledger_rows()],
+        "merged_through": target.merged_through()[0],
+        "delta_rows": target.delta_rows(),
+    }
+
+
+def test_a_load_merged_in_its_own_transaction_equals_a_load_then_a_merge(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """``load_and_merge`` (one transaction) leaves each warehouse as ``load`` then ``merge``
+    (two) do: the same full tables, ledger and merge watermark, no delta rows. With an earlier
+    load still unmerged it only loads (the merge of both is the next ``merge``'s), and ends
+    equal again after that merge."""
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 10), events=150, rejects=True)
+    staged = StagedDeltas(store)
+    two_steps = _twin_targets(tmp_path, postgres, "two")
+    one_step = _twin_targets(tmp_path, postgres, "one")
+    try:
+        for kind in ("duckdb", "postgres"):
+            plain, combined = two_steps[kind], one_step[kind]
+            # 1-3 and 4-6: each load merged at once
+            for after, upto in ((0, 3), (3, 6)):
+                changes = staged.read(after, upto)
+                assert plain.load(changes, "push") == upto
+                merged = plain.merge()
+                assert merged is not None and merged.through == upto
+                w, result = combined.load_and_merge(changes, "push")
+                assert w == upto and result is not None
+                assert (result.through, result.rows) == (upto, merged.rows), kind
+                assert _contents(combined) == _contents(plain), kind
+                assert _contents(combined)["delta_rows"] == 0
+            # 7-8 loaded and left unmerged; 9 then only loads, and the merge takes both
+            for target in (plain, combined):
+                target.load(staged.read(6, 8), "push")
+            plain.load(staged.read(8, 9), "push")
+            w, result = combined.load_and_merge(staged.read(8, 9), "push")
+            assert (w, result) == (9, None), kind
+            assert combined.delta_rows() > 0 and combined.merged_through()[0] == 6
+            assert plain.merge() is not None and combined.merge() is not None
+            assert _contents(combined) == _contents(plain), kind
+            assert _contents(combined)["merged_through"] == 9
+            # a load of batches the target holds already changes nothing
+            assert combined.load_and_merge(staged.read(6, 9), "push") == (9, None)
+    finally:
+        for target in [*two_steps.values(), *one_step.values()]:
+            target.close()
+        store.close()
+
+
+def test_a_failed_load_and_merge_is_made_again_as_a_load_then_a_merge(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """When the load and merge of one transaction fails, the round loads, then merges, as
+    before it had that transaction: a merge that keeps failing never holds the loads back."""
+    calls: list[str] = []
+
+    def broken(self: BaseTarget, *args: Any, **kwargs: Any) -> Any:
+        calls.append(self.name)
+        raise RuntimeError("merge failed on purpose")
+
+    monkeypatch.setattr(BaseTarget, "load_and_merge", broken)
+    settings = _settings(tmp_path, postgres.database(), max_batches_per_load=10)
+    store = stage_shop(tmp_path / "staging.duckdb", range(1, 4), events=150)
+    outputs = _outputs(store)  # before the round releases them
+    migrator = _migrator(store, settings)
+    try:
+        with caplog.at_level("WARNING", logger="migration.migrator"):
+            report = migrator.migrate(via="push", merge="force")
+        assert sorted(calls) == ["duckdb", "postgres"]
+        assert "merge failed on purpose" in caplog.text
+        state = store.load_state().tables
+        for name, target in migrator.targets.items():
+            assert report.targets[name].error is None
+            assert target.watermark() == 3 and target.merged_through()[0] == 3
+            assert target.delta_rows() == 0
+            assert_target_equals_staging(target, state, outputs, current=False)
+    finally:
+        migrator.close()
+        store.close()
