@@ -19,7 +19,7 @@ from staging.handoff import StagedDeltas
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 from tests.integration.migration.conftest import PostgresServer
-from tests.migration_shop import stage_shop
+from tests.migration_shop import shop_dataflow, stage_shop
 from tests.unit.migration.test_duckdb_target import assert_target_equals_staging
 
 pytestmark = pytest.mark.postgres
@@ -251,8 +251,6 @@ def _twin_targets(tmp: Path, postgres: PostgresServer, tag: str) -> dict[str, Ba
         postgres={"dsn": postgres.database()},
         migration={"targets": "duckdb,postgres", "duckdb_path": str(tmp / f"{tag}.duckdb")},
     )
-    from tests.migration_shop import shop_dataflow
-
     targets = build_targets(settings, WarehouseLayout(shop_dataflow().build()))
     for target in targets.values():
         target.open()
