@@ -20,7 +20,12 @@ order, so a stream over several partitions goes through a :class:`PartitionMerge
   partitions go idle *together*: a silent partition goes idle only when every partition of the
   stream is silent (or already idle), or when another partition got a record at least the idle
   timeout after its last one (it fell behind the others, e.g. a producer that skips it), never
-  because it fell silent a few milliseconds before the others.
+  because it fell silent a few milliseconds before the others. A partition that fell behind goes
+  idle only once it was so at two checks the idle timeout apart (**confirmed**): a Kafka
+  transaction's commit markers are written one partition after the other, so right after the
+  consumer read one partition's part of a transaction, another partition's part may not be
+  readable yet and its end offset still says it was read to its end; a single check would take
+  it for a skipped partition and release the first partition's events past it.
 * A record from an idle partition **wakes** the stream: every idle partition counts in the
   minimum again, as if it had just sent a record, and goes idle again only by the rule above.
   A producer that writes all partitions in one Kafka transaction (streamdi's collector: a batch
@@ -79,6 +84,9 @@ class _Partition:
     held: list[HeldChunk] = field(default_factory=list)
     last_seen: float = 0.0
     idle: bool = False
+    #: When a check first found it behind the others (silent, read to its end, another partition
+    #: newer by the idle timeout); None: not so at the last check (see :meth:`mark_idle`).
+    behind_since: float | None = None
 
 
 class PartitionMerge:
@@ -129,6 +137,7 @@ class PartitionMerge:
                     other.last_seen = at
         part.last_seen = at
         part.idle = False
+        part.behind_since = None
 
     def last_batch(self, tp: TopicPartition) -> int:
         """The last collector batch id completed in ``tp`` (a batch id at or below it, read
@@ -158,7 +167,8 @@ class PartitionMerge:
     def mark_idle(self, caught_up: set[TopicPartition], now: float | None = None) -> bool:
         """Mark idle the partitions that are in ``caught_up`` (the consumer's position is at
         their end offset) and silent for ``idle_s``, when every partition is idle or such, or
-        when another partition got a record ``idle_s`` or more after their last one (see the
+        when another partition got a record ``idle_s`` or more after their last one and an
+        earlier check ``idle_s`` or more before this one found the same (confirmed; see the
         module docstring); True if one became idle."""
         at = time.monotonic() if now is None else now
         self._caught_up = set(caught_up)
@@ -170,10 +180,19 @@ class PartitionMerge:
         together = all(part.idle or tp in silent for tp, part in self._parts.items())
         newest = max(part.last_seen for part in self._parts.values())
         changed = False
-        for tp in silent:
-            part = self._parts[tp]
-            if together or newest - part.last_seen >= self.idle_s:
+        for tp, part in self._parts.items():
+            behind = tp in silent and newest - part.last_seen >= self.idle_s
+            if tp in silent and together:
                 part.idle = changed = True
+            elif not behind:
+                part.behind_since = None
+            else:
+                if part.behind_since is None:
+                    part.behind_since = at
+                if at - part.behind_since >= self.idle_s:
+                    part.idle = changed = True
+            if part.idle:
+                part.behind_since = None
         return changed
 
     # -- what it answers ---------------------------------------------------------------------------

@@ -89,12 +89,49 @@ def _oracle(ledger: Path) -> tuple[Any, pa.Table, pa.Table]:
         executor.close()
 
 
-def _diagnosis(store: StagingStore, state: Any, balances: pa.Table, kills: list[str]) -> str:
+def _output_diagnosis(store: StagingStore, ledger: Path, want: pa.Table, column: str) -> str:
+    """Where the staged ``column`` of ``outputs.balances`` first differs from the oracle's
+    ``want`` (both by ``_pos``): that event, and the staged events of its accounts around it in
+    the order the oracle applies them (event time), with the engine batch that applied each."""
+    got = store.query("SELECT * FROM outputs.balances ORDER BY _pos").to_pylist()
+    expected = want.to_pylist()
+    first = next(
+        i for i, (g, w) in enumerate(zip(got, expected, strict=True)) if g[column] != w[column]
+    )
+    row = got[first]
+    events = pa.concat_tables([c.events for c in ledger_file_source(ledger).read(0)])
+    accounts = {
+        e["_pos"]: {e["src"], e["dst"]} - {None}
+        for e in events.select(["_pos", "src", "dst"]).to_pylist()
+    }
+    mine = accounts[row["_pos"]]
+    lines = [
+        f"first difference at _pos {row['_pos']} (accounts {sorted(mine)}): "
+        f"{row[column]} against {expected[first][column]}",
+        f"their events (_ts, _pos, batch, kind, {column}) in event-time order:",
+    ]
+    near = sorted(
+        (r["_ts"], r["_pos"], r["batch_id"], r["kind"], r[column])
+        for r in got
+        if accounts[r["_pos"]] & mine
+    )
+    at = next(i for i, n in enumerate(near) if n[1] == row["_pos"])
+    lines += [f"  {n}" for n in near[max(0, at - 4) : at + 4]]
+    return "\n".join(lines)
+
+
+def _diagnosis(
+    store: StagingStore, state: Any, balances: pa.Table, kills: list[str], log: Path
+) -> str:
     """Which events staging applied differently from the oracle: the keys whose rows differ,
     the events applied twice or never (by ``_pos``), the engine batches that went back in event
-    time (an event applied after a newer one), the kills, and the staged merge state."""
+    time (an event applied after a newer one), the kills, the staged merge state, and the runs'
+    warnings of events that came after the release point had passed them."""
     staged = store.load_state()
     lines = [f"kills: {kills}"]
+    late = [line for line in log.read_text().splitlines() if "older than the release point" in line]
+    lines.append(f"late arrivals logged: {len(late)}")
+    lines += late[:10]
     for name, table in state.tables.items():
         want = {r["id"]: r for r in table.to_pylist()}
         got = {r["id"]: r for r in staged.tables[name].to_pylist()}
@@ -176,13 +213,18 @@ def test_four_partitions_exactly_once_in_event_time_order_across_kill_9(
         for name, table in state.tables.items():
             assert staged.tables[name].equals(table), (
                 f"state table {name} differs from the oracle; see {tmp_path}\n"
-                + _diagnosis(store, state, balances, kills)
+                + _diagnosis(store, state, balances, kills, log)
             )
         assert staged.sequences == state.sequences
         outputs = store.query("SELECT * EXCLUDE (batch_id) FROM outputs.balances ORDER BY _pos")
         want = balances.sort_by("_pos")
         for column in want.column_names:
-            assert outputs.column(column).to_pylist() == want.column(column).to_pylist(), column
+            assert outputs.column(column).to_pylist() == want.column(column).to_pylist(), (
+                f"outputs.balances.{column} differs from the oracle; see {tmp_path}\n"
+                + _output_diagnosis(store, ledger, want, column)
+                + "\n"
+                + _diagnosis(store, state, balances, kills, log)
+            )
         staged_aborts = store.query("SELECT pos FROM streamdi.aborts ORDER BY pos")
         assert staged_aborts.column("pos").to_pylist() == sorted(aborts.column("pos").to_pylist())
         # every engine batch holds only events after those of the batch before it

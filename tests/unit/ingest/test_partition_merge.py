@@ -387,8 +387,8 @@ def test_partitions_that_fall_silent_together_go_idle_together() -> None:
 
 def test_a_partition_the_producer_skips_goes_idle_while_the_others_move() -> None:
     """A partition that gets nothing while another keeps getting records goes idle once the
-    other got a record the idle timeout after its last one, so it cannot hold the stream back
-    for good."""
+    other got a record the idle timeout after its last one, confirmed by a check the idle
+    timeout later, so it cannot hold the stream back for good."""
     merge = _merge(idle_s=0.3)
     merge.seen(TPS[0], now=0.1)
     merge.hold(TPS[0], 0, _events([1_000, 2_000]))
@@ -396,8 +396,37 @@ def test_a_partition_the_producer_skips_goes_idle_while_the_others_move() -> Non
     assert not merge.mark_idle({TPS[1]}, now=0.25)
     assert _released(merge) == []  # partition 1 has no watermark yet
     merge.seen(TPS[0], now=0.3)
-    assert merge.mark_idle({TPS[1]}, now=0.35) and not merge.releases_all()
+    assert not merge.mark_idle({TPS[1]}, now=0.35)  # behind the others: to be confirmed
+    merge.seen(TPS[0], now=0.5)
+    assert not merge.mark_idle({TPS[1]}, now=0.6)
+    assert merge.mark_idle({TPS[1]}, now=0.65) and not merge.releases_all()
     assert _released(merge) == [1_000]
+
+
+def test_a_partition_whose_part_of_a_transaction_is_not_readable_yet_is_not_idle() -> None:
+    """After a quiet spell in which no check ran (nothing was held back), a transaction's part
+    on partition 1 is read while partition 0's part of it is not readable yet (its commit
+    marker comes a moment later, so its end offset still says it was read to its end). One
+    check then finds partition 0 silent and behind partition 1; that alone does not make it
+    idle, so partition 1's events wait for partition 0's older ones (a single check made it idle
+    and released 4,000 before 3,000)."""
+    merge = _merge(idle_s=0.3)
+    merge.seen(TPS[0], now=0.0)
+    merge.hold(TPS[0], 0, _events([1_000]))
+    merge.advance(TPS[0], 2_000)  # the transaction's watermark records, on both partitions
+    merge.seen(TPS[1], now=0.0)
+    merge.advance(TPS[1], 2_000)
+    assert _released(merge) == [1_000] and not merge.holding
+    # a quiet spell (no check: nothing held), then the next transaction, partition 1's part first
+    merge.seen(TPS[1], now=1.0)
+    merge.hold(TPS[1], 1, _events([4_000, 5_000]))
+    assert not merge.mark_idle(set(TPS[:2]), now=1.05)
+    assert _released(merge) == []
+    merge.seen(TPS[0], now=1.1)  # its part is readable now
+    merge.hold(TPS[0], 1, _events([3_000]))
+    merge.advance(TPS[0], 5_000)
+    assert not merge.mark_idle(set(TPS[:2]), now=1.4)  # seen again: the first check is void
+    assert _released(merge) == [3_000, 4_000]
 
 
 def test_a_partition_far_ahead_is_throttled_until_it_holds_half_the_limit() -> None:
