@@ -25,7 +25,9 @@ order, so a stream over several partitions goes through a :class:`PartitionMerge
   transaction's commit markers are written one partition after the other, so right after the
   consumer read one partition's part of a transaction, another partition's part may not be
   readable yet and its end offset still says it was read to its end; a single check would take
-  it for a skipped partition and release the first partition's events past it.
+  it for a skipped partition and release the first partition's events past it. (A first check
+  followed by none for a while, because nothing was held back, confirms nothing: the count
+  starts again, :data:`CONFIRM_GAP_S`.)
 * A record from an idle partition **wakes** the stream: every idle partition counts in the
   minimum again, as if it had just sent a record, and goes idle again only by the rule above.
   A producer that writes all partitions in one Kafka transaction (streamdi's collector: a batch
@@ -64,6 +66,10 @@ TopicPartition = tuple[str, int]
 
 #: The column a held event's source record offset travels in, inside the staged held events.
 OFFSET = "_offset"
+#: A check confirms that a partition fell behind (:meth:`PartitionMerge.mark_idle`) only within
+#: the idle timeout plus this many seconds of the check that first found it so (checks run about
+#: every 0.1 s while events are held back).
+CONFIRM_GAP_S = 1.0
 
 
 @dataclass
@@ -168,8 +174,8 @@ class PartitionMerge:
         """Mark idle the partitions that are in ``caught_up`` (the consumer's position is at
         their end offset) and silent for ``idle_s``, when every partition is idle or such, or
         when another partition got a record ``idle_s`` or more after their last one and an
-        earlier check ``idle_s`` or more before this one found the same (confirmed; see the
-        module docstring); True if one became idle."""
+        earlier check ``idle_s`` to ``idle_s + CONFIRM_GAP_S`` before this one found the same
+        (confirmed; see the module docstring); True if one became idle."""
         at = time.monotonic() if now is None else now
         self._caught_up = set(caught_up)
         silent = {
@@ -187,9 +193,12 @@ class PartitionMerge:
             elif not behind:
                 part.behind_since = None
             else:
-                if part.behind_since is None:
-                    part.behind_since = at
-                if at - part.behind_since >= self.idle_s:
+                since = part.behind_since
+                if since is None or at - since > self.idle_s + CONFIRM_GAP_S:
+                    # the first check, or one so old that no check ran since (nothing was held
+                    # back meanwhile): it confirms nothing about now
+                    part.behind_since = since = at
+                if at - since >= self.idle_s:
                     part.idle = changed = True
             if part.idle:
                 part.behind_since = None

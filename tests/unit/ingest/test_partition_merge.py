@@ -429,6 +429,20 @@ def test_a_partition_whose_part_of_a_transaction_is_not_readable_yet_is_not_idle
     assert _released(merge) == [3_000, 4_000]
 
 
+def test_a_check_long_before_confirms_nothing() -> None:
+    """A check that found a partition behind, followed by a quiet spell with no check, does not
+    confirm it at the next check: that check starts the count again (the partition may be one
+    whose part of the newest transaction is not readable yet)."""
+    merge = _merge(idle_s=0.3)
+    merge.seen(TPS[0], now=0.0)
+    merge.seen(TPS[1], now=0.5)
+    merge.hold(TPS[1], 0, _events([4_000]))
+    merge.advance(TPS[1], 5_000)
+    assert not merge.mark_idle({TPS[0]}, now=0.55)  # behind: the first check
+    assert not merge.mark_idle({TPS[0]}, now=5.0)  # no check since: it starts again
+    assert merge.mark_idle({TPS[0]}, now=5.35) and _released(merge) == [4_000]
+
+
 def test_a_partition_far_ahead_is_throttled_until_it_holds_half_the_limit() -> None:
     """Throttling (what the consuming loop pauses): a partition ahead of the release point that
     holds more than the limit stops, and reads again at half the limit; the partition the
