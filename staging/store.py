@@ -499,12 +499,21 @@ class StagingStore:
             )
         version = history[-1].version + 1 if history else 1
         record_version(self._con, version, self.shape, watermark)
-        if isinstance(to_record, UpgradePlan):
+        if isinstance(to_record, UpgradePlan) and watermark == 0:
+            # no batch was run by the old steps (a seeded file whose dataflow is built again
+            # with its reference data, as TPC-DI's run does): nothing to recompute
+            logger.info(
+                "dataflow %s version=%s recorded before any batch (steps changed: %s)",
+                self.flow.name,
+                version,
+                ", ".join(c.subject for c in to_record.changes),
+            )
+        elif isinstance(to_record, UpgradePlan):
             logger.info(
                 "dataflow changed in place version=%s after_batch=%s\n%s",
                 version,
                 watermark,
-                to_record.render(),
+                to_record.render(advice=False),
             )
 
     @property

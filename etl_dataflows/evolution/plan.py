@@ -139,8 +139,9 @@ class UpgradePlan:
             "changes": [c.to_json() for c in self.changes],
         }
 
-    def render(self) -> str:
-        """The plan as text: one line per change, then what to run."""
+    def render(self, *, advice: bool = True) -> str:
+        """The plan as text: one line per change, then what to run (without ``advice``: the
+        changes only, for a plan already applied)."""
         if self.empty:
             return f"dataflow {self.flow!r}: no changes (digest {self.new.digest()})"
         lines = [
@@ -157,12 +158,12 @@ class UpgradePlan:
             lines.append(f"            {c.reason}")
             if c.way_out:
                 lines.append(f"            way out: {c.way_out}")
-        if self.applicable:
+        if advice and self.applicable:
             lines.append(
                 "every change applies in place: run `streamdi upgrade apply <module:attribute>` "
                 "(or `streamdi run --upgrade`)"
             )
-        else:
+        elif advice:
             lines.append(
                 f"{len(self.blocking)} change(s) cannot apply in place; see each way out above"
             )

@@ -152,3 +152,39 @@ def test_planning_against_no_staging_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(StagingMissing, match="nothing was staged there yet"):
         plan_staging(tmp_path / "none.duckdb", bank(2))
     assert not (tmp_path / "none.duckdb").exists()
+
+
+def counter(step: int) -> CompiledDataflow:
+    """One table counted up by ``step`` per event: versions differ in step logic only."""
+    flow = Dataflow("counter")
+    counts = flow.table("counts", key={"id": "int64"}, columns={"n": "int64"}, defaults={"n": 0})
+    flow.source("hits", schema={"id": "int64"})
+    t = flow.transact("count")
+    t.update(counts, "id", set={"n": old("n") + step}, if_missing="insert")
+    t.emit(id=col("id"))
+    flow.sink("counted")
+    return flow.build()
+
+
+def test_a_change_of_step_logic_is_recorded_at_open_and_logged_as_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Step logic alone changes in place when the file opens: before any batch (a seeded file
+    opened again with its dataflow built anew, as TPC-DI's run does) one line names the steps;
+    after batches, the plan without advice to run an upgrade that is already made."""
+    path = tmp_path / "staging.duckdb"
+    StagingStore(path, counter(1), background_merge=False).close()
+    caplog.set_level("INFO", logger="staging.store")
+    with StagingStore(path, counter(2), background_merge=False) as store:
+        assert [(v.version, v.watermark) for v in store.history] == [(1, 0), (2, 0)]
+        batch = make_batch(store.flow, 1, hits=[{"id": 1, "_ts": 1000}])
+        oracle = create_executor("serial", store.flow, store.load_state())
+        store.commit([simple_commit(1, oracle.run_batch(batch))])
+    before = [r.getMessage() for r in caplog.records if "version=2" in r.getMessage()]
+    assert before == ["dataflow counter version=2 recorded before any batch (steps changed: count)"]
+    caplog.clear()
+    with StagingStore(path, counter(3), background_merge=False) as store:
+        assert [(v.version, v.watermark) for v in store.history][-1] == (3, 1)
+    after = [r.getMessage() for r in caplog.records if "version=3" in r.getMessage()]
+    assert len(after) == 1 and "after_batch=1" in after[0] and "step_logic_changed" in after[0]
+    assert "streamdi upgrade apply" not in after[0]
