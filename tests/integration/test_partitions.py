@@ -95,9 +95,9 @@ def _output_diagnosis(store: StagingStore, ledger: Path, want: pa.Table, column:
     the order the oracle applies them (event time), with the engine batch that applied each."""
     got = store.query("SELECT * FROM outputs.balances ORDER BY _pos").to_pylist()
     expected = want.to_pylist()
-    first = next(
-        i for i, (g, w) in enumerate(zip(got, expected, strict=True)) if g[column] != w[column]
-    )
+    first = next((i for i, (g, w) in enumerate(zip(got, expected)) if g[column] != w[column]), None)
+    if first is None or len(got) != len(expected):
+        return f"{len(got)} staged output rows against the oracle's {len(expected)}"
     row = got[first]
     events = pa.concat_tables([c.events for c in ledger_file_source(ledger).read(0)])
     accounts = {
