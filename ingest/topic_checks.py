@@ -6,6 +6,9 @@
    (``StreamBinding.partitions``). More would scatter a stream's events over partitions the run
    does not order; fewer would leave bound partitions out. A mismatch stops the start with
    :class:`~ingest.exceptions.TopicMismatch`, naming the topic, both counts and what to change.
+   A topic the broker describes with no partitions is one it has not finished creating (a topic
+   has at least one): the check asks again for up to :data:`TOPIC_READY_S`, then stops the start
+   with :class:`~ingest.exceptions.BrokerUnavailable` (the broker, not the topic, is at fault).
 2. **Retention.** A topic whose records are deleted sooner than :data:`SHORT_RETENTION_MS` (a
    day) is reported in the log at start: a pipeline stopped or lagging longer than that loses
    events it never read. The loss itself is caught where it happens: the consumer refuses to skip
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ingest.exceptions import BrokerUnavailable, TopicMismatch
@@ -26,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 #: Retention below this (ms) is reported at start.
 SHORT_RETENTION_MS = 24 * 3600 * 1000
+#: How long a topic just created may be described with no partitions before the start stops.
+TOPIC_READY_S = 10.0
 
 
 def check_topics(kafka: KafkaSettings, bootstrap: str, wanted: dict[str, int]) -> dict[str, int]:
@@ -39,7 +45,7 @@ def check_topics(kafka: KafkaSettings, bootstrap: str, wanted: dict[str, int]) -
     except KafkaError as exc:
         raise BrokerUnavailable(f"cannot check topics {sorted(wanted)}: {exc}") from exc
     try:
-        described = admin.describe_topics(sorted(wanted))
+        described = described_topics(admin, sorted(wanted))
         retention = _retention_ms(admin, sorted(wanted))
     except KafkaError as exc:
         raise BrokerUnavailable(f"cannot check topics {sorted(wanted)}: {exc}") from exc
@@ -70,6 +76,27 @@ def check_topics(kafka: KafkaSettings, bootstrap: str, wanted: dict[str, int]) -
                 ms,
             )
     return retention
+
+
+def described_topics(
+    admin: Any, topics: list[str], *, ready_s: float = TOPIC_READY_S, every_s: float = 0.1
+) -> list[dict[str, Any]]:
+    """``admin.describe_topics(topics)`` once every topic in it lists its partitions, asked
+    again every ``every_s`` for up to ``ready_s`` (a topic just created is described with none
+    until the broker has placed them); raises :class:`~ingest.exceptions.BrokerUnavailable`
+    naming the topics still without partitions then."""
+    deadline = time.monotonic() + ready_s
+    while True:
+        described: list[dict[str, Any]] = admin.describe_topics(topics)
+        pending = sorted(t["name"] for t in described if not t.get("partitions"))
+        if not pending:
+            return described
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailable(
+                f"the broker describes topics {pending} with no partitions after {ready_s:.0f} s: "
+                "it has not finished creating them; start again once it has"
+            )
+        time.sleep(every_s)
 
 
 def _retention_ms(admin: Any, topics: list[str]) -> dict[str, int]:
