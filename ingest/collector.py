@@ -63,6 +63,7 @@ from ingest.exceptions import BrokerUnavailable, CollectorBusy
 from ingest.records import BATCH, LAST_POS, PART, STREAM, encode_batch, header_map
 from ingest.sources import BaseSource, Reject, SourceChunk, json_payload
 from ingest.spreading import BatchSender, open_sender
+from ingest.topic_checks import topic_partitions
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -210,7 +211,7 @@ class BatchCollector:
         except KafkaError as exc:
             raise BrokerUnavailable(f"cannot read topic {self.topic!r}: {exc}") from exc
         try:
-            partitions = consumer.partitions_for_topic(self.topic) or {0}
+            partitions = topic_partitions(consumer, self.topic)
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             self.partitions = len(tps)
             consumer.assign(tps)

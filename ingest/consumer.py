@@ -21,6 +21,7 @@ from typing import Any
 from ingest.assembler import RawRecord, TopicPartition
 from ingest.broker import client_config
 from ingest.exceptions import BrokerUnavailable, RetentionGap
+from ingest.topic_checks import topic_partitions
 from streamdi.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class RecordConsumer:
             )
             tps: list[Any] = []
             for topic in topics:
-                partitions = self._consumer.partitions_for_topic(topic) or {0}
+                partitions = topic_partitions(self._consumer, topic)
                 tps.extend(TopicPartition(topic, p) for p in sorted(partitions))
             self._consumer.assign(tps)
             self._check_log_start(tps, start)

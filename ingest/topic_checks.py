@@ -99,6 +99,28 @@ def described_topics(
         time.sleep(every_s)
 
 
+def topic_partitions(
+    consumer: Any, topic: str, *, ready_s: float = TOPIC_READY_S, every_s: float = 0.1
+) -> set[int]:
+    """The partitions of ``topic`` as ``consumer`` (a kafka-python ``KafkaConsumer``) learns
+    them from the broker's metadata, asked again every ``every_s`` for up to ``ready_s`` while
+    there are none (a topic just created has none until the broker placed them; counting it as
+    one partition would send a collector's batches, and a restarted one's copies of them, to
+    other partitions than the topic's count maps them to); raises
+    :class:`~ingest.exceptions.BrokerUnavailable` when there are still none."""
+    deadline = time.monotonic() + ready_s
+    while True:
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions:
+            return {int(p) for p in partitions}
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailable(
+                f"the broker knows no partitions of topic {topic!r} after {ready_s:.0f} s: it "
+                "has not finished creating it (or it does not exist); start again once it has"
+            )
+        time.sleep(every_s)
+
+
 def _retention_ms(admin: Any, topics: list[str]) -> dict[str, int]:
     from kafka.admin import ConfigResource, ConfigResourceType
 
