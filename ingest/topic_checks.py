@@ -14,6 +14,9 @@
    events it never read. The loss itself is caught where it happens: the consumer refuses to skip
    records that retention deleted before they were consumed
    (:class:`~ingest.exceptions.RetentionGap`).
+
+The consumer and a collector's resume scan learn a topic's partitions through
+:func:`topic_partitions`, which waits for them the same way.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def topic_partitions(
     """The partitions of ``topic`` as ``consumer`` (a kafka-python ``KafkaConsumer``) learns
     them from the broker's metadata, asked again every ``every_s`` for up to ``ready_s`` while
     there are none (a topic just created has none until the broker placed them; counting it as
-    one partition would send a collector's batches, and a restarted one's copies of them, to
-    other partitions than the topic's count maps them to); raises
+    one partition would have a collector send its batches to partition 0 outside a transaction,
+    not where the topic's count maps them: :mod:`ingest.spreading`); raises
     :class:`~ingest.exceptions.BrokerUnavailable` when there are still none."""
     deadline = time.monotonic() + ready_s
     while True:
