@@ -431,15 +431,11 @@ class BaseTarget(ABC):
                         current,
                     )
                     return current, None
-                last: tuple[Any, ...] = (0, 0)
+                last_id = 0
                 if merge:
-                    last = self.fetch(
-                        f"SELECT coalesce(max(merge_id), 0), coalesce(max(through_batch), 0) "
-                        f"FROM {layout.merges_name} WHERE stream = ?",
-                        [layout.stream],
-                    )[0]
+                    last_id, merged_through = self._last_merge()
                     # the merge sees this load's rows only: nothing loaded earlier waits
-                    merge = int(last[1]) >= current
+                    merge = merged_through >= current
                 # 3.
                 first = True
                 for name, rows in [*changes.tables.items(), *changes.outputs.items()]:
@@ -474,7 +470,7 @@ class BaseTarget(ABC):
                     merge_started = time.perf_counter()
                     rows_written = self._merge_tables(loaded, hook)
                     ms = (time.perf_counter() - merge_started) * 1000
-                    result = MergeResult(int(last[0]) + 1, changes.upto, rows_written, ms)
+                    result = MergeResult(last_id + 1, changes.upto, rows_written, ms)
                     self.insert_merge(result.merge_id, result.through, rows_written, ms)
                 # 6.
                 self.commit()
@@ -552,19 +548,15 @@ class BaseTarget(ABC):
                         [layout.stream],
                     )[0][0]
                 )
-                last = self.fetch(
-                    f"SELECT coalesce(max(merge_id), 0), coalesce(max(through_batch), 0) "
-                    f"FROM {layout.merges_name} WHERE stream = ?",
-                    [layout.stream],
-                )[0]
-                if int(last[1]) >= through:
+                last_id, merged_through = self._last_merge()
+                if merged_through >= through:
                     self.rollback()
                     return None
                 filled = self._filled_deltas()
                 rows = self._merge_tables(filled, hook)
                 # 5.
                 ms = (time.perf_counter() - started) * 1000
-                merge_id = int(last[0]) + 1
+                merge_id = last_id + 1
                 self.insert_merge(merge_id, through, rows, ms)
                 # 6.
                 self.commit()
@@ -575,6 +567,17 @@ class BaseTarget(ABC):
             hook("merged")
         self._after_merge(filled)
         return MergeResult(merge_id, through, rows, (time.perf_counter() - started) * 1000)
+
+    def _last_merge(self) -> tuple[int, int]:
+        """In the open transaction: the stream's last ``merge_id`` and the batch its full tables
+        hold every batch through (0 and 0 before any merge)."""
+        layout = self.layout
+        merge_id, through = self.fetch(
+            f"SELECT coalesce(max(merge_id), 0), coalesce(max(through_batch), 0) "
+            f"FROM {layout.merges_name} WHERE stream = ?",
+            [layout.stream],
+        )[0]
+        return int(merge_id), int(through)
 
     def _merge_tables(self, filled: set[str], hook: Hook | None) -> int:
         """The merge protocol's steps 2-4 for the relations ``filled`` (their delta tables hold
