@@ -40,6 +40,7 @@ from etl_dataflows.dataflow import CompiledDataflow
 from etl_dataflows.state import image_schema
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
+from staging import state_file
 from staging.handoff import StagedDeltas
 from staging.layout import arrow_of
 from staging.store import BatchCommit, StagingStore
@@ -121,10 +122,11 @@ def _baseline(staging: Path) -> float:
     """Seconds to copy the state table's rows out and back through DuckDB's bulk path."""
     con = duckdb.connect(str(staging))
     try:
+        state_file.attach(con, staging)
         started = time.perf_counter()
         con.execute("BEGIN TRANSACTION")
         con.register("_rows", arrow_of(con.sql('SELECT * FROM state."accounts"')))
-        con.execute('CREATE TABLE state_base."accounts_copy" AS SELECT * FROM _rows')
+        con.execute(f"CREATE TABLE {state_file.table_ref('accounts_copy')} AS SELECT * FROM _rows")
         con.execute("COMMIT")
         return time.perf_counter() - started
     finally:

@@ -205,7 +205,7 @@ def take_checkpoint(
     # 1.
     cursor = store.cursor()
     try:
-        cursor.execute("BEGIN TRANSACTION")
+        store.begin_read(cursor)
         row = cursor.execute(
             f"SELECT batch_id, committed_at FROM {qualified(SYSTEM, 'batches')} "
             "ORDER BY batch_id DESC LIMIT 1"

@@ -6,30 +6,33 @@ for a dataflow whose batches touch the same rows again and again that was most o
 cost. Now a commit only writes the batch's delta log (segment files, :mod:`staging.segments`,
 which the commit writes anyway) and every :data:`FOLD_BATCHES` batches (or once
 :data:`FOLD_ROWS` delta rows wait) the deltas since the last fold are applied to the folded
-tables ``state_base.<table>``, so a row changed in many batches is written once. A fold of up
-to :data:`FOLD_INLINE_ROWS` rows runs in the transaction of the commit that makes it due (the
-cheapest place for small batches, measured); a larger one, in a store with a housekeeping
-thread, runs there in a transaction of its own beside the commits (:meth:`StateFolder.fold`),
-so a batch of hundreds of thousands of changed rows never holds the next commits back for the
-seconds its fold takes (at SF 100, 500,000 prospects change every day).
+tables, so a row changed in many batches is written once. The folded tables live in a DuckDB
+file of their own (:mod:`staging.state_file`): a fold is a transaction on that file, in the
+store's housekeeping thread beside the commits (or, in a store without one, right after the
+commit that made it due), and neither the fold nor the state file's checkpoints hold a batch's
+commit back (at SF 100, 500,000 prospects change every day; in the TPC-DI stream a checkpoint
+of the folds' rows held commits for 0.35-0.5 s when they shared the staging file).
 
 What a reader sees does not change: ``state.<table>`` is a view that takes the folded rows, drops
 those whose row id a later delta names, and adds the newest upsert of each such row id (the
-deltas of batches above ``state_folded_through`` in ``streamdi.meta``). The fold and
-``state_folded_through`` move in one transaction, so the view is exact at every commit. The view
+deltas of batches above ``state_folded_through`` in the state file's ``state_meta``). The fold
+and ``state_folded_through`` move in one transaction, so the view is exact at every commit (a
+reader's snapshots of the two files agree: :func:`~staging.state_file.begin_read`). The view
 reads the deltas from the registered delta-log segments, not from ``delta_log.<table>``: a
 release (:mod:`staging.handoff`) hides the batches every warehouse holds from that view, but it
 unregisters a delta segment only once the fold holds all of its batches, so a release never
-waits for a fold (it used to fold first, under the write lock, for seconds at SF 100).
+waits for a fold.
 
-A fold through batch ``B``, in this order (:meth:`StateFolder.stage_fold`, then the caller):
+A fold through batch ``B`` (:meth:`StateFolder.fold`), in this order:
 
-1. Per state table, take the deltas waiting up to ``B`` (and the committing batches'), oldest
-   first, and keep the last row of each row id (:func:`newest_per_row`).
-2. Delete from ``state_base.<table>`` every row whose row id they name; insert their upserts.
-3. Set ``state_folded_through`` to ``B``.
-4. The caller's COMMIT makes 2 and 3 visible together; only then are the folded deltas dropped
-   from memory (:meth:`StateFolder.folded`). A failure before leaves both as they were.
+1. BEGIN on a connection of its own.
+2. Per state table, take the deltas waiting up to ``B``, oldest first, and keep the last row of
+   each row id (:func:`newest_per_row`).
+3. Delete from the table's folded rows every row whose row id they name; insert their upserts.
+4. Set ``state_folded_through`` to ``B``.
+5. COMMIT under the store's ``snapshot_lock``: 3 and 4 become visible together; only then are
+   the folded deltas dropped from memory (:meth:`StateFolder.folded`). A failure before leaves
+   both as they were.
 """
 
 from __future__ import annotations
@@ -43,24 +46,22 @@ import numpy as np
 import pyarrow as pa
 
 from etl_dataflows.dataflow import CompiledDataflow
-from staging.layout import STATE, STATE_BASE, arrow_of, delta_schema, q, qualified
+from staging.layout import STATE, arrow_of, delta_schema, q, qualified
 
 #: A commit folds once this many batches wait (their rows are written once, not once per batch)
 FOLD_BATCHES = 8
 #: ... or once this many delta rows wait (they are held in memory until the fold).
 FOLD_ROWS = 2_000_000
-#: A fold of more delta rows than this runs in the store's housekeeping thread, off the commit
-#: path, when the store has one (a smaller one is cheapest inside the commit that makes it due).
-FOLD_INLINE_ROWS = 250_000
-#: The ``streamdi.meta`` key of the last batch whose deltas the folded tables hold.
+#: The state file's ``state_meta`` key of the last batch whose deltas the folded tables hold.
 FOLDED_THROUGH = "state_folded_through"
 
 
-def view_sql(flow: CompiledDataflow, name: str, meta: str, deltas: str) -> str:
-    """``CREATE OR REPLACE VIEW state.<name>``: the folded rows without those a later delta
-    names, plus the newest upsert of each row id a later delta names. ``deltas`` is a query of
-    the table's registered delta rows, released or not
-    (:meth:`~staging.segments.SegmentCatalog.registered_sql`)."""
+def view_sql(flow: CompiledDataflow, name: str, meta: str, deltas: str, base: str) -> str:
+    """``CREATE OR REPLACE VIEW state.<name>``: the folded rows (table ``base``) without those a
+    later delta names, plus the newest upsert of each row id a later delta names. ``deltas`` is
+    a query of the table's registered delta rows, released or not
+    (:meth:`~staging.segments.SegmentCatalog.registered_sql`); ``meta`` holds
+    ``state_folded_through``."""
     table = flow.tables[name]
     columns = ", ".join(q(c) for c in table.image_columns())
     ids = [q(c) for c in table.row_id()]
@@ -77,19 +78,18 @@ def view_sql(flow: CompiledDataflow, name: str, meta: str, deltas: str) -> str:
         f"CREATE OR REPLACE VIEW {qualified(STATE, name)} AS "
         f"WITH n AS ({newest}) "
         f"SELECT {', '.join('b.' + q(c) for c in table.image_columns())} "
-        f"FROM {qualified(STATE_BASE, name)} b ANTI JOIN n ON {match} "
+        f"FROM {base} b ANTI JOIN n ON {match} "
         f"UNION ALL SELECT {columns} FROM n WHERE op = 'upsert'"
     )
 
 
 def apply_deltas(
-    con: duckdb.DuckDBPyConnection, flow: CompiledDataflow, name: str, view: str
+    con: duckdb.DuckDBPyConnection, flow: CompiledDataflow, name: str, view: str, target: str
 ) -> None:
     """In the caller's transaction: apply the delta rows registered as ``view`` (``batch_id``,
-    ``op``, image columns; one row per row id: :func:`newest_per_row`) to the folded table:
-    delete every row whose row id they name, insert their upserts."""
+    ``op``, image columns; one row per row id: :func:`newest_per_row`) to the folded table
+    ``target``: delete every row whose row id they name, insert their upserts."""
     table = flow.tables[name]
-    target = qualified(STATE_BASE, name)
     columns = ", ".join(q(c) for c in table.image_columns())
     match = " AND ".join(f"{target}.{q(c)} = x.{q(c)}" for c in table.row_id())
     con.execute(f"DELETE FROM {target} USING {view} x WHERE {match}")
@@ -114,16 +114,28 @@ def newest_per_row(deltas: pa.Table, row_id: tuple[str, ...]) -> pa.Table:
 
 class StateFolder:
     """The deltas committed since the last fold (in memory, oldest first) and the fold itself;
-    see the module docstring. One fold runs at a time (:attr:`fold_lock`: a commit folds only
-    when it takes it without waiting); a fold in a transaction of its own (:meth:`fold`) may run
-    beside commits, which add their deltas meanwhile."""
+    see the module docstring. One fold runs at a time (:attr:`fold_lock`); it may run beside
+    commits, which add their deltas meanwhile.
 
-    def __init__(self, flow: CompiledDataflow, meta: str, deltas: Callable[[str], str]) -> None:
+    ``meta``: the state file's ``state_meta``; ``deltas(name)``: a query of table ``name``'s
+    registered delta rows, released batches included; ``tables(name)``: the qualified table of
+    its folded rows; ``commit_lock``: held by the fold's COMMIT (the store's ``snapshot_lock``).
+    """
+
+    def __init__(
+        self,
+        flow: CompiledDataflow,
+        meta: str,
+        deltas: Callable[[str], str],
+        tables: Callable[[str], str],
+        commit_lock: threading.Lock,
+    ) -> None:
         self.flow = flow
         self.meta = meta
-        #: A query of table ``name``'s registered delta rows, released batches included.
         self.deltas = deltas
-        #: Held by the fold that runs (in a commit, or in a transaction of its own).
+        self.tables = tables
+        self.commit_lock = commit_lock
+        #: Held by the fold that runs.
         self.fold_lock = threading.Lock()
         self._lock = threading.Lock()  # the waiting deltas and folded_through
         #: The last batch the folded tables hold.
@@ -133,7 +145,7 @@ class StateFolder:
 
     def define_views(self, con: duckdb.DuckDBPyConnection) -> None:
         for name in self.flow.tables:
-            con.execute(view_sql(self.flow, name, self.meta, self.deltas(name)))
+            con.execute(view_sql(self.flow, name, self.meta, self.deltas(name), self.tables(name)))
 
     def load(self, con: duckdb.DuckDBPyConnection, watermark: int) -> None:
         """Read ``state_folded_through`` and the deltas after it, up to ``watermark`` (at open)."""
@@ -155,61 +167,44 @@ class StateFolder:
 
     @property
     def waiting_rows(self) -> int:
-        return sum(t.num_rows for _, d in self._pending for t in d.values())
+        with self._lock:
+            return sum(t.num_rows for _, d in self._pending for t in d.values())
 
     @property
     def waiting_batches(self) -> int:
         """Batches committed and not folded yet."""
-        return self._pending[-1][0] - self.folded_through if self._pending else 0
+        with self._lock:
+            return self._pending[-1][0] - self.folded_through if self._pending else 0
 
     @property
     def waiting(self) -> bool:
         """Some committed batch is not folded yet."""
         return bool(self._pending)
 
-    def _rows_with(self, deltas: Mapping[str, pa.Table]) -> int:
-        return int(self.waiting_rows + sum(t.num_rows for t in deltas.values()))
-
-    def due(self, watermark: int, deltas: Mapping[str, pa.Table]) -> bool:
-        """Whether a fold is due once the commit that ends at batch ``watermark`` with
-        ``deltas`` is in: :data:`FOLD_BATCHES` batches or :data:`FOLD_ROWS` rows wait."""
-        rows = self._rows_with(deltas)
-        return watermark - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
-
-    def small(self, deltas: Mapping[str, pa.Table]) -> bool:
-        """Whether a fold of what waits and ``deltas`` stays within :data:`FOLD_INLINE_ROWS`
-        rows (cheap enough for a commit to make)."""
-        return self._rows_with(deltas) <= FOLD_INLINE_ROWS
-
     def due_now(self) -> bool:
-        """Whether a fold is due for what waits (a commit left a large one to :meth:`fold`)."""
+        """Whether a fold is due for what waits: :data:`FOLD_BATCHES` batches or
+        :data:`FOLD_ROWS` rows."""
         with self._lock:
-            return bool(self._pending) and self.due(self._pending[-1][0], {})
+            if not self._pending:
+                return False
+            rows = sum(t.num_rows for _, d in self._pending for t in d.values())
+            return self._pending[-1][0] - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
 
-    def stage_fold(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        through: int,
-        deltas: Mapping[str, pa.Table] | None = None,
-    ) -> None:
-        """In the caller's transaction: apply the deltas waiting up to
-        ``through`` (and ``deltas``, the committing batches') to the folded tables and set
-        ``state_folded_through`` to ``through``. The caller calls :meth:`folded` once the
-        transaction committed."""
+    def stage_fold(self, con: duckdb.DuckDBPyConnection, through: int) -> None:
+        """Steps 2 to 4 of a fold, in the caller's transaction on the state file: apply the
+        deltas waiting up to ``through`` to the folded tables and set ``state_folded_through``
+        to ``through``. The caller calls :meth:`folded` once the transaction committed."""
         with self._lock:
             waiting = [d for last, d in self._pending if last <= through]
         for name in self.flow.tables:
             parts = [d[name] for d in waiting if name in d and d[name].num_rows]
-            extra = (deltas or {}).get(name)
-            if extra is not None and extra.num_rows:
-                parts.append(extra)
             if not parts:
                 continue
             view = f"_fold_{name}"
             rows = newest_per_row(pa.concat_tables(parts), self.flow.tables[name].row_id())
             con.register(view, rows)
             try:
-                apply_deltas(con, self.flow, name, view)
+                apply_deltas(con, self.flow, name, view, self.tables(name))
             finally:
                 con.unregister(view)
         con.execute(
@@ -223,28 +218,35 @@ class StateFolder:
             self._pending = [(last, d) for last, d in self._pending if last > through]
 
     def committed(self, through: int, deltas: Mapping[str, pa.Table]) -> None:
-        """After a commit (ending at batch ``through``) that did not fold: its deltas wait."""
+        """After a commit (ending at batch ``through``): its deltas wait for a fold."""
         with self._lock:
             self._pending.append((through, dict(deltas)))
 
-    def fold(self, cursor: duckdb.DuckDBPyConnection, *, least: int = 1) -> bool:
-        """Fold what waits in a transaction of ``cursor`` of its own, when at least ``least``
-        batches wait; True when it folded. It needs no write lock: commits running beside it
-        only add segments and progress rows, the fold changes only ``state_base`` and
-        ``state_folded_through`` (DuckDB keeps the two apart; every reader sees the state view
-        whole on either side of the fold's COMMIT)."""
-        with self.fold_lock:
+    def fold(self, cursor: duckdb.DuckDBPyConnection, *, least: int = 1, wait: bool = True) -> bool:
+        """Fold what waits (the module docstring's protocol) in a transaction of ``cursor`` of
+        its own, when at least ``least`` batches wait; True when it folded. ``wait``: False
+        returns at once (False) while another fold runs. It needs no write lock: commits
+        running beside it only write the staging file, the fold only the state file."""
+        if not self.fold_lock.acquire(blocking=wait):
+            return False
+        try:
             with self._lock:
-                if not self._pending or self.waiting_batches < least:
+                if not self._pending or self._pending[-1][0] - self.folded_through < least:
                     return False
                 through = self._pending[-1][0]
+            # 1.
             cursor.execute("BEGIN TRANSACTION")
             try:
+                # 2.-4.
                 self.stage_fold(cursor, through)
-                cursor.execute("COMMIT")
+                # 5.
+                with self.commit_lock:
+                    cursor.execute("COMMIT")
             except BaseException:
                 with suppress(duckdb.Error):
                     cursor.execute("ROLLBACK")
                 raise
             self.folded(through)
+        finally:
+            self.fold_lock.release()
         return True

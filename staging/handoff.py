@@ -313,8 +313,10 @@ class StagedDeltas:
                         f"INSERT OR REPLACE INTO {qualified(SYSTEM, 'meta')} VALUES (?, ?)",
                         [RELEASED_THROUGH, str(through)],
                     )
-                    # 6.
-                    cursor.execute("COMMIT")
+                    # 6. (a reader's snapshots of the staging and the state file must not
+                    # straddle it: staging.state_file)
+                    with self.store.snapshot_lock:
+                        cursor.execute("COMMIT")
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise

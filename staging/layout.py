@@ -1,7 +1,9 @@
 """Where each thing lives in the staging DuckDB file, and the DDL that creates it.
 
 =========================  ========================================================================
-``state.<table>``          a state table in its image form (all versions of a history table)
+``state.<table>``          a state table in its image form (all versions of a history table): a
+                           view of the folded rows, which live in the state file beside this one
+                           (:mod:`staging.state_file`), and the deltas since
 ``delta_log.<table>``      per-batch net changes: ``batch_id``, ``op`` (upsert/delete), the image
                            (a view over Parquet segment files, :mod:`staging.segments`)
 ``outputs.<sink>``         output rows of a sink, with ``batch_id`` (a view over segment files)
@@ -16,8 +18,10 @@
 ``streamdi.sequences``     surrogate-key and entry-id counters of the engine
 ``streamdi.dead_letters``  rejected records and events with topic, partition, offset and reason
 ``streamdi.aborts``        aborted transactions with their reason
-``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow), and
-                           ``released_through``: deltas of batches up to it were released
+``streamdi.meta``          the dataflow's name and fingerprint (a file serves one dataflow),
+                           ``released_through``: deltas of batches up to it were released, and
+                           ``state_tables``: where each state table's folded rows are in the
+                           state file
 ``streamdi.layouts``       the layout history: one row per version of the dataflow (its
                            fingerprint, digest and shape, when and after which batch it took over)
 ``streamdi.migration_acks``  per warehouse target, the last batch it acknowledged (migration)
@@ -48,6 +52,10 @@ columns it lacks read as null).
 * 7: ``streamdi.retractions``, the sink rows of earlier batches a batch replaces
   (:mod:`staging.retractions`; a new table: a file of layout 6 gains it empty). An older streamdi
   would read retracted rows as live, so it refuses the file.
+* 8: the folded state tables live in a DuckDB file of their own, ``<file>.state``
+  (:mod:`staging.state_file`), so that their checkpoints never hold back a batch's commit; a
+  file of an earlier layout has its ``state_base`` rows (or, before layout 5, its state tables'
+  rows) copied there and dropped.
 """
 
 from __future__ import annotations
@@ -101,7 +109,7 @@ document), ``utf8`` (the original text), ``base64`` (the original bytes); ``payl
 original's size (larger than what the payload holds only when a reason says it was cut)."""
 
 #: The version of the system tables' layout this code writes (see the module docstring).
-LAYOUT_VERSION = 7
+LAYOUT_VERSION = 8
 
 PAYLOAD_ENCODINGS = ("json", "utf8", "base64")
 
@@ -193,13 +201,11 @@ def segment_schemas(flow: CompiledDataflow) -> dict[tuple[str, str], pa.Schema]:
 
 
 def create_statements(flow: CompiledDataflow) -> list[str]:
-    """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow`` but the views
-    (over segment files, and the state views: :class:`~staging.store.StagingStore` defines
-    those)."""
-    statements = [
-        f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, STATE_BASE, DELTA, OUTPUTS, SYSTEM)
-    ]
-    statements.extend(state_base_ddl(flow, name) for name in flow.tables)
+    """``CREATE ... IF NOT EXISTS`` statements for the whole layout of ``flow`` in the staging
+    file but the views (over segment files, and the state views:
+    :class:`~staging.store.StagingStore` defines those); the folded state tables are the state
+    file's (:func:`state_base_ddl`)."""
+    statements = [f"CREATE SCHEMA IF NOT EXISTS {q(s)}" for s in (STATE, DELTA, OUTPUTS, SYSTEM)]
     system = {
         "batches": "batch_id BIGINT PRIMARY KEY, status VARCHAR NOT NULL, events BIGINT, "
         "records BIGINT, committed_txns BIGINT, aborted_txns BIGINT, dead_letters BIGINT, "
@@ -237,10 +243,11 @@ def create_statements(flow: CompiledDataflow) -> list[str]:
     return statements
 
 
-def state_base_ddl(flow: CompiledDataflow, name: str) -> str:
-    """``CREATE TABLE IF NOT EXISTS state_base.<name>`` in the image columns of ``flow``'s table."""
+def state_base_ddl(flow: CompiledDataflow, name: str, target: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS <target>`` (a qualified table: the state file's, for state
+    table ``name``) in the image columns of ``flow``'s table."""
     image = flow.tables[name].image_columns()
-    return f"CREATE TABLE IF NOT EXISTS {qualified(STATE_BASE, name)} ({_columns_sql(image)})"
+    return f"CREATE TABLE IF NOT EXISTS {target} ({_columns_sql(image)})"
 
 
 def upgrade_statements() -> list[str]:

@@ -54,6 +54,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from staging import state_file
 from staging.layout import DELTA, insert_values, literal, qualified
 from streamdi.files import fsync_path
 
@@ -256,10 +257,11 @@ class SegmentFolder:
 
 
 def staging_disk_bytes(path: Path) -> int:
-    """Bytes the staging file at ``path`` takes on disk: the file, its WAL and its segment
-    folder. A file deleted while it is counted (a merge retiring segments, a checkpoint of the
-    WAL) counts as gone: ``GET /status`` asks this while the pipeline runs."""
-    files = [path, Path(f"{path}.wal")]
+    """Bytes the staging file at ``path`` takes on disk: the file, its WAL, the state file
+    (:mod:`staging.state_file`) and its WAL, and its segment folder. A file deleted while it is
+    counted (a merge retiring segments, a checkpoint of the WAL) counts as gone: ``GET /status``
+    asks this while the pipeline runs."""
+    files = state_file.staging_files(path)
     for root, _, names in os.walk(f"{path}.segments"):  # a folder gone meanwhile is skipped
         files += (Path(root, name) for name in names)
     return sum(_file_bytes(p) for p in files)

@@ -267,7 +267,7 @@ def open_snapshot(store: StagingStore) -> Iterator[StagingSnapshot]:
     """A :class:`StagingSnapshot` of ``store`` in its own read transaction."""
     con = store.cursor()
     try:
-        con.execute("BEGIN TRANSACTION")
+        store.begin_read(con)
         yield StagingSnapshot(store, con)
     finally:
         try:

@@ -4,7 +4,8 @@ A :class:`StagingStore` is opened by the one process that runs the dataflow (Duc
 writing process). :meth:`StagingStore.commit` applies one or more batch results in **one**
 transaction: the state changes, the delta log and the outputs (Parquet segment files written just
 before and registered by it, :mod:`staging.segments`; the state tables are views that read the
-deltas not folded yet, :mod:`staging.folding`), the dead letters, the aborts, the sequences, the
+deltas not folded yet, :mod:`staging.folding`; the folded rows live in a file of their own beside
+it, :mod:`staging.state_file`), the dead letters, the aborts, the sequences, the
 consumed Kafka offsets and the batch ledger rows. After a restart
 :meth:`StagingStore.load_state` rebuilds the engine's state and :meth:`StagingStore.offsets` tells
 the consumer where to resume, so a batch is applied exactly once across crashes.
@@ -35,6 +36,7 @@ from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
 from etl_dataflows.evolution.shape import describe_flow
 from etl_dataflows.state import StateImage, image_schema
+from staging import state_file
 from staging.checkpoints import take_checkpoint
 from staging.exceptions import (
     BatchAlreadyCommitted,
@@ -61,6 +63,7 @@ from staging.layout import (
     q,
     qualified,
     segment_schemas,
+    state_base_ddl,
     upgrade_statements,
 )
 from staging.recent import RecentCommit, RecentCommits
@@ -289,6 +292,9 @@ class StagingStore:
         # Serializes this process's writers of the file (the committer, the migration's
         # acknowledgements and releases); readers use cursors and need no lock.
         self.write_lock = threading.RLock()
+        #: Held while a reader takes its snapshots of the staging and the state file, and by
+        #: the COMMIT of a fold or a release (:func:`~staging.state_file.begin_read`).
+        self.snapshot_lock = threading.Lock()
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         config = connection_config(memory_limit, threads=threads, read_only=read_only)
@@ -297,6 +303,21 @@ class StagingStore:
             self._con = duckdb.connect(str(self.path), read_only=read_only, config=config)
         except duckdb.IOException as exc:
             raise StagingInUse(self.path, str(exc).splitlines()[0]) from exc
+        #: Whether the state file is attached (a read-only opening of a file of an earlier
+        #: layout has none: its views read its own tables).
+        self.state_attached = not read_only or state_file.state_path(self.path).exists()
+        try:
+            if self.state_attached:
+                state_file.attach(self._con, self.path, read_only=read_only)
+        except duckdb.Error as exc:
+            self._con.close()
+            raise StagingInUse(state_file.state_path(self.path), str(exc).splitlines()[0]) from exc
+        #: Each state table's table in the state file (``streamdi.meta``'s ``state_tables``).
+        self.state_tables: dict[str, str] = {}
+        # an earlier layout's state_folded_through (in streamdi.meta), read by _check_dataflow
+        self._legacy_folded_through: str | None = None
+        # the staging file has no layout yet (_check_dataflow)
+        self._new_file = False
         self.shape = describe_flow(self.flow)
         self._fingerprint = self.shape.fingerprint()
         #: The layout history (:mod:`staging.history`); its last entry is this dataflow's.
@@ -308,7 +329,11 @@ class StagingStore:
         )
         #: The deltas not folded into ``state_base`` yet, and the fold (:mod:`staging.folding`).
         self.state_folder = StateFolder(
-            self.flow, _sys("meta"), lambda name: self.catalog.registered_sql((DELTA, name))
+            self.flow,
+            state_file.STATE_META,
+            lambda name: self.catalog.registered_sql((DELTA, name)),
+            lambda name: state_file.table_ref(self.state_tables[name]),
+            self.snapshot_lock,
         )
         self._merger: SegmentMerger | None = None
         # one thread per file a commit writes at once (Parquet encoding and fsync leave the GIL)
@@ -331,7 +356,13 @@ class StagingStore:
             self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
         )
         if not read_only:
-            self.state_folder.load(self._con, self._watermark)
+            begin = state_file.begin_read
+            cursor = self._con.cursor()
+            try:
+                begin(cursor, self.snapshot_lock)
+                self.state_folder.load(cursor, self._watermark)
+            finally:
+                cursor.close()
         self._next_dead_letter = (
             int(self._scalar(f"SELECT coalesce(max(id), 0) FROM {_sys('dead_letters')}")) + 1
         )
@@ -351,7 +382,13 @@ class StagingStore:
         """Create the layout of a new file, or bring an older file's system tables up to
         :data:`~staging.layout.LAYOUT_VERSION`, in one transaction; record the dataflow's version
         when :meth:`_check_dataflow` said to (``True``: the first version of the file; a plan: a
-        change of step logic or defaults, made in place)."""
+        change of step logic or defaults, made in place).
+
+        Two transactions, the state file's first (:mod:`staging.state_file`): it creates the
+        folded tables (copying an earlier layout's rows, dropping tables no map names); the
+        staging file's then drops the earlier layout's tables and records the map. A crash
+        between leaves the staging file as it was, and the next opening does both again."""
+        legacy = self._adopt_state()
         self._con.execute("BEGIN TRANSACTION")
         for statement in create_statements(self.flow):
             self._con.execute(statement)
@@ -380,7 +417,12 @@ class StagingStore:
         self.segment_folder.remove_orphans(self.catalog.all())
         moved = self._tables_to_segments()
         self.catalog.define_views(self._con)
-        self._state_tables_to_base()
+        for relation in legacy:
+            self._con.execute(f"DROP TABLE {relation}")
+        if legacy:
+            self._con.execute(f"DROP SCHEMA IF EXISTS {q(STATE_BASE)}")
+            self._con.execute(f"DELETE FROM {_sys('meta')} WHERE key = ?", [FOLDED_THROUGH])
+        state_file.write_map(self._con, _sys("meta"), self.state_tables)
         self.state_folder.define_views(self._con)
         self._record_version(to_record)
         self._con.execute("COMMIT")
@@ -415,24 +457,59 @@ class StagingStore:
             logger.info("moved %s staged tables into segment files", len(added))
         return self.catalog.stage_add(self._con, added)
 
-    def _state_tables_to_base(self) -> None:
-        """In :meth:`_create`'s transaction: a file of layout 4 or earlier keeps each state table
-        whole in ``state``; move its rows into ``state_base`` and drop the table (its view
-        replaces it). Such a file holds every batch applied; a new file holds none: either way
-        the folded tables hold every committed batch."""
-        tables = self._base_tables(STATE)
+    def _adopt_state(self) -> list[str]:
+        """The state file's transaction of :meth:`_create`: create each state table's folded
+        table (named as ``streamdi.meta`` maps it, else after the table), drop the tables no map
+        names (a switch that did not commit), and for a file of an earlier layout copy its
+        folded rows there: ``state_base.<table>`` (layouts 5 to 7, folded through its
+        ``state_folded_through``) or the ``state.<table>`` tables (layout 4 and before, which
+        hold every batch). Returns the staging file's tables the copy read (for the staging
+        file's transaction to drop); sets ``state_folded_through`` when it is not set. A new
+        staging file empties a state file left beside it (by a staging file deleted without
+        it): its rows belong to no batch of this one."""
+        tables = self._base_tables(STATE_BASE, STATE)
+        self.state_tables = {n: self.state_tables.get(n, n) for n in self.flow.tables}
+        sources: dict[str, str] = {}
         for name in self.flow.tables:
-            if (STATE, name) in tables:
-                self._con.execute(
-                    f"INSERT INTO {qualified(STATE_BASE, name)} "
-                    f"SELECT * FROM {qualified(STATE, name)}"
+            for schema in (STATE_BASE, STATE):
+                if (schema, name) in tables:
+                    sources[name] = qualified(schema, name)
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if self._new_file:
+                stale = state_file.drop_orphans(con, ())
+                con.execute(f"DELETE FROM {state_file.STATE_META}")
+                if stale:
+                    logger.warning(
+                        "emptied the state file left beside a new staging file path=%s",
+                        state_file.state_path(self.path),
+                    )
+            for name, table in self.state_tables.items():
+                con.execute(state_base_ddl(self.flow, name, state_file.table_ref(table)))
+            dropped = state_file.drop_orphans(con, self.state_tables.values())
+            folded = 0
+            if sources:
+                state_file.adopt_rows(con, self.state_tables, sources)
+                folded = (
+                    int(self._legacy_folded_through)
+                    if self._legacy_folded_through is not None
+                    else int(
+                        self._scalar(f"SELECT coalesce(max(batch_id), 0) FROM {_sys('batches')}")
+                    )
                 )
-                self._con.execute(f"DROP TABLE {qualified(STATE, name)}")
-        self._con.execute(
-            f"INSERT INTO {_sys('meta')} SELECT ?, CAST(coalesce(max(batch_id), 0) AS VARCHAR) "
-            f"FROM {_sys('batches')} ON CONFLICT DO NOTHING",
-            [FOLDED_THROUGH],
-        )
+            if sources or state_file.read_meta(con, FOLDED_THROUGH) is None:
+                state_file.set_meta(con, FOLDED_THROUGH, str(folded))
+            con.execute("COMMIT")
+        except BaseException:
+            with suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        if dropped:
+            logger.info("dropped state tables no version names: %s", ", ".join(dropped))
+        if sources:
+            logger.info("copied %s state tables into the state file", len(sources))
+        return sorted(sources.values())
 
     def _base_tables(self, *schemas: str) -> set[tuple[str, str]]:
         """``(schema, name)`` of the tables (not views) in ``schemas``: what an older layout
@@ -440,7 +517,8 @@ class StagingStore:
         marks = ", ".join(["?"] * len(schemas))
         rows = self._con.execute(
             "SELECT table_schema, table_name FROM information_schema.tables "
-            f"WHERE table_type = 'BASE TABLE' AND table_schema IN ({marks})",
+            f"WHERE table_type = 'BASE TABLE' AND table_catalog = current_database() "
+            f"AND table_schema IN ({marks})",
             list(schemas),
         ).fetchall()
         return {(str(schema), str(name)) for schema, name in rows}
@@ -460,8 +538,17 @@ class StagingStore:
         except duckdb.CatalogException as exc:
             if self.read_only:
                 raise StagingMismatch(self.path, "it has no streamdi layout") from exc
+            self._new_file = True
             return True
         self._seeded = SEEDED in rows
+        self._legacy_folded_through = rows.get(FOLDED_THROUGH)
+        self.state_tables = state_file.read_map(rows)
+        if self.state_tables and not self.state_attached:
+            raise StagingMismatch(
+                self.path,
+                f"its state file {state_file.state_path(self.path)} is missing; restore it "
+                "beside the file",
+            )
         if rows.get("dataflow") != self.flow.name:
             raise StagingMismatch(
                 self.path, f"it holds dataflow {rows.get('dataflow')!r}, not {self.flow.name!r}"
@@ -607,9 +694,23 @@ class StagingStore:
         if sorted_rows:
             sql += " ORDER BY " + ", ".join(q(c) for c in table.row_id())
         # the state views read delta-log segment files: pinned, a release cannot delete them
-        with self.segment_folder.pinned():
-            data = arrow_of(self._con.sql(sql))
+        cursor = self.cursor()
+        try:
+            self.begin_read(cursor)
+            data = arrow_of(cursor.sql(sql))
+        finally:
+            cursor.close()
         return data.cast(image_schema(table))
+
+    def folded_through(self) -> int:
+        """The last batch the state file's folded tables hold, as committed there."""
+        cursor = self.cursor()
+        try:
+            self.begin_read(cursor)
+            value = state_file.read_meta(cursor, FOLDED_THROUGH)
+        finally:
+            cursor.close()
+        return int(value or 0)
 
     def sequences(self) -> dict[str, int]:
         """The sequences' values as of the last commit."""
@@ -619,6 +720,7 @@ class StagingStore:
         """Run a read-only SQL query on a fresh cursor and return Arrow (for tools and tests)."""
         cursor = self.cursor()
         try:
+            self.begin_read(cursor)
             return arrow_of(cursor.sql(sql, params=params) if params else cursor.sql(sql))
         finally:
             cursor.close()
@@ -643,6 +745,12 @@ class StagingStore:
         It pins the segment files (:meth:`SegmentFolder.pin`) until it is closed: close it."""
         return PinnedCursor(self._con.cursor(), self.segment_folder)  # type: ignore[return-value]
 
+    def begin_read(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        """BEGIN a read transaction on ``cursor`` (one of :meth:`cursor`) whose snapshots of the
+        staging file and the state file agree (:func:`~staging.state_file.begin_read`): every
+        reader of the ``state`` views starts so."""
+        state_file.begin_read(cursor, self.snapshot_lock, attached=self.state_attached)
+
     # -- seeding -----------------------------------------------------------------------------------
 
     def seed(self, image: StateImage, *, checkpoint: bool = True) -> None:
@@ -655,14 +763,18 @@ class StagingStore:
         1. Refuse unless the watermark is 0 and every state table is empty
            (:class:`~staging.exceptions.StagingCommitFailed`).
         2. Check every image against its table's image schema (casting, names in order).
-        3. BEGIN.
-        4. Append each table's rows (one Arrow insert per table).
+        3. In a transaction on the state file, create a new table per state table and append
+           its rows (one Arrow insert per table); COMMIT. Nothing reads them yet (a crash here
+           leaves tables no map names, which the next opening drops).
+        4. BEGIN on the staging file.
         5. Replace the sequences with the image's; note ``seeded`` (the rows seeded) in
            ``streamdi.meta``: from now on a warehouse may hold rows staging never had (those the
            seed left out), so a warehouse added later copies its state tables from another
            warehouse, not from staging (:mod:`migration.bootstrap`).
-        6. COMMIT: the state appears whole, or not at all.
-        7. With ``checkpoint``, take the seed's checkpoint (:mod:`staging.checkpoints`): the state
+        6. Map each state table to its new table and point its ``state`` view there.
+        7. COMMIT (under ``snapshot_lock``): the state appears whole, or not at all.
+        8. Drop the empty tables the map named before (under ``snapshot_lock``).
+        9. With ``checkpoint``, take the seed's checkpoint (:mod:`staging.checkpoints`): the state
            a reprocess of the seeded tables starts from, since it is not in Kafka.
         """
         if self.read_only:
@@ -673,7 +785,7 @@ class StagingStore:
                 [0], f"cannot seed: batches up to {self._watermark} are already committed"
             )
         for name in self.flow.tables:
-            if self._scalar(f"SELECT count(*) FROM {qualified(STATE_BASE, name)}"):
+            if self._scalar(f"SELECT count(*) FROM {qualified(STATE, name)}"):
                 raise StagingCommitFailed([0], f"cannot seed: state table {name!r} is not empty")
         unknown = sorted(set(image.tables) - set(self.flow.tables))
         if unknown:
@@ -686,22 +798,30 @@ class StagingStore:
             for name, data in image.tables.items()
         }
         con = self._con
+        old = dict(self.state_tables)
         with self.write_lock:
             try:
                 # 3.
+                taken = state_file.existing_tables(con)
+                new: dict[str, str] = {}
                 con.execute("BEGIN TRANSACTION")
-                # 4.
-                for name, data in rows.items():
-                    if data.num_rows == 0:
+                for name in self.flow.tables:
+                    new[name] = state_file.new_table_name(name, taken, self.version)
+                    taken.add(new[name])
+                    target = state_file.table_ref(new[name])
+                    con.execute(state_base_ddl(self.flow, name, target))
+                    data = rows.get(name)
+                    if data is None or data.num_rows == 0:
                         continue
                     view = f"_seed_{name}"
                     con.register(view, data)
                     try:
-                        con.execute(
-                            f"INSERT INTO {qualified(STATE_BASE, name)} SELECT * FROM {view}"
-                        )
+                        con.execute(f"INSERT INTO {target} SELECT * FROM {view}")
                     finally:
                         con.unregister(view)
+                con.execute("COMMIT")
+                # 4.
+                con.execute("BEGIN TRANSACTION")
                 # 5.
                 con.execute(f"DELETE FROM {_sys('sequences')}")
                 for name, value in sorted(image.sequences.items()):
@@ -711,18 +831,29 @@ class StagingStore:
                     [SEEDED, str(sum(t.num_rows for t in rows.values()))],
                 )
                 # 6.
-                con.execute("COMMIT")
+                self.state_tables = new
+                state_file.write_map(con, _sys("meta"), new)
+                self.state_folder.define_views(con)
+                # 7.
+                with self.snapshot_lock:
+                    con.execute("COMMIT")
             except Exception as exc:
+                self.state_tables = old
                 with suppress(duckdb.Error):
                     con.execute("ROLLBACK")
                 raise StagingCommitFailed([0], f"seeding failed: {exc}") from exc
             self._seeded = True
+            # 8.
+            with self.snapshot_lock:
+                con.execute("BEGIN TRANSACTION")
+                state_file.drop_orphans(con, new.values())
+                con.execute("COMMIT")
         logger.info(
             "seeded staging tables=%s rows=%s",
             len(rows),
             sum(t.num_rows for t in rows.values()),
         )
-        # 7.
+        # 9.
         if checkpoint:
             take_checkpoint(self)
 
@@ -740,15 +871,10 @@ class StagingStore:
            (:mod:`staging.segments`: one per delta log and sink with rows, fsynced with their
            folder); until step 8 they are orphans nothing reads.
         3. BEGIN.
-        4. When a fold is due (:meth:`~staging.folding.StateFolder.due`: every
-           :data:`~staging.folding.FOLD_BATCHES` batches) and small (or the store has no
-           housekeeping thread, which otherwise folds it beside the next commits), and no other
-           fold runs, apply the deltas waiting and these batches' to ``state_base``: per state
-           table, delete every row whose row id changed or was deleted, insert the newest upsert
-           of each row id; set ``state_folded_through``.
-        5. Register the segment files and redefine their views (``delta_log.<table>``,
-           ``outputs.<sink>``); append the dead letters, the aborts and the sink retractions;
-           mark re-offered dead letters as replayed.
+        4. Register the segment files (the state changes: the ``state`` views read the delta
+           logs' until a fold holds them, :mod:`staging.folding`; and the outputs).
+        5. Append the dead letters, the aborts and the sink retractions; mark re-offered dead
+           letters as replayed.
         6. Replace the sequences, the consumed offsets, the stream progress and the partitions'
            merge state (the events they hold back included) with the last batch's values.
         7. Insert one ledger row per batch.
@@ -756,7 +882,10 @@ class StagingStore:
         9. Advance the in-memory watermark (the segment catalog and the waiting deltas
            advanced under the write lock), and
            hand the committed delta-log and output rows to :attr:`recent`
-           (:mod:`staging.recent`), so migration need not read them back.
+           (:mod:`staging.recent`), so migration need not read them back. When a fold is due
+           (:meth:`~staging.folding.StateFolder.due_now`), wake the housekeeping thread, which
+           folds beside the next commits; a store without one folds here, in a transaction on
+           the state file of its own.
 
         Any error before step 8 rolls the transaction back, deletes the segment files of step 2
         and raises :class:`~staging.exceptions.StagingCommitFailed`; nothing of the batches is
@@ -793,14 +922,6 @@ class StagingStore:
         last = commits[-1]
         con = self._con
         registered: list[str] = []
-        folder = self.state_folder
-        due = folder.due(last.batch_id, deltas)
-        # a large fold goes to the housekeeping thread; none while that thread folds
-        fold = (
-            due
-            and (self._merger is None or folder.small(deltas))
-            and folder.fold_lock.acquire(blocking=False)
-        )
 
         def register(name: str, table: pa.Table) -> str:
             con.register(name, table)
@@ -815,14 +936,12 @@ class StagingStore:
         try:
             # 3.
             con.execute("BEGIN TRANSACTION")
-            # 4. the state tables, every few batches
+            # 4. the segment files
             step("state")
-            if fold:
-                self.state_folder.stage_fold(con, last.batch_id, deltas)
-            # 5. the segment files, dead letters, aborts
-            step("outputs")
             written = writing.result()
             changes = self.catalog.stage_add(con, written)
+            # 5. dead letters, aborts, retractions
+            step("outputs")
             if dead.num_rows:
                 register("_dead", dead)
                 con.execute(f"INSERT INTO {_sys('dead_letters')} BY NAME SELECT * FROM _dead")
@@ -851,10 +970,7 @@ class StagingStore:
             step("commit")
             con.execute("COMMIT")
             self.catalog.install(changes)
-            if fold:
-                self.state_folder.folded(last.batch_id)
-            else:
-                self.state_folder.committed(last.batch_id, deltas)
+            self.state_folder.committed(last.batch_id, deltas)
         except Exception as exc:
             try:
                 con.execute("ROLLBACK")
@@ -868,10 +984,9 @@ class StagingStore:
             for name in registered:
                 con.unregister(name)
             self.write_lock.release()
-            if fold:
-                folder.fold_lock.release()
         # 9.
-        if self._merger is not None and (written or (due and not fold)):
+        due = self.state_folder.due_now()
+        if self._merger is not None and (written or due):
             self._merger.wake()
         self._watermark = last.batch_id
         self._next_dead_letter = next_id
@@ -879,6 +994,11 @@ class StagingStore:
             self._sequences = dict(last.result.sequences)
         self.recent.add(RecentCommit(ids[0], ids[-1], deltas, outputs))
         logger.debug("committed batch_ids=%s..%s", ids[0], ids[-1])
+        if due and self._merger is None:
+            try:
+                self.fold_state(wait=False)
+            except Exception as exc:  # the batches are committed: the deltas wait for the next
+                logger.warning("state fold failed after batch_id=%s: %s", ids[-1], exc)
 
     # -- segments ----------------------------------------------------------------------------------
 
@@ -905,13 +1025,22 @@ class StagingStore:
         self.catalog.install(changes)
         self.segment_folder.retire(gone)
 
-    def fold_state(self, least: int = 1) -> bool:
-        """Fold the state deltas that wait into ``state_base`` (:mod:`staging.folding`) in a
-        transaction of its own, beside any commit, when at least ``least`` batches wait. True
-        when it folded."""
+    def fold_state(self, least: int = 1, *, wait: bool = True) -> bool:
+        """Fold the state deltas that wait into the state file (:mod:`staging.folding`) in a
+        transaction of its own, beside any commit, when at least ``least`` batches wait; then
+        checkpoint the state file once its WAL holds
+        :data:`~staging.state_file.CHECKPOINT_WAL_BYTES` (a commit of a batch does not wait
+        for it: it writes the other file). ``wait``: False does nothing while another fold
+        runs. True when it folded."""
         cursor = self._con.cursor()
         try:
-            return self.state_folder.fold(cursor, least=least)
+            folded = self.state_folder.fold(cursor, least=least, wait=wait)
+            if folded and state_file.wal_bytes(self.path) >= state_file.CHECKPOINT_WAL_BYTES:
+                try:
+                    cursor.execute(f"CHECKPOINT {q(state_file.STATE_CATALOG)}")
+                except duckdb.Error as exc:  # a reader's transaction; DuckDB retries by itself
+                    logger.debug("state file checkpoint skipped: %s", exc)
+            return folded
         finally:
             cursor.close()
 

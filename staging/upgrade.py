@@ -14,19 +14,26 @@ that cannot apply in place (:class:`~staging.exceptions.StagingUpgradeRefused`).
    applies too).
 3. Per such table, and per sink whose columns change, write every registered segment file again,
    converted to the new schema, as new files (unregistered: orphans until step 5 commits).
-4. BEGIN. Replace each changed table's folded rows by its converted rows (its ``state`` view is
-   dropped); create the added tables; drop the removed ones (with their views and segment
-   registrations); swap the registrations of the rewritten segments; set the fingerprint;
-   record the new version with watermark ``W``.
-5. COMMIT. The file is on the new layout with every row carried over, or (a crash before) on the
-   old one, untouched: the files of step 3 are orphans the next open deletes.
-6. Delete the replaced segment files and write the new schemas' anchors. The next
-   :class:`~staging.store.StagingStore` open defines the views over the new layout (it deletes
-   orphans before it binds them, so a crash before this step leaves nothing in the way).
+4. In a transaction on the state file (:mod:`staging.state_file`), write each changed table's
+   converted rows into a new table, and create a new table per added state table; COMMIT.
+   Nothing reads them yet: the staging file's map still names the old tables.
+5. BEGIN on the staging file. Map each changed and added table to its new table (their
+   ``state`` views are dropped); drop the removed tables' views and segment registrations; swap
+   the registrations of the rewritten segments; set the fingerprint; record the new version
+   with watermark ``W``.
+6. COMMIT. The file is on the new layout with every row carried over, or (a crash before) on the
+   old one, untouched: the files of step 3 and the tables of step 4 are orphans the next open
+   deletes.
+7. Drop the state file's tables the map no longer names, delete the replaced segment files and
+   write the new schemas' anchors. The next :class:`~staging.store.StagingStore` open defines the
+   views over the new layout (it deletes orphans before it binds them, so a crash before this
+   step leaves nothing in the way).
 
 The folded rows of a changed table are rebuilt through ``W``; ``state_folded_through`` stays, so
 the view still overlays the (converted) deltas after it, which changes nothing: applying a
-batch's newest delta per row again gives the same rows.
+batch's newest delta per row again gives the same rows. A file of a layout before 8 (its folded
+rows still in the staging file) is refused: opening it once with the dataflow that wrote it
+moves them.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +52,7 @@ import pyarrow.parquet as pq
 from etl_dataflows.dataflow import CompiledDataflow, Dataflow
 from etl_dataflows.evolution.convert import ConversionError, RowConversion
 from etl_dataflows.evolution.plan import UpgradePlan, plan_upgrade
+from staging import state_file
 from staging.exceptions import (
     StagingInUse,
     StagingMismatch,
@@ -55,7 +64,6 @@ from staging.layout import (
     DELTA,
     OUTPUTS,
     STATE,
-    STATE_BASE,
     SYSTEM,
     arrow_of,
     outputs_schema,
@@ -68,7 +76,7 @@ from staging.segments import Segment, SegmentFolder, conform
 logger = logging.getLogger(__name__)
 
 #: ``hook(phase)`` at the protocol's dangerous points (kill -9 tests): ``converted`` (step 3
-#: done), ``switching`` (step 4 done, before COMMIT), ``switched`` (after COMMIT).
+#: done), ``switching`` (step 5 done, before COMMIT), ``switched`` (after step 7).
 UpgradeHook = Callable[[str], None]
 
 
@@ -139,15 +147,38 @@ def upgrade_staging(
     except (duckdb.IOException, duckdb.ConnectionException) as exc:
         raise StagingInUse(path, str(exc).splitlines()[0]) from exc
     try:
-        return _upgrade(con, path, compiled, allow_drop, hook)
+        tables = _state_map(con)
+        if tables is None:
+            raise StagingMismatch(
+                path,
+                "its layout is older than this streamdi's (its folded state is still in the "
+                "file): open it once with the dataflow that wrote it, then upgrade",
+            )
+        try:
+            state_file.attach(con, path)
+        except duckdb.Error as exc:
+            raise StagingInUse(state_file.state_path(path), str(exc).splitlines()[0]) from exc
+        return _upgrade(con, path, compiled, tables, allow_drop, hook)
     finally:
         con.close()
+
+
+def _state_map(con: duckdb.DuckDBPyConnection) -> dict[str, str] | None:
+    """The state tables' map of the staging file on ``con``; None for a file of a layout that
+    kept its folded rows in the file (or no layout at all: :func:`_latest` says so)."""
+    try:
+        rows = dict(con.execute(f"SELECT key, value FROM {qualified(SYSTEM, 'meta')}").fetchall())
+    except duckdb.CatalogException:
+        return {}
+    tables = state_file.read_map(rows)
+    return tables if tables or "layout_version" not in rows else None
 
 
 def _upgrade(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     flow: CompiledDataflow,
+    tables: dict[str, str],
     allow_drop: bool,
     hook: UpgradeHook | None,
 ) -> StagingSwitch:
@@ -218,25 +249,39 @@ def _upgrade(
         hook("converted")
     # 4.
     meta = qualified(SYSTEM, "meta")
+    next_version = latest.version + 1
+    new_tables = {name: table for name, table in tables.items() if name in flow.tables}
+    added = [name for name in flow.tables if name not in latest.shape.tables]
+    try:
+        taken = state_file.existing_tables(con)
+        con.execute("BEGIN TRANSACTION")
+        for name in [*rows, *added]:
+            new_tables[name] = state_file.new_table_name(name, taken, next_version)
+            taken.add(new_tables[name])
+            target = state_file.table_ref(new_tables[name])
+            con.execute(state_base_ddl(flow, name, target))
+            if name in rows:
+                con.register("_upgraded", rows[name])
+                try:
+                    con.execute(f"INSERT INTO {target} SELECT * FROM _upgraded")
+                finally:
+                    con.unregister("_upgraded")
+        con.execute("COMMIT")
+    except BaseException:
+        with suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        folder.discard(new for _, new in rewritten)
+        raise
+    # 5.
     con.execute("BEGIN TRANSACTION")
     try:
-        for name, new_rows in rows.items():
+        for name in [*rows, *added]:
             con.execute(f"DROP VIEW IF EXISTS {qualified(STATE, name)}")
-            con.execute(f"DROP TABLE {qualified(STATE_BASE, name)}")
-            con.execute(state_base_ddl(flow, name))
-            con.register("_upgraded", new_rows)
-            try:
-                con.execute(f"INSERT INTO {qualified(STATE_BASE, name)} SELECT * FROM _upgraded")
-            finally:
-                con.unregister("_upgraded")
-        for name in flow.tables:
-            if name not in latest.shape.tables:
-                con.execute(state_base_ddl(flow, name))
+        state_file.write_map(con, meta, new_tables)
         registry = qualified(SYSTEM, "segments")
         for name in latest.shape.tables:
             if name not in flow.tables:
                 con.execute(f"DROP VIEW IF EXISTS {qualified(STATE, name)}")
-                con.execute(f"DROP TABLE IF EXISTS {qualified(STATE_BASE, name)}")
                 con.execute(f"DROP VIEW IF EXISTS {qualified(DELTA, name)}")
                 con.execute(
                     f"DELETE FROM {registry} WHERE relation = ? AND name = ?", [DELTA, name]
@@ -265,16 +310,19 @@ def _upgrade(
         con.execute(
             f"INSERT OR REPLACE INTO {meta} VALUES ('fingerprint', ?)", [shape.fingerprint()]
         )
-        version = record_version(con, latest.version + 1, shape, watermark)
+        version = record_version(con, next_version, shape, watermark)
         if hook is not None:
             hook("switching")
-        # 5.
+        # 6.
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         folder.discard(new for _, new in rewritten)
         raise
-    # 6.
+    # 7.
+    con.execute("BEGIN TRANSACTION")
+    state_file.drop_orphans(con, new_tables.values())
+    con.execute("COMMIT")
     folder.discard(old for old, _ in rewritten)
     schemas = segment_schemas(flow)
     for key in {(new.relation, new.name) for _, new in rewritten} | set(schemas):

@@ -30,6 +30,8 @@ from typing import Any
 
 import duckdb
 
+from staging import state_file
+
 #: Columns left out of the comparison, per relation (``schema.table``; ``*`` any schema).
 VOLATILE: dict[str, frozenset[str]] = {
     "streamdi.batches": frozenset({"arrived_at", "executed_ms", "committed_at"}),
@@ -42,9 +44,7 @@ VOLATILE: dict[str, frozenset[str]] = {
     "streamdi_migration.bootstrap_tables": frozenset({"ms", "copied_at"}),
 }
 #: Relations not compared (see the module docstring).
-SKIPPED = frozenset(
-    {"streamdi.segments", "streamdi.meta", "streamdi_migration.merges", "state_base.*"}
-)
+SKIPPED = frozenset({"streamdi.segments", "streamdi.meta", "streamdi_migration.merges"})
 #: Schemas of staging and of a warehouse that hold nothing of the run's data.
 _SYSTEM_SCHEMAS = ("information_schema", "pg_catalog", "pg_toast")
 
@@ -137,6 +137,8 @@ def _duckdb_snapshot(
     out: Snapshot = {}
     con = duckdb.connect(str(path), read_only=True)
     try:
+        if state_file.state_path(path).exists():  # a staging file's state views read it
+            state_file.attach(con, path, read_only=True)
         listed = con.execute(
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_catalog = current_database() ORDER BY 1, 2"

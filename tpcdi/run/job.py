@@ -42,6 +42,7 @@ from typing import Any, Literal, TextIO
 from tqdm import tqdm
 
 from migration.schema import WarehouseLayout
+from staging import state_file
 from staging.store import StagingStore
 from streamdi.memory import limit_malloc_arenas, release_free_memory
 from streamdi.settings import StreamdiSettings
@@ -358,7 +359,7 @@ def _fresh_state(settings: StreamdiSettings) -> None:
     """Staging, collector checkpoints, the embedded broker's log and the report of an earlier
     run are removed (clause 7.2.3: a clean SUT)."""
     staging = settings.staging_path
-    for path in (staging, staging.with_name(staging.name + ".wal")):
+    for path in state_file.staging_files(staging):
         path.unlink(missing_ok=True)
     forget_embedded_kafka(settings)
     forget_report(settings.streamdi.state_dir)

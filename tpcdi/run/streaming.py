@@ -35,6 +35,7 @@ import pyarrow as pa
 from ingest.sources import BaseSource, SourceChunk
 from migration.schema import WarehouseLayout
 from runtime.committer import CommittedBatch
+from staging import state_file
 from staging.layout import arrow_of
 from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings
@@ -348,7 +349,7 @@ def stream_tpcdi(options: StreamOptions, base: StreamdiSettings) -> StreamReport
     report = StreamReport(executor=executor, data_dir=str(data))
     flow = build_flow().build()
     layout = WarehouseLayout(flow, settings.migration.schema_name)
-    for path in (settings.staging_path, settings.staging_path.with_suffix(".duckdb.wal")):
+    for path in state_file.staging_files(settings.staging_path):
         path.unlink(missing_ok=True)
     forget_embedded_kafka(settings)
     shutil.rmtree(settings.streamdi.state_dir / "collector", ignore_errors=True)

@@ -29,6 +29,7 @@ from ingest.collector import BatchCollector, CollectorReport
 from ingest.sources import BaseSource
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.runspec import RunSpec, StreamBinding, bind
+from staging import state_file
 from staging.store import connection_config
 from streamdi.settings import StreamdiSettings
 from tpcdi.incremental.flow import SOURCE
@@ -259,23 +260,24 @@ class UpdateStream:
         return staging_disk_bytes(self.settings.staging_path)
 
     def state_rows(self) -> int:
-        """Rows of the engine's state as staging last folded it (the ``state_base`` tables,
-        counted: DuckDB's own estimate also counts the rows a fold replaced)."""
+        """Rows of the engine's state as staging last folded it (the state file's tables,
+        counted: DuckDB's own estimate also counts the rows a fold replaced). A connection of
+        the pipeline's own DuckDB instance (the same configuration), where the state file is
+        attached."""
         config = connection_config(
             self.settings.staging.memory_limit, threads=self.settings.staging.threads
         )
-        con = duckdb.connect(str(self.settings.staging_path), config=config)
+        path = self.settings.staging_path
+        con = duckdb.connect(str(path), config=config)
         try:
-            names = [
-                r[0]
-                for r in con.execute(
-                    "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'state_base'"
-                ).fetchall()
-            ]
-            if not names:
+            state_file.attach(con, path)
+            tables = state_file.read_map(
+                dict(con.execute('SELECT key, value FROM "streamdi"."meta"').fetchall())
+            )
+            if not tables:
                 return 0
             counts = " UNION ALL ".join(
-                f'SELECT count(*) AS n FROM "state_base"."{n}"' for n in names
+                f"SELECT count(*) AS n FROM {state_file.table_ref(t)}" for t in tables.values()
             )
             return int(con.execute(f"SELECT sum(n) FROM ({counts})").fetchall()[0][0] or 0)
         finally:

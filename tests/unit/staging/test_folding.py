@@ -14,7 +14,7 @@ from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.state import StateImage
 from etl_dataflows.testing import WorkloadSpec, ledger_workload, make_batch
-from staging import StagingStore, folding
+from staging import StagingStore, folding, state_file
 from staging.exceptions import StagingCommitFailed
 from staging.handoff import StagedDeltas
 from tests.unit.staging.helpers import customers_flow, simple_commit
@@ -54,7 +54,8 @@ def _sorted(image: StateImage, store: StagingStore) -> StateImage:
 
 
 def _folded_rows(store: StagingStore, name: str) -> int:
-    return int(store.query(f'SELECT count(*) AS n FROM state_base."{name}"')["n"][0].as_py())
+    table = state_file.table_ref(store.state_tables[name])
+    return int(store.query(f"SELECT count(*) AS n FROM {table}")["n"][0].as_py())
 
 
 def test_the_state_view_equals_the_engine_state_after_everysimple_commit(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_the_state_view_equals_the_engine_state_after_everysimple_commit(tmp_pat
             store.commit([simple_commit(i, result)])
             assert store.load_state().equals(image), f"after batch {i}"
             assert _sorted(store.load_state(sorted_rows=False), store).equals(image)
-            folded.append(int(store.meta(folding.FOLDED_THROUGH) or 0))
+            folded.append(store.folded_through())
         # folds at 3, 6, 9 (every third batch), and the folded table holds what it says
         assert folded == [0, 0, 3, 3, 3, 6, 6, 6, 9, 9, 9]
         assert store.state_folder.folded_through == 9
@@ -75,7 +76,7 @@ def test_the_state_view_equals_the_engine_state_after_everysimple_commit(tmp_pat
         assert store.load_state().equals(images[10])
         assert store.state_folder.waiting
         store.commit([simple_commit(12, results[11])])  # a fold is due
-        assert store.meta(folding.FOLDED_THROUGH) == "12"
+        assert store.folded_through() == 12
         assert not store.state_folder.waiting
         assert store.load_state().equals(images[11])
 
@@ -85,11 +86,11 @@ def test_a_group_commit_folds_the_batches_it_carries(tmp_path: Path) -> None:
     with _store(tmp_path, flow) as store:
         store.commit([simple_commit(1, results[0])])
         store.commit([simple_commit(i, results[i - 1]) for i in (2, 3, 4, 5)])  # folds 1..5
-        assert store.meta(folding.FOLDED_THROUGH) == "5"
+        assert store.folded_through() == 5
         assert store.load_state().equals(images[4])
         assert _folded_rows(store, "accounts") == images[4].tables["accounts"].num_rows
         store.commit([simple_commit(6, results[5]), simple_commit(7, results[6])])
-        assert store.meta(folding.FOLDED_THROUGH) == "5"
+        assert store.folded_through() == 5
         assert store.load_state().equals(images[6])
 
 
@@ -103,13 +104,13 @@ def test_a_release_keeps_the_deltas_not_folded_yet_for_the_state_view(tmp_path: 
     with _store(tmp_path, flow) as store:
         for i in (1, 2, 3, 4, 5):
             store.commit([simple_commit(i, results[i - 1])])
-        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert store.folded_through() == 3
         staged = StagedDeltas(store)
         staged.acknowledge("duckdb", 5)
         assert staged.release(["duckdb"], 0) == 5
         # the release does not fold: batches 4 and 5 stay registered (hidden from the delta
         # log's view, which only migration reads) and the state view still overlays them
-        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert store.folded_through() == 3
         assert _delta_batches(store) == [4, 5]
         assert store.query('SELECT count(*) AS n FROM delta_log."accounts"')["n"][0].as_py() == 0
         assert store.load_state().equals(images[4])
@@ -119,7 +120,7 @@ def test_a_release_keeps_the_deltas_not_folded_yet_for_the_state_view(tmp_path: 
         assert store.load_state().equals(images[4])
         assert store.state_folder.waiting_batches == 2
         store.commit([simple_commit(6, results[5])])  # a fold is due: 4, 5 and 6
-        assert store.meta(folding.FOLDED_THROUGH) == "6"
+        assert store.folded_through() == 6
         assert store.load_state().equals(images[5])
         staged = StagedDeltas(store)
         # nothing new acknowledged, but the kept segments are folded now: they go
@@ -148,11 +149,11 @@ def test_a_failed_folding_commit_leaves_the_state_as_it_was(tmp_path: Path) -> N
 
         with pytest.raises(StagingCommitFailed):
             store.commit([simple_commit(3, results[2])], hook=fail)  # the fold was due
-        assert store.meta(folding.FOLDED_THROUGH) == "0"
+        assert store.folded_through() == 0
         assert store.load_state().equals(images[1])
         store.commit([simple_commit(3, results[2])])
         store.commit([simple_commit(4, results[3])])
-        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert store.folded_through() == 3
         assert store.load_state().equals(images[3])
 
 
@@ -166,7 +167,7 @@ def test_history_versions_survive_the_fold(tmp_path: Path) -> None:
             batch = make_batch(flow, i, changes=changes)
             store.commit([simple_commit(i, executor.run_batch(batch))])
             assert store.load_state().equals(executor.state_image()), f"after batch {i}"
-        assert store.meta(folding.FOLDED_THROUGH) == "6"
+        assert store.folded_through() == 6
         versions = store.query('SELECT count(*) AS n FROM state."customer"')["n"][0].as_py()
         assert versions == executor.state_image().tables["customer"].num_rows > 7
 
@@ -180,9 +181,9 @@ def test_fold_state_waits_for_enough_batches(
         store.commit([simple_commit(1, results[0])])
         store.commit([simple_commit(2, results[1])])
         assert not store.fold_state(least=3)
-        assert store.meta(folding.FOLDED_THROUGH) == "0"
+        assert store.folded_through() == 0
         assert store.fold_state(least=2)
-        assert store.meta(folding.FOLDED_THROUGH) == "2"
+        assert store.folded_through() == 2
         assert _folded_rows(store, "accounts") == images[1].tables["accounts"].num_rows
         assert not store.fold_state()  # nothing waits
         store.commit([simple_commit(3, results[2])])
@@ -214,13 +215,13 @@ def test_a_fold_beside_a_commit_keeps_the_state_exact(
         assert store.fold_state()
         monkeypatch.setattr(folding, "apply_deltas", real_apply)
         assert committed_inside == [4]
-        assert store.meta(folding.FOLDED_THROUGH) == "3"
+        assert store.folded_through() == 3
         assert store.state_folder.waiting_batches == 1
         assert store.load_state().equals(images[3])
         assert _folded_rows(store, "accounts") == images[2].tables["accounts"].num_rows
         store.commit([simple_commit(5, results[4])])
         assert store.fold_state()
-        assert store.meta(folding.FOLDED_THROUGH) == "5"
+        assert store.folded_through() == 5
         assert _folded_rows(store, "accounts") == images[4].tables["accounts"].num_rows
         assert store.load_state().equals(images[4])
         store.commit([simple_commit(6, results[5])])
@@ -228,10 +229,9 @@ def test_a_fold_beside_a_commit_keeps_the_state_exact(
         assert store.load_state().equals(images[5])
 
 
-def test_a_large_fold_is_left_to_the_housekeeping_thread(
+def test_a_store_with_a_housekeeping_thread_folds_there_never_in_a_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(folding, "FOLD_INLINE_ROWS", 0)  # every fold is large
     folded_by: list[str] = []
     real_stage = folding.StateFolder.stage_fold
 
@@ -253,7 +253,7 @@ def test_a_large_fold_is_left_to_the_housekeeping_thread(
         through = folder.folded_through
         assert through >= 5  # fewer than 3 batches wait once no fold is due
         assert folded_by and set(folded_by) == {"segment-merger"}  # never in a commit
-        assert store.meta(folding.FOLDED_THROUGH) == str(through)
+        assert store.folded_through() == through
         assert _folded_rows(store, "accounts") == images[through - 1].tables["accounts"].num_rows
         assert store.load_state().equals(images[6])
     finally:
@@ -269,11 +269,11 @@ def test_a_commit_does_not_fold_while_another_fold_runs(tmp_path: Path) -> None:
             store.commit([simple_commit(i, results[i - 1])])
         with store.state_folder.fold_lock:  # a fold runs
             store.commit([simple_commit(3, results[2])])  # due, but left waiting
-        assert store.meta(folding.FOLDED_THROUGH) == "0"
+        assert store.folded_through() == 0
         assert store.state_folder.waiting_batches == 3
         assert store.load_state().equals(images[2])
         store.commit([simple_commit(4, results[3])])  # due still: this one folds all four
-        assert store.meta(folding.FOLDED_THROUGH) == "4"
+        assert store.folded_through() == 4
         assert _folded_rows(store, "accounts") == images[3].tables["accounts"].num_rows
         assert store.load_state().equals(images[3])
 

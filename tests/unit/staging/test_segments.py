@@ -14,7 +14,7 @@ import pytest
 from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.testing import WorkloadSpec, ledger_workload
-from staging import StagingStore
+from staging import StagingStore, state_file
 from staging import segments as segments_module
 from staging.exceptions import StagingCommitFailed, StagingMismatch
 from staging.handoff import StagedDeltas
@@ -236,12 +236,14 @@ def test_a_file_of_the_table_layout_moves_into_segments(tmp_path: Path) -> None:
     store.close()
     # rebuild layout 3: the state, delta logs and outputs as tables, no segment files
     con = duckdb.connect(str(tmp_path / "s.duckdb"))
+    state_file.attach(con, tmp_path / "s.duckdb")
     for name in flow.tables:
         con.execute(f'CREATE TABLE state."_{name}" AS SELECT * FROM state."{name}"')
         con.execute(f'DROP VIEW state."{name}"')
         con.execute(f'ALTER TABLE state."_{name}" RENAME TO "{name}"')
-    con.execute("DROP SCHEMA state_base CASCADE")
-    con.execute("DELETE FROM streamdi.meta WHERE key = 'state_folded_through'")
+    con.execute(f"DETACH {state_file.STATE_CATALOG}")
+    state_file.state_path(tmp_path / "s.duckdb").unlink()  # no state file before layout 8
+    con.execute("DELETE FROM streamdi.meta WHERE key = 'state_tables'")
     for relation, names in ((DELTA, flow.tables), (OUTPUTS, flow.sinks)):
         for name in names:
             con.execute(
@@ -257,7 +259,7 @@ def test_a_file_of_the_table_layout_moves_into_segments(tmp_path: Path) -> None:
         assert upgraded.query(OUT).equals(out)
         assert upgraded.query(DELTA_SQL).equals(delta)
         assert upgraded.query(STATE_SQL).equals(state)
-        assert upgraded.meta("state_folded_through") == "3"  # a table held every batch
+        assert upgraded.folded_through() == 3  # a table held every batch
         kinds = upgraded.query(
             "SELECT DISTINCT table_type FROM information_schema.tables "
             "WHERE table_schema IN ('delta_log', 'outputs', 'state')"
