@@ -170,8 +170,9 @@ def _state_map(con: duckdb.DuckDBPyConnection) -> dict[str, str] | None:
         rows = dict(con.execute(f"SELECT key, value FROM {qualified(SYSTEM, 'meta')}").fetchall())
     except duckdb.CatalogException:
         return {}
-    tables = state_file.read_map(rows)
-    return tables if tables or "layout_version" not in rows else None
+    if state_file.STATE_TABLES not in rows and "layout_version" in rows:
+        return None
+    return state_file.read_map(rows)
 
 
 def _upgrade(
