@@ -3,6 +3,7 @@ offsets and the batch ledger, and beside it the per-batch delta logs and outputs
 files it registers, written one transaction per commit."""
 
 from staging.snapshot import StagingSnapshot, open_snapshot
+from staging.state_file import connect
 from staging.store import BatchCommit, PartitionProgress, StagingStore, StreamProgress
 
 __all__ = [
@@ -11,5 +12,6 @@ __all__ = [
     "StagingSnapshot",
     "StagingStore",
     "StreamProgress",
+    "connect",
     "open_snapshot",
 ]

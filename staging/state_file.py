@@ -73,6 +73,22 @@ def attach(con: duckdb.DuckDBPyConnection, staging: Path, *, read_only: bool = F
         )
 
 
+def connect(staging: Path | str, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """A connection to the staging file at ``staging`` with its state file attached, so that
+    its ``state.<table>`` views read (a plain connection to the staging file alone fails on
+    them with "schema streamdi_state.state_base does not exist"). For reading staging by hand
+    while no pipeline has it open; the pipeline's own connection is the store's."""
+    con = duckdb.connect(str(staging), read_only=read_only)
+    try:
+        if read_only and not state_path(staging).exists():
+            return con  # a file of a layout before 8, or one that never held a state table
+        attach(con, Path(staging), read_only=read_only)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def table_ref(table: str) -> str:
     """The qualified name of table ``table`` (its name in the state file)."""
     return f"{q(STATE_CATALOG)}.{qualified(STATE_BASE, table)}"

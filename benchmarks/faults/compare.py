@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from staging import state_file
 
 #: Columns left out of the comparison, per relation (``schema.table``; ``*`` any schema).
@@ -135,10 +133,8 @@ def _duckdb_snapshot(
     path: Path, store: str, schemas: Sequence[str] | None, rules: Rules = NO_RULES
 ) -> Snapshot:
     out: Snapshot = {}
-    con = duckdb.connect(str(path), read_only=True)
+    con = state_file.connect(path)  # a staging file's state views read its state file
     try:
-        if state_file.state_path(path).exists():  # a staging file's state views read it
-            state_file.attach(con, path, read_only=True)
         listed = con.execute(
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_catalog = current_database() ORDER BY 1, 2"

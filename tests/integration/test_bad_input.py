@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
 
 from ingest.broker import EmbeddedKafka, client_config, ensure_topics
 from ingest.records import encode_batch, to_ipc
+from staging import connect as connect_staging
 from streamdi.settings import load_settings
 from tests.integration.conftest import run_streamdi, streamdi_env
 
@@ -111,7 +111,7 @@ def test_bad_records_become_dead_letters_and_fixed_ones_replay(
         log.read_text()
     )
     staging = state / "staging.duckdb"
-    con = duckdb.connect(str(staging), read_only=True)
+    con = connect_staging(staging)
     dead = con.execute(
         'SELECT id, step, topic, partition, "offset", pos, reason FROM streamdi.dead_letters ORDER BY id'
     ).fetchall()
@@ -150,7 +150,7 @@ def test_bad_records_become_dead_letters_and_fixed_ones_replay(
     )
     env_late_ok = {**env, "INGEST__ALLOWED_LATENESS_MS": ""}
     assert run_streamdi(["run", SPEC, "--no-collect", "--until-idle", "1.5"], env_late_ok, log) == 0
-    con = duckdb.connect(str(staging), read_only=True)
+    con = connect_staging(staging)
     replayed = con.execute(
         "SELECT replayed_in FROM streamdi.dead_letters WHERE id = ?", [fixable["id"]]
     ).fetchall()[0][0]

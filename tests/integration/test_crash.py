@@ -16,13 +16,13 @@ import signal
 import time
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
 
 from ingest.broker import EmbeddedKafka, client_config
 from ingest.ledger import ledger_events, write_ledger_file
 from ingest.records import BATCH, LAST_POS, STREAM, from_ipc, header_map
+from staging import connect as connect_staging
 from streamdi.settings import load_settings
 from tests.integration.conftest import run_streamdi, staged_watermark, start_streamdi, streamdi_env
 
@@ -60,7 +60,7 @@ def _topic_batches(broker: EmbeddedKafka, topic: str) -> list[tuple[int, pa.Tabl
 
 
 def _staged(path: Path) -> dict[str, object]:
-    con = duckdb.connect(str(path), read_only=True)
+    con = connect_staging(path)
     try:
 
         def rows(sql: str) -> list[tuple[object, ...]]:

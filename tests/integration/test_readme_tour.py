@@ -9,10 +9,10 @@ import os
 import re
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from ingest.broker import EmbeddedKafka
+from staging import connect as connect_staging
 from tests.compose_file import REPO
 from tests.integration.conftest import run_streamdi, streamdi_env
 
@@ -33,7 +33,7 @@ def test_the_readme_bank_module_runs_into_staging(broker: EmbeddedKafka, tmp_pat
     assert run_streamdi(args, env, log) == 0, log.read_text()
     result = json.loads(report.read_text())
     assert result["events"] == 101_000
-    with duckdb.connect(str(state / "staging.duckdb"), read_only=True) as con:
+    with connect_staging(state / "staging.duckdb") as con:
         (dead,) = con.execute("SELECT count(*) FROM streamdi.dead_letters").fetchone() or (0,)
         balances = con.execute('SELECT sum(balance) FROM state."accounts"').fetchone()
     assert dead == 2_000

@@ -16,6 +16,7 @@ from etl_dataflows.testing import ledger_dataflow
 from ingest.broker import EmbeddedKafka
 from ingest.ledger import ledger_events, write_ledger_file
 from migration.schema import WarehouseLayout
+from staging import connect as connect_staging
 from tests.integration.conftest import REPO, run_streamdi, streamdi_env
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -25,7 +26,7 @@ EVENTS = 20_000
 
 
 def _staged(path: Path) -> dict[str, Any]:
-    con = duckdb.connect(str(path), read_only=True)
+    con = connect_staging(path)
     try:
         queries = {
             "accounts": "SELECT * FROM state.accounts ORDER BY id",

@@ -37,21 +37,24 @@ def test_status_and_metrics_report_staging_and_migration_lag(tmp_path: Path) -> 
             status = client.get("/status").json()
             assert status["pipeline"] == {"state": "absent", "error": None, "paused": False}
             assert status["staging"]["watermark"] == 6
-            # the file, its WAL and its segment files (the delta logs and outputs)
+            # the file, the state file beside it, their WALs and the segment files (the delta
+            # logs and outputs)
             segments = sum(
                 p.stat().st_size for p in (tmp_path / "staging.duckdb.segments").iterdir()
             )
             assert segments > 0
-            assert (
-                status["staging"]["bytes"]
-                == (tmp_path / "staging.duckdb").stat().st_size
-                + (
-                    (tmp_path / "staging.duckdb.wal").stat().st_size
-                    if (tmp_path / "staging.duckdb.wal").exists()
-                    else 0
+            files = [
+                tmp_path / name
+                for name in (
+                    "staging.duckdb",
+                    "staging.duckdb.wal",
+                    "staging.duckdb.state",
+                    "staging.duckdb.state.wal",
                 )
-                + segments
-            )
+            ]
+            assert files[0].exists() and files[2].exists()
+            on_disk = sum(f.stat().st_size for f in files if f.exists())
+            assert status["staging"]["bytes"] == on_disk + segments
             lag = status["migration"]["duckdb"]
             assert lag["acknowledged"] == 4 and lag["lag_batches"] == 2
             assert lag["lag_seconds"] > 0
