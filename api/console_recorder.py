@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from api.console_series import SecondSeries, SeriesPoint
 from api.hosted import CommittedBatchFacts
 from migration.progress import TargetProgress
-from staging.store import StreamProgress
+from staging.batch_commit import StreamProgress
 
 #: Batches the ring keeps (``GET /console/batches`` serves these; older ones: ``GET /batches``).
 RING_CAPACITY = 1000

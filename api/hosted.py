@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from etl_dataflows.batch import StepDecision, StepStats
-from staging.store import StreamProgress
+from staging.batch_commit import StreamProgress
 
 
 class PushedEvents(Protocol):

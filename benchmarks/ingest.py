@@ -46,9 +46,10 @@ from ingest.ledger import ledger_events
 from ingest.records import OutgoingRecord, encode_batch
 from runtime.pipeline import Pipeline, PipelineOptions
 from runtime.runspec import StreamBinding, bind
+from staging.batch_commit import BatchCommit
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 from staging.segments import staging_disk_bytes
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 
 RECORD_EVENTS = 10_000

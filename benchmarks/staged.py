@@ -8,8 +8,8 @@ import time
 import pyarrow as pa
 
 from etl_dataflows.batch import ABORT_SCHEMA, BatchResult, TableDelta
+from staging.batch_commit import BatchCommit, StreamProgress
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
-from staging.store import BatchCommit, StreamProgress
 
 
 def upsert_commit(

@@ -51,9 +51,10 @@ from migration.schema import WarehouseLayout
 from migration.targets.base import BaseTarget
 from migration.targets.duckdb_file import DuckDBTarget
 from migration.targets.postgres import PostgresTarget
+from staging.batch_commit import BatchCommit
 from staging.handoff import StagedDeltas
 from staging.layout import q
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 
 PLANS = ("island", "migrate", "auto")

@@ -40,9 +40,10 @@ from etl_dataflows.state import image_schema
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from staging import state_file
+from staging.batch_commit import BatchCommit
 from staging.handoff import StagedDeltas
 from staging.layout import arrow_of
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from staging.upgrade import upgrade_staging
 from streamdi.settings import load_settings
 

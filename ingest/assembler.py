@@ -65,8 +65,8 @@ from ingest.records import (
     header_map,
 )
 from ingest.sources import bytes_payload, json_payload
+from staging.batch_commit import PartitionProgress, StreamPartition, StreamProgress
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
-from staging.store import PartitionProgress, StreamPartition, StreamProgress
 
 logger = logging.getLogger(__name__)
 

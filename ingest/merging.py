@@ -60,7 +60,7 @@ import pyarrow.compute as pc
 
 from etl_dataflows.types import POS, TS
 from ingest.records import from_ipc, to_ipc
-from staging.store import PartitionProgress
+from staging.batch_commit import PartitionProgress
 
 TopicPartition = tuple[str, int]
 

@@ -32,8 +32,9 @@ from collections.abc import Iterable, Sequence
 
 from migration.migrator import MigrationHook, Migrator, Via, build_targets
 from migration.schema import WarehouseLayout
+from staging.batch_commit import BatchCommit
 from staging.handoff import StagedDeltas
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from streamdi.errors import TransientError
 from streamdi.settings import MigrationSettings, StreamdiSettings
 

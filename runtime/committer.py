@@ -34,7 +34,7 @@ from ingest.assembler import AssembledBatch, TopicPartition, engine_dead_letters
 from ingest.collector import CollectorReport
 from runtime.faults import PipelineFaults
 from runtime.interfaces import BatchExecutor, BatchStage
-from staging.store import BatchCommit, StreamProgress
+from staging.batch_commit import BatchCommit, StreamProgress
 
 logger = logging.getLogger(__name__)
 

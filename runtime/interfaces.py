@@ -12,7 +12,8 @@ from typing import Protocol
 
 from etl_dataflows.batch import BatchResult, EngineBatch
 from ingest.assembler import RawRecord, TopicPartition
-from staging.store import BatchCommit, CommitHook
+from staging.batch_commit import BatchCommit
+from staging.store import CommitHook
 
 
 class RecordFeed(Protocol):

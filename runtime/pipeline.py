@@ -76,8 +76,9 @@ from runtime.cutting import CutRules
 from runtime.faults import CRASH_PHASES, PipelineFaults
 from runtime.interfaces import BatchExecutor, RecordFeed
 from runtime.runspec import RunSpec
+from staging.batch_commit import BatchCommit
 from staging.checkpoints import Checkpointer
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from streamdi.errors import TransientError
 from streamdi.memory import release_free_memory
 from streamdi.settings import StreamdiSettings

@@ -30,9 +30,10 @@ from pathlib import Path
 
 from etl_dataflows.dataflow import CompiledDataflow
 from runtime.exceptions import RunError
+from staging.batch_commit import BatchCommit
 from staging.checkpoints import Checkpoint, list_checkpoints
 from staging.exceptions import StagingMismatch
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from streamdi.errors import TerminalError
 
 logger = logging.getLogger(__name__)

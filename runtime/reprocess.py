@@ -74,11 +74,12 @@ from runtime.replay_start import ReplayStart, ReprocessRefused, prepare_shadow, 
 from runtime.reprocess_report import ReprocessReport
 from runtime.runspec import RunSpec
 from runtime.upgrade import migrate_once, open_staging
+from staging.batch_commit import BatchCommit
 from staging.difference import table_difference
 from staging.exceptions import StagingInUse
 from staging.layout import OUTPUTS, qualified
 from staging.retractions import SinkRetraction, cut_over_by
-from staging.store import BatchCommit, StagingStore
+from staging.store import StagingStore
 from staging.upgrade import plan_staging
 from streamdi.settings import StreamdiSettings
 

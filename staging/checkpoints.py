@@ -55,7 +55,8 @@ from staging.layout import STATE, SYSTEM, arrow_of, q, qualified
 from streamdi.files import fsync_path
 
 if TYPE_CHECKING:
-    from staging.store import PartitionProgress, StagingStore, StreamPartition, StreamProgress
+    from staging.batch_commit import PartitionProgress, StreamPartition, StreamProgress
+    from staging.store import StagingStore
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class Checkpoint:
 
     @classmethod
     def read(cls, path: Path) -> Checkpoint:
-        from staging.store import PartitionProgress, StreamProgress
+        from staging.batch_commit import PartitionProgress, StreamProgress
 
         data = json.loads((path / CHECKPOINT_FILE).read_text(encoding="utf-8"))
         return cls(
@@ -192,13 +193,8 @@ def take_checkpoint(
 ) -> Checkpoint:
     """A checkpoint of ``store`` at its last committed batch, per the module docstring; ``keep``:
     how many to keep (None: all); ``hook``: see the module docstring."""
-    from staging.store import (
-        SEEDED,
-        read_offsets,
-        read_partitions,
-        read_sequences,
-        read_streams,
-    )
+    from staging.batch_commit import read_offsets, read_partitions, read_sequences, read_streams
+    from staging.store import SEEDED
 
     folder = checkpoints_dir(store.path)
     folder.mkdir(parents=True, exist_ok=True)

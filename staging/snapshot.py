@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from staging.batch_commit import StreamProgress
 from staging.layout import DELTA, OUTPUTS, STATE, SYSTEM, arrow_of, q, qualified
 from staging.retractions import ranges, read_retractions, retracted_filter
-from staging.store import StreamProgress
 
 if TYPE_CHECKING:
     import duckdb

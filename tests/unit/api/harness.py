@@ -23,9 +23,10 @@ from etl_dataflows.batch import BatchResult
 from migration.migrator import Migrator, build_targets
 from migration.schema import WarehouseLayout
 from runtime.committer import StagingCommitter
+from staging.batch_commit import BatchCommit, StreamProgress
 from staging.handoff import StagedDeltas
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA, output_columns
-from staging.store import BatchCommit, StagingStore, StreamProgress
+from staging.store import StagingStore
 from streamdi.settings import StreamdiSettings, load_settings
 from tests.migration_shop import shop_batch, shop_dataflow
 

@@ -16,7 +16,7 @@ from api.console_series import SecondSeries, nearest_rank
 from etl_dataflows.batch import StepDecision, StepStats
 from migration.progress import TargetProgress
 from runtime.committer import CommittedBatch
-from staging.store import StreamProgress
+from staging.batch_commit import StreamProgress
 
 
 class Clock:

@@ -16,7 +16,7 @@ from etl_dataflows.batch import DEAD_LETTER_SCHEMA
 from etl_dataflows.testing import ledger_dataflow
 from ingest.assembler import BatchAssembler, RawRecord, engine_dead_letters
 from ingest.records import encode_batch, to_ipc
-from staging.store import StreamProgress
+from staging.batch_commit import StreamProgress
 
 TOPIC = "ledger.txns"
 NOW = time.time_ns() // 1000

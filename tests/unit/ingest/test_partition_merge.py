@@ -29,7 +29,7 @@ from etl_dataflows.types import POS, TS
 from ingest.assembler import AssembledBatch, BatchAssembler, RawRecord
 from ingest.merging import PartitionMerge, sort_released
 from ingest.records import encode_batch, watermark_record
-from staging.store import PartitionProgress, StreamProgress
+from staging.batch_commit import PartitionProgress, StreamProgress
 
 TOPIC = "ledger.txns"
 PARTITIONS = 4

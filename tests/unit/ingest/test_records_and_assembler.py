@@ -11,7 +11,7 @@ from etl_dataflows.testing import ledger_dataflow
 from ingest import records as records_module
 from ingest.assembler import BatchAssembler, RawRecord
 from ingest.records import encode_batch, event_limit, from_ipc, to_ipc
-from staging.store import StreamProgress
+from staging.batch_commit import StreamProgress
 
 TOPIC = "ledger.txns"
 

@@ -23,7 +23,8 @@ from runtime.consuming import ConsumingLoop, LoopRules, PauseControl
 from runtime.cutting import CutRules
 from runtime.faults import PipelineFaults
 from runtime.interfaces import BatchStage
-from staging.store import BatchCommit, CommitHook, StagingStore
+from staging.batch_commit import BatchCommit
+from staging.store import CommitHook, StagingStore
 
 
 def pair_dataflow() -> CompiledDataflow:

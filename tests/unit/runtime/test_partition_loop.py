@@ -16,7 +16,8 @@ import pyarrow as pa
 from ingest.assembler import RawRecord
 from ingest.records import encode_batch, from_ipc
 from runtime.consuming import HELD_BATCHES
-from staging.store import BatchCommit, CommitHook, StagingStore
+from staging.batch_commit import BatchCommit
+from staging.store import CommitHook, StagingStore
 from tests.unit.runtime.harness import LoopRig, MemoryFeed
 
 TOPIC = "pair.a"

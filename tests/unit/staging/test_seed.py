@@ -41,7 +41,7 @@ def test_seed_refuses_a_store_with_state(tmp_path: Path) -> None:
 
 
 def test_seed_refuses_a_store_with_batches(tmp_path: Path) -> None:
-    from staging.store import BatchCommit
+    from staging.batch_commit import BatchCommit
 
     flow = ledger_dataflow()
     compiled = flow.build()
