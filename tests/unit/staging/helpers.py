@@ -1,12 +1,15 @@
-"""What several staging tests build: a batch's commit with made-up progress, and a dataflow with
-a history table."""
+"""What several staging tests build: a batch's commit with made-up progress, a dataflow with a
+history table, and the ledger workload run by the serial oracle."""
 
 from __future__ import annotations
 
 import time
 
-from etl_dataflows import Dataflow, col
+from etl_dataflows import Dataflow, col, create_executor
 from etl_dataflows.batch import BatchResult
+from etl_dataflows.dataflow import CompiledDataflow
+from etl_dataflows.state import StateImage
+from etl_dataflows.testing import WorkloadSpec, ledger_workload
 from staging import BatchCommit, StreamProgress
 from staging.layout import DEAD_LETTER_INPUT_SCHEMA
 
@@ -25,6 +28,22 @@ def simple_commit(batch_id: int, result: BatchResult) -> BatchCommit:
         arrived_at=time.time(),
         executed_ms=1.0,
     )
+
+
+def oracle_run(
+    batches: int, seed: int
+) -> tuple[CompiledDataflow, list[BatchResult], list[StateImage]]:
+    """The ledger workload (opens, closes: inserts and deletes; 30 keys, 120 events a batch) run
+    by the serial oracle: its dataflow, each batch's result and the engine's state after it."""
+    work = ledger_workload(
+        WorkloadSpec(keys=30, batch_size=120, batches=batches, insert_delete_ratio=0.2, seed=seed)
+    )
+    executor = create_executor("serial", work.flow)
+    results, images = [], []
+    for batch in work.batches:
+        results.append(executor.run_batch(batch))
+        images.append(executor.state_image())
+    return work.flow, results, images
 
 
 def customers_flow() -> Dataflow:

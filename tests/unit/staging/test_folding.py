@@ -13,11 +13,11 @@ import pytest
 from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.state import StateImage
-from etl_dataflows.testing import WorkloadSpec, ledger_workload, make_batch
+from etl_dataflows.testing import make_batch
 from staging import StagingStore, folding, state_file
 from staging.exceptions import StagingCommitFailed
 from staging.handoff import StagedDeltas
-from tests.unit.staging.helpers import customers_flow, simple_commit
+from tests.unit.staging.helpers import customers_flow, oracle_run, simple_commit
 
 
 @pytest.fixture(autouse=True)
@@ -27,17 +27,7 @@ def _fold_every_3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(batches: int, seed: int = 5) -> tuple[object, list[BatchResult], list[StateImage]]:
-    """The ledger workload (opens, closes: inserts and deletes) run by the serial oracle: each
-    batch's result and the engine's state after it."""
-    work = ledger_workload(
-        WorkloadSpec(keys=30, batch_size=120, batches=batches, insert_delete_ratio=0.2, seed=seed)
-    )
-    executor = create_executor("serial", work.flow)
-    results, images = [], []
-    for batch in work.batches:
-        results.append(executor.run_batch(batch))
-        images.append(executor.state_image())
-    return work.flow, results, images
+    return oracle_run(batches, seed)
 
 
 def _store(tmp_path: Path, flow: object) -> StagingStore:

@@ -11,16 +11,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from etl_dataflows import create_executor
 from etl_dataflows.batch import BatchResult
 from etl_dataflows.state import StateImage
-from etl_dataflows.testing import WorkloadSpec, ledger_workload
 from staging import StagingStore, folding, state_file
 from staging.exceptions import StagingCommitFailed
 from staging.handoff import StagedDeltas
 from staging.layout import LAYOUT_VERSION
 from staging.snapshot import open_snapshot
-from tests.unit.staging.helpers import simple_commit
+from tests.unit.staging.helpers import oracle_run, simple_commit
 
 
 @pytest.fixture(autouse=True)
@@ -29,19 +27,20 @@ def _fold_every_3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(batches: int, seed: int = 7) -> tuple[object, list[BatchResult], list[StateImage]]:
-    work = ledger_workload(
-        WorkloadSpec(keys=30, batch_size=120, batches=batches, insert_delete_ratio=0.2, seed=seed)
-    )
-    executor = create_executor("serial", work.flow)
-    results, images = [], []
-    for batch in work.batches:
-        results.append(executor.run_batch(batch))
-        images.append(executor.state_image())
-    return work.flow, results, images
+    return oracle_run(batches, seed)
 
 
 def _store(path: Path, flow: object, **kwargs: bool) -> StagingStore:
     return StagingStore(path, flow, background_merge=False, **kwargs)  # type: ignore[arg-type]
+
+
+def _commit_all(path: Path, flow: object, results: list[BatchResult]) -> int:
+    """Commit ``results`` as batches 1, 2, ... to the staging file at ``path`` and close it;
+    returns the last batch its folded tables then hold."""
+    with _store(path, flow) as store:
+        for i, result in enumerate(results, start=1):
+            store.commit([simple_commit(i, result)])
+        return store.folded_through()
 
 
 def _as_layout_7(path: Path, flow: object) -> None:
@@ -88,10 +87,7 @@ def _state_file_tables(store: StagingStore) -> set[str]:
 def test_a_file_of_layout_7_moves_its_folded_rows_into_the_state_file(tmp_path: Path) -> None:
     flow, results, images = _run(5)
     path = tmp_path / "s.duckdb"
-    with _store(path, flow) as store:
-        for i, result in enumerate(results, start=1):
-            store.commit([simple_commit(i, result)])
-        assert store.folded_through() == 3
+    assert _commit_all(path, flow, results) == 3
     _as_layout_7(path, flow)
     assert "state_base.accounts" in _staging_tables(path)
     with _store(path, flow) as store:
@@ -110,9 +106,7 @@ def test_an_opening_that_dies_between_the_two_files_copies_again(
     still of layout 7, and the next opening copies the rows again (not twice)."""
     flow, results, images = _run(4)
     path = tmp_path / "s.duckdb"
-    with _store(path, flow) as store:
-        for i, result in enumerate(results, start=1):
-            store.commit([simple_commit(i, result)])
+    _commit_all(path, flow, results)
     _as_layout_7(path, flow)
 
     with monkeypatch.context() as patch:
@@ -198,10 +192,7 @@ def test_a_new_staging_file_empties_a_state_file_left_beside_it(tmp_path: Path) 
     with the rows of the run before."""
     flow, results, _ = _run(4)
     path = tmp_path / "s.duckdb"
-    with _store(path, flow) as store:
-        for i, result in enumerate(results, start=1):
-            store.commit([simple_commit(i, result)])
-        assert store.folded_through() == 3
+    assert _commit_all(path, flow, results) == 3
     path.unlink()
     with _store(path, flow) as store:
         assert store.watermark == 0
