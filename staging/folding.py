@@ -165,16 +165,15 @@ class StateFolder:
             deltas[name] = found.select(schema.names).cast(schema)
         self._pending = [(watermark, deltas)] if watermark > self.folded_through else []
 
-    @property
-    def waiting_rows(self) -> int:
-        with self._lock:
-            return sum(t.num_rows for _, d in self._pending for t in d.values())
+    def _batches_waiting(self) -> int:
+        """(Under ``_lock``) batches committed and not folded yet."""
+        return self._pending[-1][0] - self.folded_through if self._pending else 0
 
     @property
     def waiting_batches(self) -> int:
         """Batches committed and not folded yet."""
         with self._lock:
-            return self._pending[-1][0] - self.folded_through if self._pending else 0
+            return self._batches_waiting()
 
     @property
     def waiting(self) -> bool:
@@ -188,7 +187,7 @@ class StateFolder:
             if not self._pending:
                 return False
             rows = sum(t.num_rows for _, d in self._pending for t in d.values())
-            return self._pending[-1][0] - self.folded_through >= FOLD_BATCHES or rows >= FOLD_ROWS
+            return self._batches_waiting() >= FOLD_BATCHES or rows >= FOLD_ROWS
 
     def stage_fold(self, con: duckdb.DuckDBPyConnection, through: int) -> None:
         """Steps 2 to 4 of a fold, in the caller's transaction on the state file: apply the
@@ -231,7 +230,7 @@ class StateFolder:
             return False
         try:
             with self._lock:
-                if not self._pending or self._pending[-1][0] - self.folded_through < least:
+                if not self._pending or self._batches_waiting() < least:
                     return False
                 through = self._pending[-1][0]
             # 1.

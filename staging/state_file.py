@@ -38,6 +38,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -73,12 +74,15 @@ def attach(con: duckdb.DuckDBPyConnection, staging: Path, *, read_only: bool = F
         )
 
 
-def connect(staging: Path | str, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+def connect(
+    staging: Path | str, *, read_only: bool = True, config: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection to the staging file at ``staging`` with its state file attached, so that
     its ``state.<table>`` views read (a plain connection to the staging file alone fails on
     them with "schema streamdi_state.state_base does not exist"). For reading staging by hand
-    while no pipeline has it open; the pipeline's own connection is the store's."""
-    con = duckdb.connect(str(staging), read_only=read_only)
+    while no pipeline has it open, or, with the store's ``config``
+    (:func:`~staging.store.connection_config`), beside the pipeline in its own process."""
+    con = duckdb.connect(str(staging), read_only=read_only, config=config or {})
     try:
         if read_only and not state_path(staging).exists():
             return con  # a file of a layout before 8, or one that never held a state table

@@ -688,7 +688,8 @@ class StagingStore:
            warehouse, not from staging (:mod:`migration.bootstrap`).
         6. Map each state table to its new table and point its ``state`` view there.
         7. COMMIT (under ``snapshot_lock``): the state appears whole, or not at all.
-        8. Drop the empty tables the map named before (under ``snapshot_lock``).
+        8. Drop the empty tables the map named before (under ``snapshot_lock``; a failure is
+           only logged: the seed stands, and the next opening drops tables no map names).
         9. With ``checkpoint``, take the seed's checkpoint (:mod:`staging.checkpoints`): the state
            a reprocess of the seeded tables starts from, since it is not in Kafka.
         """
@@ -761,8 +762,13 @@ class StagingStore:
             # 8.
             with self.snapshot_lock:
                 con.execute("BEGIN TRANSACTION")
-                state_file.drop_orphans(con, new.values())
-                con.execute("COMMIT")
+                try:
+                    state_file.drop_orphans(con, new.values())
+                    con.execute("COMMIT")
+                except duckdb.Error as exc:  # the seed stands; the next opening drops them
+                    with suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    logger.warning("state tables replaced by the seed not dropped: %s", exc)
         logger.info(
             "seeded staging tables=%s rows=%s",
             len(rows),

@@ -322,8 +322,13 @@ def _upgrade(
         raise
     # 7.
     con.execute("BEGIN TRANSACTION")
-    state_file.drop_orphans(con, new_tables.values())
-    con.execute("COMMIT")
+    try:
+        state_file.drop_orphans(con, new_tables.values())
+        con.execute("COMMIT")
+    except duckdb.Error as exc:  # the switch stands; the next opening drops them
+        with suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        logger.warning("state tables the upgrade replaced not dropped: %s", exc)
     folder.discard(old for old, _ in rewritten)
     schemas = segment_schemas(flow)
     for key in {(new.relation, new.name) for _, new in rewritten} | set(schemas):

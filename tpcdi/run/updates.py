@@ -267,10 +267,8 @@ class UpdateStream:
         config = connection_config(
             self.settings.staging.memory_limit, threads=self.settings.staging.threads
         )
-        path = self.settings.staging_path
-        con = duckdb.connect(str(path), config=config)
+        con = state_file.connect(self.settings.staging_path, read_only=False, config=config)
         try:
-            state_file.attach(con, path)
             tables = state_file.read_map(
                 dict(con.execute('SELECT key, value FROM "streamdi"."meta"').fetchall())
             )
